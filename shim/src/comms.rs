@@ -1,0 +1,159 @@
+//! Communicators known to this process: identity (comm_id, rank, nranks, device)
+//! and the counters that give every op its sequence numbers.
+//!
+//! Lookups happen on every NCCL call, so the map sits behind an `RwLock` with a
+//! per-thread one-entry cache validated by a global epoch (bumped whenever a
+//! communicator is added or removed: a freed `ncclComm_t` address can be reused).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+
+/// One communicator on this rank.
+#[derive(Debug)]
+pub struct CommState {
+    pub comm_id: Option<u64>,
+    rank: AtomicI32,
+    nranks: AtomicI32,
+    device: AtomicI32,
+    coll_seq: AtomicU64,
+    call_seq: AtomicU64,
+    p2p_seq: Mutex<HashMap<(bool, i32), u64>>,
+    split_index: AtomicU64,
+    shrink_index: AtomicU64,
+}
+
+const UNKNOWN: i32 = i32::MIN;
+
+fn opt(v: i32) -> Option<i32> {
+    (v != UNKNOWN).then_some(v)
+}
+
+impl CommState {
+    pub fn new(comm_id: Option<u64>, rank: Option<i32>, nranks: Option<i32>, device: Option<i32>) -> Self {
+        Self {
+            comm_id,
+            rank: AtomicI32::new(rank.unwrap_or(UNKNOWN)),
+            nranks: AtomicI32::new(nranks.unwrap_or(UNKNOWN)),
+            device: AtomicI32::new(device.unwrap_or(UNKNOWN)),
+            coll_seq: AtomicU64::new(0),
+            call_seq: AtomicU64::new(0),
+            p2p_seq: Mutex::new(HashMap::new()),
+            split_index: AtomicU64::new(0),
+            shrink_index: AtomicU64::new(0),
+        }
+    }
+    pub fn rank(&self) -> Option<i32> {
+        opt(self.rank.load(Ordering::Relaxed))
+    }
+    pub fn nranks(&self) -> Option<i32> {
+        opt(self.nranks.load(Ordering::Relaxed))
+    }
+    pub fn device(&self) -> Option<i32> {
+        opt(self.device.load(Ordering::Relaxed))
+    }
+    /// Fills identity fields that were not known at creation (non-blocking init).
+    pub fn fill(&self, rank: Option<i32>, nranks: Option<i32>, device: Option<i32>) {
+        for (slot, v) in [(&self.rank, rank), (&self.nranks, nranks), (&self.device, device)] {
+            if let Some(v) = v {
+                let _ = slot.compare_exchange(UNKNOWN, v, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+    pub fn is_complete(&self) -> bool {
+        self.rank().is_some() && self.nranks().is_some() && self.device().is_some()
+    }
+    pub fn next_call_seq(&self) -> u64 {
+        self.call_seq.fetch_add(1, Ordering::Relaxed)
+    }
+    pub fn next_coll_seq(&self) -> u64 {
+        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+    }
+    /// Index of this send to (`send`) or receive from `peer`.
+    pub fn next_p2p_seq(&self, send: bool, peer: i32) -> u64 {
+        let mut m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let c = m.entry((send, peer)).or_insert(0);
+        let v = *c;
+        *c += 1;
+        v
+    }
+    pub fn next_split_index(&self) -> u64 {
+        self.split_index.fetch_add(1, Ordering::Relaxed)
+    }
+    pub fn next_shrink_index(&self) -> u64 {
+        self.shrink_index.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+static MAP: LazyLock<RwLock<HashMap<usize, Arc<CommState>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static CACHE: RefCell<(usize, u64, Option<Arc<CommState>>)> = const { RefCell::new((0, 0, None)) };
+}
+
+/// Registers a communicator created at `ptr` (replacing any stale entry).
+pub fn insert(ptr: usize, st: Arc<CommState>) {
+    let mut m = MAP.write().unwrap_or_else(|p| p.into_inner());
+    m.insert(ptr, st);
+    EPOCH.fetch_add(1, Ordering::Release);
+}
+
+/// Forgets a destroyed communicator.
+pub fn remove(ptr: usize) {
+    let mut m = MAP.write().unwrap_or_else(|p| p.into_inner());
+    m.remove(&ptr);
+    EPOCH.fetch_add(1, Ordering::Release);
+}
+
+/// The communicator at `ptr`, if known.
+#[inline]
+pub fn get(ptr: usize) -> Option<Arc<CommState>> {
+    if ptr == 0 {
+        return None;
+    }
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let cached = CACHE
+        .try_with(|c| {
+            let c = c.borrow();
+            (c.0 == ptr && c.1 == epoch).then(|| c.2.clone()).flatten()
+        })
+        .ok()
+        .flatten();
+    if cached.is_some() {
+        return cached;
+    }
+    let found = MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
+    let _ = CACHE.try_with(|c| *c.borrow_mut() = (ptr, epoch, found.clone()));
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_is_invalidated_on_reuse() {
+        let a = Arc::new(CommState::new(Some(1), Some(0), Some(2), None));
+        insert(0x1000, a);
+        assert_eq!(get(0x1000).unwrap().comm_id, Some(1));
+        remove(0x1000);
+        assert!(get(0x1000).is_none());
+        insert(0x1000, Arc::new(CommState::new(Some(2), Some(0), Some(2), None)));
+        assert_eq!(get(0x1000).unwrap().comm_id, Some(2));
+    }
+
+    #[test]
+    fn p2p_counters_are_per_peer_and_direction() {
+        let c = CommState::new(Some(1), Some(0), Some(4), None);
+        assert_eq!(c.next_p2p_seq(true, 1), 0);
+        assert_eq!(c.next_p2p_seq(true, 1), 1);
+        assert_eq!(c.next_p2p_seq(false, 1), 0);
+        assert_eq!(c.next_p2p_seq(true, 2), 0);
+        c.fill(None, None, Some(3));
+        assert_eq!(c.device(), Some(3));
+        c.fill(Some(5), None, Some(4));
+        assert_eq!((c.rank(), c.device()), (Some(0), Some(3)));
+    }
+}

@@ -1,0 +1,12 @@
+//! Every unsafe line of zcta-prof lives in this module tree.
+//!
+//! - [`exports`]: the NCCL symbols we export (one line each) and their forwarding;
+//! - [`real`]: finding the real libnccl and its functions, and querying it;
+//! - [`process`]: constructor, fork/exit hooks, the `_exit` interposer;
+//! - [`sys`]: thin wrappers over libc calls.
+#![allow(unsafe_code)]
+
+pub mod exports;
+pub mod process;
+pub mod real;
+pub mod sys;

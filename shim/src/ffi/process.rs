@@ -1,0 +1,72 @@
+//! Process-level hooks: the constructor (only registers the fork handler), the exit
+//! hook registered at activation, and an `_exit` interposer so that `os._exit`-style
+//! exits (multiprocessing fork children, frameworks that skip atexit) still close
+//! their files.
+
+use std::ffi::{c_int, c_void};
+use std::panic::catch_unwind;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use zcta::sink::EndReason;
+
+use crate::state;
+
+static REAL_EXIT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+// SAFETY (of running before main): the constructor only calls pthread_atfork and
+// dlsym, both safe to call during library initialisation; it starts no thread, opens
+// no file and allocates nothing that could deadlock a dlopen caller.
+#[ctor::ctor(unsafe)]
+fn zcta_constructor() {
+    // SAFETY: `after_fork_child` is an extern "C" fn that cannot unwind.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+    }
+    // Resolved now: `_exit` may later run in a vfork child, where taking the loader
+    // lock could deadlock.
+    // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) };
+    REAL_EXIT.store(p, Ordering::Relaxed);
+}
+
+extern "C" fn after_fork_child() {
+    state::on_fork_child();
+}
+
+extern "C" fn at_exit() {
+    let _ = catch_unwind(|| state::on_exit(EndReason::Exit));
+}
+
+/// Registers the exit hook (once, at activation).
+pub fn register_atexit() {
+    // SAFETY: at_exit is an extern "C" fn with no arguments that cannot unwind.
+    unsafe {
+        libc::atexit(at_exit);
+    }
+}
+
+/// `_exit(2)` interposer: closes our files (bounded wait) when this process owns the
+/// writer, then exits exactly as the real `_exit` would.
+///
+/// # Safety
+/// Same contract as libc's `_exit`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    if state::owns_writer(std::process::id()) {
+        let _ = catch_unwind(|| state::on_exit(EndReason::UnderscoreExit));
+    }
+    let p = REAL_EXIT.load(Ordering::Relaxed);
+    if !p.is_null() {
+        // SAFETY: p is libc's `_exit`, resolved in the constructor.
+        let f: unsafe extern "C" fn(c_int) -> ! =
+            unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int) -> !>(p) };
+        // SAFETY: forwarding the caller's argument unchanged.
+        unsafe { f(status) }
+    }
+    // SAFETY: exit_group never returns.
+    unsafe {
+        libc::syscall(libc::SYS_exit_group, status);
+    }
+    #[allow(clippy::empty_loop)]
+    loop {}
+}

@@ -1,0 +1,285 @@
+//! Finding the real NCCL.
+//!
+//! PyTorch loads libnccl `RTLD_LOCAL` (as a dependency of a dlopen'ed library), so
+//! `dlsym(RTLD_NEXT, ..)` finds nothing. Order used, once, at the first NCCL call:
+//! 1. `ZCTA_NCCL_LIB`: that file (`RTLD_NOLOAD` first, so an already-mapped copy is
+//!    reused);
+//! 2. the libnccl already mapped in the process (`dl_iterate_phdr`), reopened with
+//!    `RTLD_NOLOAD` — the copy the caller really loaded, even when another copy sits
+//!    on the library path;
+//! 3. `RTLD_NEXT` (a program linked directly against libnccl);
+//! 4. `dlopen("libnccl.so.2")`.
+//!
+//! Each function is then looked up as `pncclX` (NCCL's PMPI-style strong alias)
+//! before `ncclX`, and a result equal to our own export is rejected.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+/// The library calls are forwarded to.
+#[derive(Clone, Debug, Default)]
+pub struct LibraryInfo {
+    pub path: Option<String>,
+    pub version: Option<i32>,
+}
+
+struct Lib {
+    handle: usize, // *mut c_void; 0 = none (use RTLD_NEXT)
+    path: Option<String>,
+}
+
+static LIB: OnceLock<Lib> = OnceLock::new();
+static INFO: OnceLock<LibraryInfo> = OnceLock::new();
+
+fn own_path() -> Option<String> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address and writes into info.
+    let ok = unsafe { libc::dladdr(own_path as *const c_void, info.as_mut_ptr()) };
+    if ok == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so info is initialised; dli_fname is a NUL-terminated
+    // string owned by the loader (or NULL).
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: checked non-null above.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Paths of the mapped objects whose file name starts with `libnccl.so`.
+fn mapped_nccl() -> Vec<String> {
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid dl_phdr_info; data is the &mut Vec we
+        // passed to dl_iterate_phdr below, alive for the whole iteration.
+        unsafe {
+            let out = &mut *(data as *mut Vec<String>);
+            let name = (*info).dlpi_name;
+            if !name.is_null() {
+                let s = CStr::from_ptr(name).to_string_lossy();
+                let base = s.rsplit('/').next().unwrap_or("");
+                if base.starts_with("libnccl.so") {
+                    out.push(s.into_owned());
+                }
+            }
+        }
+        0
+    }
+    let mut out: Vec<String> = Vec::new();
+    // SAFETY: cb matches the expected signature and only touches `out`.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut out as *mut Vec<String>).cast()) };
+    out
+}
+
+fn dlopen(path: &str, flags: c_int) -> usize {
+    let Ok(c) = CString::new(path) else { return 0 };
+    // SAFETY: c is a valid NUL-terminated string.
+    unsafe { libc::dlopen(c.as_ptr(), flags) as usize }
+}
+
+fn find_lib() -> Lib {
+    let own = own_path();
+    if let Some(p) = std::env::var("ZCTA_NCCL_LIB").ok().filter(|s| !s.is_empty()) {
+        let mut h = dlopen(&p, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if h == 0 {
+            h = dlopen(&p, libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        }
+        if h != 0 {
+            return Lib {
+                handle: h,
+                path: Some(p),
+            };
+        }
+        eprintln!("zcta: ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead");
+    }
+    for p in mapped_nccl() {
+        if Some(&p) == own.as_ref() {
+            continue;
+        }
+        let h = dlopen(&p, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if h != 0 {
+            return Lib {
+                handle: h,
+                path: Some(p),
+            };
+        }
+    }
+    // SAFETY: RTLD_NEXT lookup with a valid NUL-terminated name.
+    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pncclGetVersion".as_ptr()) };
+    if !next.is_null() {
+        return Lib {
+            handle: 0,
+            path: object_of(next),
+        };
+    }
+    let h = dlopen("libnccl.so.2", libc::RTLD_LAZY | libc::RTLD_LOCAL);
+    Lib {
+        handle: h,
+        path: (h != 0).then(|| "libnccl.so.2".to_string()),
+    }
+}
+
+fn object_of(addr: *mut c_void) -> Option<String> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, loader-owned C string.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_fname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+fn lib() -> &'static Lib {
+    LIB.get_or_init(find_lib)
+}
+
+fn lookup(name: &CStr) -> *mut c_void {
+    let l = lib();
+    let h = if l.handle == 0 {
+        libc::RTLD_NEXT
+    } else {
+        l.handle as *mut c_void
+    };
+    // SAFETY: h is a handle from dlopen or RTLD_NEXT; name is NUL-terminated.
+    unsafe { libc::dlsym(h, name.as_ptr()) }
+}
+
+/// Lazily resolved address of one real NCCL function.
+pub struct RealFn {
+    pname: &'static CStr,
+    name: &'static CStr,
+    ptr: AtomicPtr<c_void>,
+    state: AtomicU8, // 0 unresolved, 1 resolved, 2 missing
+}
+
+impl RealFn {
+    pub const fn new(pname: &'static CStr, name: &'static CStr) -> Self {
+        Self {
+            pname,
+            name,
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            state: AtomicU8::new(0),
+        }
+    }
+
+    /// The real function, never `own` (our export of the same name).
+    #[inline]
+    pub fn get(&self, own: *const c_void) -> Option<*mut c_void> {
+        match self.state.load(Ordering::Acquire) {
+            1 => Some(self.ptr.load(Ordering::Relaxed)),
+            2 => None,
+            _ => self.resolve(own),
+        }
+    }
+
+    #[cold]
+    fn resolve(&self, own: *const c_void) -> Option<*mut c_void> {
+        let mut p = lookup(self.pname);
+        if p.is_null() || p as *const c_void == own {
+            p = lookup(self.name);
+        }
+        if p.is_null() || p as *const c_void == own {
+            self.state.store(2, Ordering::Release);
+            return None;
+        }
+        self.ptr.store(p, Ordering::Relaxed);
+        self.state.store(1, Ordering::Release);
+        Some(p)
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name.to_str().unwrap_or("?")
+    }
+}
+
+/// Reported once per function when the real library lacks it.
+pub fn missing(f: &RealFn) -> c_int {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let name = f.name();
+    ONCE.call_once(|| {
+        eprintln!(
+            "zcta: the NCCL library ({}) has no {name}; returning ncclInternalError",
+            lib().path.as_deref().unwrap_or("not found")
+        )
+    });
+    zcta::nccl::NCCL_INTERNAL_ERROR
+}
+
+type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+type CommQuery = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
+
+static GET_VERSION: RealFn = RealFn::new(c"pncclGetVersion", c"ncclGetVersion");
+static COMM_COUNT: RealFn = RealFn::new(c"pncclCommCount", c"ncclCommCount");
+static COMM_USER_RANK: RealFn = RealFn::new(c"pncclCommUserRank", c"ncclCommUserRank");
+static COMM_CU_DEVICE: RealFn = RealFn::new(c"pncclCommCuDevice", c"ncclCommCuDevice");
+
+/// Path and version of the forwarded-to library.
+pub fn library_info() -> LibraryInfo {
+    INFO.get_or_init(|| {
+        let version = GET_VERSION.get(std::ptr::null()).and_then(|p| {
+            // SAFETY: p is ncclGetVersion(int*) of the real library.
+            let f: GetVersion = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(p) };
+            let mut v: c_int = 0;
+            // SAFETY: v is a valid out-pointer.
+            (unsafe { f(&mut v) } == 0).then_some(v)
+        });
+        LibraryInfo {
+            path: lib().path.clone(),
+            version,
+        }
+    })
+    .clone()
+}
+
+fn query(f: &RealFn, comm: usize) -> Option<i32> {
+    if comm == 0 {
+        return None;
+    }
+    let p = f.get(std::ptr::null())?;
+    // SAFETY: p is one of ncclCommCount/UserRank/CuDevice(const ncclComm_t, int*).
+    let q: CommQuery = unsafe { std::mem::transmute::<*mut c_void, CommQuery>(p) };
+    let mut v: c_int = 0;
+    // SAFETY: only called for communicators NCCL has just accepted (see hooks), with
+    // a valid out-pointer.
+    (unsafe { q(comm as *mut c_void, &mut v) } == 0).then_some(v)
+}
+
+/// `ncclCommUserRank`.
+pub fn comm_rank(comm: usize) -> Option<i32> {
+    query(&COMM_USER_RANK, comm)
+}
+/// `ncclCommCount`.
+pub fn comm_count(comm: usize) -> Option<i32> {
+    query(&COMM_COUNT, comm)
+}
+/// `ncclCommCuDevice`.
+pub fn comm_device(comm: usize) -> Option<i32> {
+    query(&COMM_CU_DEVICE, comm)
+}
+
+/// Reads a NUL-terminated C string of at most `max` bytes.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string.
+pub unsafe fn c_str(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: caller guarantees a NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}

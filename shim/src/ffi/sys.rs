@@ -1,0 +1,26 @@
+//! Safe wrappers over the few libc calls the shim needs.
+
+use std::sync::OnceLock;
+
+/// Linux thread id of the calling thread.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Host name (cached; empty if unavailable).
+pub fn hostname() -> String {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on
+        // success when the name fits (we pass len-1 to keep a terminator).
+        let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+        if rc != 0 {
+            return String::new();
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    })
+    .clone()
+}

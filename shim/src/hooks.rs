@@ -1,0 +1,475 @@
+//! What is recorded for each kind of NCCL call. Safe code: the exports in
+//! `ffi::exports` turn C arguments into the plain values below and pass a closure
+//! that calls the real function.
+//!
+//! Every hook follows one pattern: not recording, or re-entered from inside NCCL →
+//! call the real function and return; otherwise take the time, call the real function
+//! (outside any `catch_unwind`), take the time, build and enqueue the record inside
+//! [`protect`], and return the real result unchanged.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use zcta::clock::now_ns;
+use zcta::hash;
+use zcta::nccl::{self, CallKind, OpKind};
+use zcta::record::{CallRecord, CommRecord, Event, OpRecord, SmallStr};
+
+use crate::comms::{self, CommState};
+use crate::ffi;
+use crate::state::{self, protect};
+
+thread_local! {
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static TID: Cell<i32> = const { Cell::new(0) };
+    /// (nesting depth, id of the outermost open group, ops recorded in it)
+    static GROUP: Cell<(u32, u64, u32)> = const { Cell::new((0, 0, 0)) };
+}
+
+static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+static NEXT_LOCAL_COMM: AtomicU64 = AtomicU64::new(0);
+
+/// Marks "inside an interposed call" on this thread; NCCL calling its own exported
+/// API from inside a call then reaches the real function without a second record.
+struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// `Some` when this call should be recorded.
+#[inline]
+fn enter() -> Option<Guard> {
+    let outer = DEPTH
+        .try_with(|d| {
+            let v = d.get();
+            d.set(v + 1);
+            v == 0
+        })
+        .ok()?;
+    let g = Guard;
+    (outer && state::recording()).then_some(g)
+}
+
+#[inline]
+fn tid() -> i32 {
+    TID.try_with(|t| {
+        let v = t.get();
+        if v != 0 {
+            v
+        } else {
+            let v = ffi::sys::gettid();
+            t.set(v);
+            v
+        }
+    })
+    .unwrap_or(0)
+}
+
+fn current_group() -> Option<u64> {
+    GROUP
+        .try_with(|g| {
+            let (depth, id, _) = g.get();
+            (depth > 0).then_some(id)
+        })
+        .ok()
+        .flatten()
+}
+
+fn count_group_op() {
+    let _ = GROUP.try_with(|g| {
+        let (d, id, n) = g.get();
+        if d > 0 {
+            g.set((d, id, n.saturating_add(1)));
+        }
+    });
+}
+
+/// Arguments of a data-moving call.
+#[derive(Clone, Copy, Debug)]
+pub struct OpArgs {
+    pub comm: usize,
+    pub count: u64,
+    pub dtype: i32,
+    pub sendbuff: u64,
+    pub recvbuff: u64,
+    pub stream: u64,
+    pub root: Option<i32>,
+    pub peer: Option<i32>,
+    pub redop: Option<i32>,
+}
+
+/// Looks up a communicator, learning it lazily when it was created in a way we could
+/// not see (or not fully: a non-blocking init). Only after NCCL accepted a call on
+/// it, so a bad pointer is never dereferenced by us first.
+fn comm_state(ptr: usize, accepted: bool) -> Option<Arc<CommState>> {
+    let st = comms::get(ptr);
+    if !accepted {
+        return st;
+    }
+    match st {
+        Some(st) if st.is_complete() => Some(st),
+        Some(st) => {
+            st.fill(
+                ffi::real::comm_rank(ptr),
+                ffi::real::comm_count(ptr),
+                ffi::real::comm_device(ptr),
+            );
+            Some(st)
+        }
+        None => {
+            let st = Arc::new(CommState::new(
+                None,
+                ffi::real::comm_rank(ptr),
+                ffi::real::comm_count(ptr),
+                ffi::real::comm_device(ptr),
+            ));
+            comms::insert(ptr, Arc::clone(&st));
+            Some(st)
+        }
+    }
+}
+
+/// A collective or point-to-point call.
+#[inline]
+pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
+    let Some(g) = enter() else { return real() };
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        let ok = nccl::accepted(rc);
+        let st = comm_state(a.comm, ok);
+        let (comm_id, rank, nranks, device, call_seq, seq) = match &st {
+            Some(st) => {
+                let seq = ok.then(|| match (kind, a.peer) {
+                    (OpKind::Send, Some(p)) => st.next_p2p_seq(true, p),
+                    (OpKind::Recv, Some(p)) => st.next_p2p_seq(false, p),
+                    _ => st.next_coll_seq(),
+                });
+                (
+                    st.comm_id,
+                    st.rank(),
+                    st.nranks(),
+                    st.device(),
+                    st.next_call_seq(),
+                    seq,
+                )
+            }
+            None => (None, None, None, None, 0, None),
+        };
+        count_group_op();
+        state::emit(Event::Op(OpRecord {
+            op: kind,
+            comm_id,
+            comm_ptr: a.comm as u64,
+            rank,
+            nranks,
+            seq,
+            call_seq,
+            count: a.count,
+            dtype: a.dtype,
+            bytes: kind.message_bytes(a.count, a.dtype, nranks),
+            peer: a.peer,
+            root: a.root,
+            redop: a.redop,
+            sendbuff: a.sendbuff,
+            recvbuff: a.recvbuff,
+            stream: a.stream,
+            device,
+            group_id: current_group(),
+            api_start_ns: t0,
+            api_end_ns: t1,
+            result: rc,
+            tid: tid(),
+        }));
+    });
+    drop(g);
+    rc
+}
+
+fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
+    CallRecord {
+        call,
+        comm_id: None,
+        comm_ptr: None,
+        group_id: None,
+        n_ops: None,
+        buff: None,
+        size: None,
+        handle: None,
+        flags: None,
+        api_start_ns: t0,
+        api_end_ns: t1,
+        result: rc,
+        tid: tid(),
+    }
+}
+
+/// `ncclGroupStart`.
+pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
+    let Some(g) = enter() else { return real() };
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        let id = GROUP
+            .try_with(|gr| {
+                let (d, id, n) = gr.get();
+                if rc != nccl::NCCL_SUCCESS {
+                    return (d > 0).then_some(id);
+                }
+                if d == 0 {
+                    let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
+                    gr.set((1, id, 0));
+                    Some(id)
+                } else {
+                    gr.set((d + 1, id, n));
+                    Some(id)
+                }
+            })
+            .ok()
+            .flatten();
+        let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
+        r.group_id = id;
+        state::emit(Event::Call(r));
+    });
+    drop(g);
+    rc
+}
+
+/// `ncclGroupEnd` and `ncclGroupSimulateEnd` (both close the innermost group).
+pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
+    let Some(g) = enter() else { return real() };
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        let (id, n_ops) = GROUP
+            .try_with(|gr| {
+                let (d, id, n) = gr.get();
+                match d {
+                    0 => (None, None),
+                    1 => {
+                        gr.set((0, 0, 0));
+                        (Some(id), Some(n))
+                    }
+                    _ => {
+                        gr.set((d - 1, id, n));
+                        (Some(id), None)
+                    }
+                }
+            })
+            .unwrap_or((None, None));
+        let mut r = call_record(kind, t0, t1, rc);
+        r.group_id = id;
+        r.n_ops = n_ops;
+        state::emit(Event::Call(r));
+    });
+    drop(g);
+    rc
+}
+
+/// What `ncclConfig_t` said (fields read by `ffi` after checking `config->size`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConfigView {
+    pub blocking: Option<i32>,
+    pub cta_policy: Option<i32>,
+    pub name: Option<SmallStr>,
+}
+
+/// How the new communicator's comm_id is derived.
+#[derive(Clone, Copy, Debug)]
+pub enum IdRule {
+    /// Hash of the ncclUniqueId(s), computed by the caller.
+    Unique(u64),
+    /// `ncclCommSplit` of the parent at `parent` with this colour.
+    Split { parent: usize, color: i32 },
+    /// `ncclCommShrink` of the parent at `parent`.
+    Shrink { parent: usize },
+    /// `ncclCommInitAll`: one communicator, all ranks in this process.
+    All,
+}
+
+/// A communicator-creating call.
+#[derive(Clone, Copy, Debug)]
+pub struct InitArgs {
+    pub kind: CallKind,
+    pub rule: IdRule,
+    pub rank: Option<i32>,
+    pub nranks: Option<i32>,
+    pub key: Option<i32>,
+    pub config: ConfigView,
+}
+
+/// A communicator-creating call. `created(rc)` reads back the new communicator(s)
+/// after the real call, with the device each was given when known from the
+/// arguments (`ncclCommInitAll`'s devlist).
+pub fn comm_init(
+    a: InitArgs,
+    real: impl FnOnce() -> i32,
+    created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
+) -> i32 {
+    let Some(g) = enter() else { return real() };
+    // Derivation indices are taken before the call, on every rank, success or not,
+    // so that all ranks of the parent agree.
+    let pre = protect(|| match a.rule {
+        IdRule::Unique(id) => (Some(id), None),
+        IdRule::Split { parent, color } => {
+            let p = comms::get(parent);
+            let pid = p.as_ref().and_then(|p| p.comm_id);
+            let id = match (&p, pid) {
+                (Some(p), Some(pid)) => {
+                    hash::comm_id_derived(pid, "split", p.next_split_index(), i64::from(color))
+                }
+                _ => local_comm_id(),
+            };
+            (Some(id), pid)
+        }
+        IdRule::Shrink { parent } => {
+            let p = comms::get(parent);
+            let pid = p.as_ref().and_then(|p| p.comm_id);
+            let id = match (&p, pid) {
+                (Some(p), Some(pid)) => hash::comm_id_derived(pid, "shrink", p.next_shrink_index(), 0),
+                _ => local_comm_id(),
+            };
+            (Some(id), pid)
+        }
+        IdRule::All => (Some(local_comm_id()), None),
+    });
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        let (comm_id, parent_id) = pre.unwrap_or((None, None));
+        let ok = nccl::accepted(rc);
+        let made = if ok { created() } else { Vec::new() };
+        let version = ffi::real::library_info().version;
+        let mut first_ptr = None;
+        let many = made.len() > 1;
+        for (i, (ptr, dev_hint)) in made.iter().copied().enumerate() {
+            if ptr == 0 {
+                continue;
+            }
+            first_ptr.get_or_insert(ptr);
+            let Some(comm_id) = comm_id else { continue };
+            let rank = if many {
+                Some(i as i32)
+            } else {
+                a.rank.or_else(|| ffi::real::comm_rank(ptr))
+            };
+            let nranks = a.nranks.or_else(|| ffi::real::comm_count(ptr));
+            let device = ffi::real::comm_device(ptr).or(dev_hint);
+            let st = Arc::new(CommState::new(Some(comm_id), rank, nranks, device));
+            comms::insert(ptr, Arc::clone(&st));
+            let (color, key) = match a.rule {
+                IdRule::Split { color, .. } => (Some(color), a.key),
+                _ => (None, None),
+            };
+            state::emit(Event::Comm(CommRecord {
+                comm_id,
+                comm_ptr: ptr as u64,
+                rank: st.rank(),
+                nranks: st.nranks(),
+                device: st.device(),
+                parent_comm_id: parent_id,
+                init: a.kind,
+                color,
+                key,
+                comm_name: a.config.name,
+                blocking: a.config.blocking,
+                cta_policy: a.config.cta_policy,
+                init_start_ns: t0,
+                init_end_ns: t1,
+                result: rc,
+                nccl_version: version,
+                tid: tid(),
+            }));
+        }
+        let mut r = call_record(a.kind, t0, t1, rc);
+        r.comm_id = if first_ptr.is_some() { comm_id } else { None };
+        r.comm_ptr = first_ptr.map(|p| p as u64);
+        r.group_id = current_group();
+        if let IdRule::Split { color, .. } = a.rule {
+            r.flags = Some(color);
+        }
+        if let IdRule::All = a.rule {
+            r.size = Some(made.len() as u64);
+        }
+        state::emit(Event::Call(r));
+    });
+    drop(g);
+    rc
+}
+
+/// An id for a communicator only this process can name (no unique id, or a parent
+/// we never saw created).
+fn local_comm_id() -> u64 {
+    hash::StableHasher::new()
+        .bytes(b"local")
+        .bytes(ffi::sys::hostname().as_bytes())
+        .u64(u64::from(std::process::id()))
+        .u64(NEXT_LOCAL_COMM.fetch_add(1, Ordering::Relaxed))
+        .finish()
+}
+
+/// `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`.
+pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
+    let Some(g) = enter() else { return real() };
+    let st = protect(|| comms::get(comm)).flatten();
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        if matches!(kind, CallKind::CommDestroy | CallKind::CommAbort) && nccl::accepted(rc) {
+            comms::remove(comm);
+        }
+        let mut r = call_record(kind, t0, t1, rc);
+        r.comm_id = st.and_then(|s| s.comm_id);
+        r.comm_ptr = Some(comm as u64);
+        r.group_id = current_group();
+        state::emit(Event::Call(r));
+    });
+    drop(g);
+    rc
+}
+
+/// Buffer (de)registration and window (de)registration.
+pub struct RegArgs {
+    pub kind: CallKind,
+    pub comm: usize,
+    pub buff: Option<u64>,
+    pub size: Option<u64>,
+    pub flags: Option<i32>,
+    /// Handle passed in (deregistration).
+    pub handle: Option<u64>,
+}
+
+/// `ncclCommRegister` & co. `handle_out` reads the handle written by a registration.
+pub fn registration(a: RegArgs, real: impl FnOnce() -> i32, handle_out: impl FnOnce() -> Option<u64>) -> i32 {
+    let Some(g) = enter() else { return real() };
+    let t0 = now_ns();
+    let rc = real();
+    let t1 = now_ns();
+    protect(|| {
+        let st = comm_state(a.comm, nccl::accepted(rc));
+        let mut r = call_record(a.kind, t0, t1, rc);
+        r.comm_id = st.and_then(|s| s.comm_id);
+        r.comm_ptr = Some(a.comm as u64);
+        r.buff = a.buff;
+        r.size = a.size;
+        r.flags = a.flags;
+        r.handle = if nccl::accepted(rc) {
+            a.handle.or_else(handle_out)
+        } else {
+            a.handle
+        };
+        r.group_id = current_group();
+        state::emit(Event::Call(r));
+    });
+    drop(g);
+    rc
+}

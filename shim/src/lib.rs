@@ -1,0 +1,16 @@
+//! `libzcta_prof.so`: injected with `LD_PRELOAD`, it interposes NCCL's API, forwards
+//! every call unchanged to the real libnccl and records what happened.
+//!
+//! Layout:
+//! - [`ffi`]: every unsafe line — the exported NCCL symbols, finding the real
+//!   library, process hooks (constructor, atfork, atexit, `_exit`);
+//! - [`hooks`]: what is recorded for each kind of call (safe);
+//! - [`comms`]: communicators known to this process and their sequence counters;
+//! - [`state`]: the lifecycle (lazy activation on the first NCCL call, fork children
+//!   disabled, flush at exit, self-disable on internal failure) and the bounded queue
+//!   to the writer thread.
+
+mod comms;
+mod ffi;
+mod hooks;
+mod state;

@@ -1,0 +1,259 @@
+//! Lifecycle of the recorder.
+//!
+//! Nothing happens at load time but registering a fork handler. The first NCCL call
+//! activates recording: reads the configuration, chooses the run directory, starts
+//! the writer thread and registers the exit hook. Processes that never call NCCL
+//! therefore print nothing and write nothing. After `fork()` the child is disabled
+//! (its copy of the queue has no writer); after `exec` the image starts fresh.
+//!
+//! Any internal failure (a panic in our code, a failed activation) turns recording
+//! off; calls keep being forwarded untouched.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, TrySendError, bounded};
+use zcta::config::{self, Config, ProcFacts};
+use zcta::record::Event;
+use zcta::sink::{self, EndReason, ProcessInfo, Writer, WriterControl};
+use zcta::tables::{Ctx, ProcessRow};
+
+use crate::ffi;
+
+const UNINIT: u8 = 0;
+const ACTIVE: u8 = 1;
+const DISABLED: u8 = 2;
+const FINISHED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RECORDER: OnceLock<Option<Recorder>> = OnceLock::new();
+static PANIC_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// The producer side of the queue to the writer thread.
+pub struct Recorder {
+    tx: Sender<Event>,
+    ctl: Arc<WriterControl>,
+    wake_at: usize,
+    owner_pid: u32,
+    exit_timeout: Duration,
+}
+
+/// The recorder, if recording is on. Activates it on first use.
+#[inline]
+pub fn recorder() -> Option<&'static Recorder> {
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => RECORDER.get().and_then(Option::as_ref),
+        UNINIT => activate_once(),
+        _ => None,
+    }
+}
+
+#[cold]
+fn activate_once() -> Option<&'static Recorder> {
+    let r = RECORDER
+        .get_or_init(|| match catch_unwind(activate) {
+            Ok(r) => r,
+            Err(_) => {
+                report_panic();
+                None
+            }
+        })
+        .as_ref();
+    // Only move UNINIT -> ACTIVE/DISABLED: a fork child or a panic may have changed it.
+    let next = if r.is_some() { ACTIVE } else { DISABLED };
+    let _ = STATE.compare_exchange(UNINIT, next, Ordering::AcqRel, Ordering::Acquire);
+    if STATE.load(Ordering::Acquire) == ACTIVE {
+        r
+    } else {
+        None
+    }
+}
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn activate() -> Option<Recorder> {
+    let cfg = Config::from_env(&env_var);
+    if !cfg.enabled {
+        return None;
+    }
+    for w in &cfg.warnings {
+        eprintln!("zcta: {w}");
+    }
+    let pid = std::process::id();
+    let ppid = std::os::unix::process::parent_id() as i32;
+    let host = ffi::sys::hostname();
+    let facts = ProcFacts {
+        pid: pid as i32,
+        ppid,
+        parent_start: parent_start_ticks(ppid),
+        host: host.clone(),
+        now_ns: zcta::clock::now_ns(),
+    };
+    let run = config::derive_run_id(&env_var, &facts);
+    if let Some(w) = &run.warning {
+        eprintln!("zcta: {w}");
+    }
+    let rank_env = config::rank_from_env(&env_var);
+    let nccl = ffi::real::library_info();
+    let row = ProcessRow {
+        run_id: run.id.clone(),
+        run_id_source: run.source.as_str().into(),
+        ppid,
+        rank_env,
+        exe: std::fs::read_link("/proc/self/exe")
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned()),
+        cmdline: std::fs::read("/proc/self/cmdline").ok().map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\0')
+                .replace('\0', " ")
+        }),
+        zcta_version: zcta::ZCTA_VERSION.into(),
+        schema_version: zcta::SCHEMA_VERSION,
+        nccl_version: nccl.version,
+        nccl_lib: nccl.path,
+        clock: zcta::clock::CLOCK_NAME.into(),
+        start_ns: facts.now_ns,
+        end_ns: None,
+        end_reason: "running".into(),
+        env_json: env_json(),
+        ..ProcessRow::default()
+    };
+    let info = ProcessInfo {
+        run_dir: cfg.out_dir.join(&run.id),
+        prefix: sink::file_prefix(&host, rank_env, pid as i32),
+        ctx: Ctx {
+            pid: pid as i32,
+            host: host.into(),
+        },
+        row,
+    };
+    let (tx, rx) = bounded(cfg.queue_capacity);
+    let ctl = WriterControl::new();
+    let writer = Writer::new(info, cfg.policy);
+    let ctl2 = Arc::clone(&ctl);
+    let handle = std::thread::Builder::new()
+        .name("zcta-writer".into())
+        .spawn(move || {
+            if catch_unwind(AssertUnwindSafe(|| {
+                sink::run_writer(rx, writer, Arc::clone(&ctl2))
+            }))
+            .is_err()
+            {
+                report_panic();
+                ctl2.failed.store(true, Ordering::Release);
+            }
+        })
+        .ok()?;
+    ctl.set_thread(handle.thread().clone());
+    ffi::process::register_atexit();
+    Some(Recorder {
+        tx,
+        ctl,
+        wake_at: cfg.queue_capacity / 2,
+        owner_pid: pid,
+        exit_timeout: cfg.exit_timeout,
+    })
+}
+
+/// Start time (field 22 of /proc/PID/stat) of a process, in clock ticks since boot.
+fn parent_start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields restart after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn env_json() -> String {
+    config::env_json(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned()))),
+    )
+}
+
+impl Recorder {
+    /// Hands a record to the writer. Never blocks: when the queue is full the record
+    /// is dropped and counted.
+    #[inline]
+    pub fn emit(&self, ev: Event) {
+        if self.ctl.failed.load(Ordering::Relaxed) {
+            self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match self.tx.try_send(ev) {
+            Ok(()) => {
+                if self.tx.len() >= self.wake_at {
+                    self.ctl.wake();
+                }
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+                self.ctl.wake();
+            }
+        }
+    }
+}
+
+/// Records `ev` if recording is on.
+#[inline]
+pub fn emit(ev: Event) {
+    if let Some(r) = recorder() {
+        r.emit(ev);
+    }
+}
+
+/// Whether calls are being recorded (activates on first use).
+#[inline]
+pub fn recording() -> bool {
+    recorder().is_some()
+}
+
+/// In the child of `fork()`: stop recording (the writer thread was not copied).
+pub fn on_fork_child() {
+    STATE.store(DISABLED, Ordering::Release);
+}
+
+/// At exit (`atexit`) or `_exit`: stop producing, let the writer drain and close
+/// every file, waiting a bounded time. Only the process that started the writer
+/// does this (never a fork or vfork child).
+pub fn on_exit(reason: EndReason) {
+    let Some(Some(r)) = RECORDER.get() else { return };
+    if std::process::id() != r.owner_pid {
+        return;
+    }
+    let prev = STATE.swap(FINISHED, Ordering::AcqRel);
+    if prev == FINISHED {
+        return;
+    }
+    r.ctl.stop_and_wait(reason, r.exit_timeout);
+}
+
+/// Whether this process owns an active writer (for the `_exit` hook's fast path).
+pub fn owns_writer(pid: u32) -> bool {
+    matches!(RECORDER.get(), Some(Some(r)) if r.owner_pid == pid) && STATE.load(Ordering::Acquire) != FINISHED
+}
+
+/// Called when our code panicked: recording stops for good, calls keep flowing.
+pub fn report_panic() {
+    let _ = STATE.compare_exchange(ACTIVE, DISABLED, Ordering::AcqRel, Ordering::Acquire);
+    let _ = STATE.compare_exchange(UNINIT, DISABLED, Ordering::AcqRel, Ordering::Acquire);
+    if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
+        eprintln!("zcta: internal error; recording disabled, NCCL calls continue unchanged");
+    }
+}
+
+/// Runs our own logic, turning a panic into "recording disabled".
+#[inline]
+pub fn protect<R>(f: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => Some(r),
+        Err(_) => {
+            report_panic();
+            None
+        }
+    }
+}

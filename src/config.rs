@@ -1,0 +1,359 @@
+//! Settings, all from the environment (the shim has no other input), and the run-id
+//! rule that puts every rank of one job into one run directory with no setup.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `ZCTA_ENABLE` | `1` | `0`/`false`/`off`: forward only, record nothing |
+//! | `ZCTA_OUT` | `./zcta-runs` | parent of run directories |
+//! | `ZCTA_RUN_ID` | derived | run directory name |
+//! | `ZCTA_NCCL_LIB` | the mapped libnccl | library to forward to |
+//! | `ZCTA_FLUSH_MS` | `500` | longest time a record waits before reaching the log |
+//! | `ZCTA_QUEUE_CAPACITY` | `32768` | bounded queue length (records dropped and counted beyond) |
+//! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit |
+//! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
+//! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::sink::SinkPolicy;
+
+/// Reads one environment variable (injected in tests).
+pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Everything configurable.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub enabled: bool,
+    pub out_dir: PathBuf,
+    pub nccl_lib: Option<String>,
+    pub queue_capacity: usize,
+    pub exit_timeout: Duration,
+    pub policy: SinkPolicy,
+    /// Problems with the settings, each to be printed once.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    pub fn from_env(env: EnvFn<'_>) -> Config {
+        let mut warnings = Vec::new();
+        let enabled = match env("ZCTA_ENABLE").as_deref().map(str::trim) {
+            None | Some("") => true,
+            Some(v) => !matches!(v.to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"),
+        };
+        let mut num = |name: &str, default: u64, min: u64, max: u64| -> u64 {
+            match env(name) {
+                None => default,
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => n,
+                    _ => {
+                        warnings.push(format!(
+                            "{name}={v:?} is not a number in {min}..={max}; using {default}"
+                        ));
+                        default
+                    }
+                },
+            }
+        };
+        let flush_ms = num("ZCTA_FLUSH_MS", 500, 10, 1_500);
+        let queue_capacity = num("ZCTA_QUEUE_CAPACITY", 32_768, 1_024, 16 << 20) as usize;
+        let exit_ms = num("ZCTA_EXIT_TIMEOUT_MS", 5_000, 0, 600_000);
+        let segment_rows = num("ZCTA_SEGMENT_ROWS", 4 << 20, 1, u64::MAX);
+        let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
+        let out_dir = env("ZCTA_OUT")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("zcta-runs"));
+        Config {
+            enabled,
+            out_dir,
+            nccl_lib: env("ZCTA_NCCL_LIB").filter(|s| !s.is_empty()),
+            queue_capacity,
+            exit_timeout: Duration::from_millis(exit_ms),
+            policy: SinkPolicy {
+                flush_interval: Duration::from_millis(flush_ms),
+                segment_rows,
+                segment_age: Duration::from_secs(segment_secs),
+                ..SinkPolicy::default()
+            },
+            warnings,
+        }
+    }
+}
+
+/// Where a run id came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunIdSource {
+    Explicit,
+    TorchElastic,
+    TorchrunParent,
+    Slurm,
+    Pmix,
+    Time,
+}
+
+impl RunIdSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunIdSource::Explicit => "ZCTA_RUN_ID",
+            RunIdSource::TorchElastic => "TORCHELASTIC_RUN_ID",
+            RunIdSource::TorchrunParent => "torchrun-parent",
+            RunIdSource::Slurm => "SLURM",
+            RunIdSource::Pmix => "PMIX_NAMESPACE",
+            RunIdSource::Time => "time",
+        }
+    }
+}
+
+/// A run id and its provenance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunId {
+    pub id: String,
+    pub source: RunIdSource,
+    /// Set when the id cannot be shared by other processes of the job.
+    pub warning: Option<String>,
+}
+
+/// Facts about the process the run-id rule may use besides the environment.
+#[derive(Clone, Debug, Default)]
+pub struct ProcFacts {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Start time of the parent process (clock ticks since boot, /proc/PPID/stat).
+    pub parent_start: Option<u64>,
+    pub host: String,
+    pub now_ns: i64,
+}
+
+/// Chooses the run id: `ZCTA_RUN_ID`; torchrun's `TORCHELASTIC_RUN_ID` (when it is not
+/// torchrun's placeholder `none`); under torchrun without an id, the agent (our
+/// parent, shared by the node's ranks) and its start time; SLURM job+step; the PMIx
+/// namespace (Open MPI 5, other PMIx launchers); else the time, with a warning.
+pub fn derive_run_id(env: EnvFn<'_>, facts: &ProcFacts) -> RunId {
+    let get = |k: &str| env(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    if let Some(id) = get("ZCTA_RUN_ID") {
+        return RunId {
+            id: sanitize(&id),
+            source: RunIdSource::Explicit,
+            warning: None,
+        };
+    }
+    if let Some(id) = get("TORCHELASTIC_RUN_ID") {
+        if id != "none" {
+            return RunId {
+                id: sanitize(&format!("torch-{id}")),
+                source: RunIdSource::TorchElastic,
+                warning: None,
+            };
+        }
+        let port = get("MASTER_PORT").unwrap_or_else(|| "0".into());
+        let start = facts.parent_start.unwrap_or(0);
+        let multi_node = get("GROUP_WORLD_SIZE")
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1)
+            > 1;
+        let warning = multi_node.then(|| {
+            "torchrun without --rdzv-id on several nodes: each node gets its own run directory; \
+             set ZCTA_RUN_ID or --rdzv-id to join them"
+                .to_string()
+        });
+        return RunId {
+            id: sanitize(&format!(
+                "torchrun-{}-{}-{}-{}",
+                facts.host, port, facts.ppid, start
+            )),
+            source: RunIdSource::TorchrunParent,
+            warning,
+        };
+    }
+    if let Some(job) = get("SLURM_JOB_ID") {
+        let step = get("SLURM_STEP_ID").unwrap_or_else(|| "batch".into());
+        return RunId {
+            id: sanitize(&format!("slurm-{job}.{step}")),
+            source: RunIdSource::Slurm,
+            warning: None,
+        };
+    }
+    if let Some(ns) = get("PMIX_NAMESPACE") {
+        return RunId {
+            id: sanitize(&format!("pmix-{ns}")),
+            source: RunIdSource::Pmix,
+            warning: None,
+        };
+    }
+    let secs = facts.now_ns.div_euclid(1_000_000_000);
+    let id = sanitize(&format!("{}-{}-{}", format_utc(secs), facts.host, facts.pid));
+    RunId {
+        warning: Some(format!(
+            "no ZCTA_RUN_ID or launcher job id found; recording to run id {id} (other processes of this job will use other ids)"
+        )),
+        id,
+        source: RunIdSource::Time,
+    }
+}
+
+/// Keeps run ids usable as one directory name.
+pub fn sanitize(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match out.as_str() {
+        "" | "." | ".." => "run".into(),
+        _ => out,
+    }
+}
+
+/// `YYYYMMDDTHHMMSSZ` for seconds since the epoch (UTC), without a date crate.
+pub fn format_utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Global rank from the launcher's environment, if any.
+pub fn rank_from_env(env: EnvFn<'_>) -> Option<i32> {
+    [
+        "RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+        "PMI_RANK",
+        "PMIX_RANK",
+    ]
+    .iter()
+    .find_map(|k| env(k).and_then(|v| v.trim().parse::<i32>().ok()))
+}
+
+/// Whether an environment variable belongs in the `process` row.
+pub fn is_recorded_env(name: &str) -> bool {
+    const PREFIXES: [&str; 5] = ["NCCL_", "ZCTA_", "TORCH_NCCL_", "TORCHELASTIC_", "SLURM_"];
+    const NAMES: [&str; 12] = [
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_MAX_CONNECTIONS",
+        "LD_PRELOAD",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PMIX_NAMESPACE",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
+}
+
+/// JSON object of the recorded variables among `vars` (sorted by name).
+pub fn env_json(vars: impl Iterator<Item = (String, String)>) -> String {
+    let mut v: Vec<(String, String)> = vars.filter(|(k, _)| is_recorded_env(k)).collect();
+    v.sort();
+    let m: serde_json::Map<String, serde_json::Value> = v
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    serde_json::Value::Object(m).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    fn facts() -> ProcFacts {
+        ProcFacts {
+            pid: 10,
+            ppid: 9,
+            parent_start: Some(1234),
+            host: "h1".into(),
+            now_ns: 1_764_477_823_000_000_000,
+        }
+    }
+
+    #[test]
+    fn run_id_precedence() {
+        let e = env(&[("ZCTA_RUN_ID", "my/run"), ("TORCHELASTIC_RUN_ID", "abc")]);
+        assert_eq!(derive_run_id(&e, &facts()).id, "my_run");
+        let e = env(&[("TORCHELASTIC_RUN_ID", "abc"), ("SLURM_JOB_ID", "5")]);
+        let r = derive_run_id(&e, &facts());
+        assert_eq!(
+            (r.id.as_str(), r.source),
+            ("torch-abc", RunIdSource::TorchElastic)
+        );
+        let e = env(&[("TORCHELASTIC_RUN_ID", "none"), ("MASTER_PORT", "29500")]);
+        let r = derive_run_id(&e, &facts());
+        assert_eq!(r.id, "torchrun-h1-29500-9-1234");
+        assert!(r.warning.is_none());
+        let e = env(&[("SLURM_JOB_ID", "77"), ("SLURM_STEP_ID", "2")]);
+        assert_eq!(derive_run_id(&e, &facts()).id, "slurm-77.2");
+        let e = env(&[("PMIX_NAMESPACE", "prterun-x-1@1")]);
+        assert_eq!(derive_run_id(&e, &facts()).id, "pmix-prterun-x-1_1");
+        let r = derive_run_id(&env(&[]), &facts());
+        assert_eq!(r.source, RunIdSource::Time);
+        assert_eq!(r.id, "20251130T044343Z-h1-10");
+        assert!(r.warning.is_some());
+    }
+
+    #[test]
+    fn torchrun_multi_node_without_id_warns() {
+        let e = env(&[("TORCHELASTIC_RUN_ID", "none"), ("GROUP_WORLD_SIZE", "2")]);
+        assert!(derive_run_id(&e, &facts()).warning.is_some());
+    }
+
+    #[test]
+    fn bad_numbers_warn_and_default() {
+        let e = env(&[
+            ("ZCTA_FLUSH_MS", "abc"),
+            ("ZCTA_QUEUE_CAPACITY", "5"),
+            ("ZCTA_ENABLE", "0"),
+        ]);
+        let c = Config::from_env(&e);
+        assert!(!c.enabled);
+        assert_eq!(c.policy.flush_interval, Duration::from_millis(500));
+        assert_eq!(c.queue_capacity, 32_768);
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(format_utc(0), "19700101T000000Z");
+        assert_eq!(format_utc(951_782_400), "20000229T000000Z");
+    }
+
+    #[test]
+    fn recorded_env() {
+        assert!(is_recorded_env("NCCL_P2P_DISABLE"));
+        assert!(is_recorded_env("RANK"));
+        assert!(!is_recorded_env("HOME"));
+    }
+}

@@ -1,0 +1,32 @@
+//! zcta core: everything of zcta-prof that is safe Rust.
+//!
+//! - [`record`]: the fixed-size records the shim produces on the hot path;
+//! - [`tables`]: one module per output table (row struct + Arrow schema + builder);
+//! - [`sink`]: the writer side — a crash-safe Parquet dataset writer (WAL + rolling
+//!   segments) and the writer loop that drains the shim's bounded queue;
+//! - [`config`]: settings read from the environment, run-id derivation;
+//! - [`reader`]: reading a run directory back, tolerating leftovers;
+//! - [`recover`]: turning the write-ahead logs of a killed process into Parquet.
+//!
+//! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
+
+pub mod clock;
+pub mod config;
+pub mod hash;
+pub mod nccl;
+pub mod reader;
+pub mod record;
+pub mod recover;
+pub mod sink;
+pub mod tables;
+
+/// Version of the on-disk layout (tables, columns, units). Stored in every Parquet
+/// file's key-value metadata under [`SCHEMA_VERSION_KEY`]. Bump on any incompatible
+/// change and teach [`reader`] about the old one.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Parquet key-value metadata key holding [`SCHEMA_VERSION`].
+pub const SCHEMA_VERSION_KEY: &str = "zcta.schema_version";
+/// Parquet key-value metadata key holding the table name.
+pub const TABLE_KEY: &str = "zcta.table";
+/// Version of this crate, written to the `process` table.
+pub const ZCTA_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,188 @@
+//! `zcta`: the command-line front end. Thin: all logic lives in the `zcta` library.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use arrow_array::{Array, Int32Array, StringArray, UInt64Array};
+use clap::{Parser, Subcommand};
+
+use zcta::reader::{self, TableData};
+use zcta::recover::{LogOutcome, recover_run};
+use zcta::tables;
+
+/// zcta-prof: where every NCCL collective's time really goes.
+#[derive(Parser, Debug)]
+#[command(name = "zcta", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Turn the write-ahead logs left by killed processes into Parquet files.
+    Recover {
+        /// Run directory (e.g. zcta-runs/<run id>).
+        run: PathBuf,
+        /// Also recover logs of processes that still seem to run on this host.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Rows per table, rank and operation; files skipped and logs pending.
+    Summary {
+        /// Run directory.
+        run: PathBuf,
+    },
+    /// Print the documentation of every table's columns (Markdown).
+    Schema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("zcta: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Recover { run, force } => recover(&run, force),
+        Cmd::Summary { run } => summary(&run),
+        Cmd::Schema => {
+            for t in tables::ALL_TABLES {
+                println!("## `{t}`\n");
+                print!(
+                    "{}",
+                    tables::markdown_columns(tables::columns_of(t).unwrap_or(&[]))
+                );
+                println!();
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
+    let host = zcta::sink::file_prefix(&this_host(), None, 0);
+    let host = host.trim_end_matches("-p0").to_owned();
+    let is_live = |h: &str, pid: i32| !force && h == host && Path::new(&format!("/proc/{pid}")).exists();
+    let report = recover_run(run, &is_live)?;
+    if report.logs.is_empty() {
+        println!("{}: nothing to recover", run.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (wal, outcome) in &report.logs {
+        match outcome {
+            LogOutcome::Recovered { parquet, rows, torn } => println!(
+                "recovered {rows} rows: {} -> {}{}",
+                wal.display(),
+                parquet.display(),
+                if *torn {
+                    " (incomplete last batch dropped)"
+                } else {
+                    ""
+                }
+            ),
+            LogOutcome::AlreadyClosed => println!("removed stale log {}", wal.display()),
+            LogOutcome::Empty => println!("removed empty log {}", wal.display()),
+            LogOutcome::Live => println!(
+                "skipped {}: its process still runs on this host (use --force if it is gone)",
+                wal.display()
+            ),
+            LogOutcome::Failed(why) => eprintln!("zcta: cannot recover {}: {why}", wal.display()),
+        }
+    }
+    println!(
+        "{} rows recovered from {} logs",
+        report.rows_recovered(),
+        report.logs.len()
+    );
+    Ok(if report.failures() > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn summary(run: &Path) -> anyhow::Result<ExitCode> {
+    reader::check_run_dir(run)?;
+    println!("run {}", run.display());
+    let mut problems = 0usize;
+    let mut ops: Option<TableData> = None;
+    for t in tables::ALL_TABLES {
+        let data = reader::read_table(run, t).with_context(|| format!("reading table {t}"))?;
+        println!(
+            "  {t:<8} {:>10} rows in {} files",
+            data.num_rows(),
+            data.files.len()
+        );
+        for s in &data.skipped {
+            problems += 1;
+            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+        }
+        if !data.pending_logs.is_empty() {
+            println!(
+                "           {} write-ahead logs pending (process killed or still running): run `zcta recover {}`",
+                data.pending_logs.len(),
+                run.display()
+            );
+        }
+        if t == "ops" {
+            ops = Some(data);
+        }
+    }
+    if let Some(ops) = ops {
+        let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();
+        for b in &ops.batches {
+            let op = b
+                .column_by_name("op")
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
+            let rank = b
+                .column_by_name("rank")
+                .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned());
+            let bytes = b
+                .column_by_name("bytes")
+                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>().cloned());
+            let result = b
+                .column_by_name("result")
+                .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned());
+            let (Some(op), Some(rank), Some(bytes), Some(result)) = (op, rank, bytes, result) else {
+                continue;
+            };
+            for i in 0..b.num_rows() {
+                let r = (!rank.is_null(i)).then(|| rank.value(i));
+                let e = by.entry((r, op.value(i).to_owned())).or_default();
+                e.0 += 1;
+                e.1 += if bytes.is_null(i) { 0 } else { bytes.value(i) };
+                e.2 += u64::from(result.value(i) != 0);
+            }
+        }
+        if !by.is_empty() {
+            println!(
+                "\n  {:>5}  {:<14} {:>10} {:>14} {:>8}",
+                "rank", "op", "calls", "bytes", "errors"
+            );
+            for ((rank, op), (n, bytes, errs)) in by {
+                let rank = rank.map_or("-".to_string(), |r| r.to_string());
+                println!("  {rank:>5}  {op:<14} {n:>10} {bytes:>14} {errs:>8}");
+            }
+        }
+    }
+    Ok(if problems > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

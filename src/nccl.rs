@@ -1,0 +1,231 @@
+//! NCCL facts zcta needs as data: operation and call names, datatype sizes, result
+//! codes, and the nccl-tests message-size rule. Raw C enums cross the ABI as `i32`
+//! and are only turned into Rust enums here, after validation.
+
+/// An NCCL operation that moves data: one row of the `ops` table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum OpKind {
+    AllReduce,
+    Broadcast,
+    Bcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    AlltoAll,
+    Gather,
+    Scatter,
+    Send,
+    Recv,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 11] = [
+        OpKind::AllReduce,
+        OpKind::Broadcast,
+        OpKind::Bcast,
+        OpKind::Reduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::AlltoAll,
+        OpKind::Gather,
+        OpKind::Scatter,
+        OpKind::Send,
+        OpKind::Recv,
+    ];
+
+    /// NCCL function name without the `nccl` prefix, as written in `ops.op`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduce => "AllReduce",
+            OpKind::Broadcast => "Broadcast",
+            OpKind::Bcast => "Bcast",
+            OpKind::Reduce => "Reduce",
+            OpKind::AllGather => "AllGather",
+            OpKind::ReduceScatter => "ReduceScatter",
+            OpKind::AlltoAll => "AlltoAll",
+            OpKind::Gather => "Gather",
+            OpKind::Scatter => "Scatter",
+            OpKind::Send => "Send",
+            OpKind::Recv => "Recv",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<OpKind> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Point-to-point ops are matched by (sender, receiver, per-peer index), not by
+    /// the communicator-wide collective sequence.
+    pub fn is_p2p(self) -> bool {
+        matches!(self, OpKind::Send | OpKind::Recv)
+    }
+
+    /// Message size in bytes as nccl-tests defines it, from the count argument.
+    /// AllReduce/Broadcast/Reduce/Send/Recv: count×size; AllGather (sendcount),
+    /// AlltoAll (per-peer count), Gather, Scatter (per-rank count) and ReduceScatter
+    /// (recvcount): count×nranks×size. `None` for an unknown datatype or nranks.
+    pub fn message_bytes(self, count: u64, dtype: i32, nranks: Option<i32>) -> Option<u64> {
+        let size = dtype_size(dtype)?;
+        let base = count.checked_mul(size)?;
+        match self {
+            OpKind::AllReduce
+            | OpKind::Broadcast
+            | OpKind::Bcast
+            | OpKind::Reduce
+            | OpKind::Send
+            | OpKind::Recv => Some(base),
+            OpKind::AllGather
+            | OpKind::ReduceScatter
+            | OpKind::AlltoAll
+            | OpKind::Gather
+            | OpKind::Scatter => {
+                let n = u64::try_from(nranks?).ok().filter(|&n| n > 0)?;
+                base.checked_mul(n)
+            }
+        }
+    }
+}
+
+/// A control call of the NCCL API: one row of the `calls` table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum CallKind {
+    GroupStart,
+    GroupEnd,
+    GroupSimulateEnd,
+    CommInitRank,
+    CommInitRankConfig,
+    CommInitRankScalable,
+    CommInitAll,
+    CommSplit,
+    CommShrink,
+    CommFinalize,
+    CommDestroy,
+    CommAbort,
+    CommRegister,
+    CommDeregister,
+    CommWindowRegister,
+    CommWindowDeregister,
+}
+
+impl CallKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::GroupStart => "GroupStart",
+            CallKind::GroupEnd => "GroupEnd",
+            CallKind::GroupSimulateEnd => "GroupSimulateEnd",
+            CallKind::CommInitRank => "CommInitRank",
+            CallKind::CommInitRankConfig => "CommInitRankConfig",
+            CallKind::CommInitRankScalable => "CommInitRankScalable",
+            CallKind::CommInitAll => "CommInitAll",
+            CallKind::CommSplit => "CommSplit",
+            CallKind::CommShrink => "CommShrink",
+            CallKind::CommFinalize => "CommFinalize",
+            CallKind::CommDestroy => "CommDestroy",
+            CallKind::CommAbort => "CommAbort",
+            CallKind::CommRegister => "CommRegister",
+            CallKind::CommDeregister => "CommDeregister",
+            CallKind::CommWindowRegister => "CommWindowRegister",
+            CallKind::CommWindowDeregister => "CommWindowDeregister",
+        }
+    }
+}
+
+/// Size in bytes of an `ncclDataType_t`, `None` for values NCCL does not define.
+pub fn dtype_size(dtype: i32) -> Option<u64> {
+    Some(match dtype {
+        0 | 1 => 1,   // int8, uint8
+        2 | 3 => 4,   // int32, uint32
+        4 | 5 => 8,   // int64, uint64
+        6 | 9 => 2,   // float16, bfloat16
+        7 => 4,       // float32
+        8 => 8,       // float64
+        10 | 11 => 1, // float8 e4m3, e5m2
+        _ => return None,
+    })
+}
+
+/// Name of an `ncclDataType_t`.
+pub fn dtype_name(dtype: i32) -> Option<&'static str> {
+    Some(match dtype {
+        0 => "int8",
+        1 => "uint8",
+        2 => "int32",
+        3 => "uint32",
+        4 => "int64",
+        5 => "uint64",
+        6 => "float16",
+        7 => "float32",
+        8 => "float64",
+        9 => "bfloat16",
+        10 => "float8e4m3",
+        11 => "float8e5m2",
+        _ => return None,
+    })
+}
+
+/// `ncclSuccess`.
+pub const NCCL_SUCCESS: i32 = 0;
+/// `ncclInternalError`, returned when the real library lacks a function.
+pub const NCCL_INTERNAL_ERROR: i32 = 3;
+/// `ncclInProgress`: a non-blocking communicator accepted the call.
+pub const NCCL_IN_PROGRESS: i32 = 7;
+/// `NCCL_SPLIT_NOCOLOR`.
+pub const NCCL_SPLIT_NOCOLOR: i32 = -1;
+
+/// Whether a result code means the operation was accepted (and so took a sequence
+/// number on every rank).
+pub fn accepted(result: i32) -> bool {
+    result == NCCL_SUCCESS || result == NCCL_IN_PROGRESS
+}
+
+/// Name of an `ncclResult_t`.
+pub fn result_name(code: i32) -> &'static str {
+    match code {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "unknown",
+    }
+}
+
+/// Decode NCCL's integer version (e.g. 22809) as "2.28.9".
+pub fn version_string(code: i32) -> String {
+    if code >= 10000 {
+        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
+    } else {
+        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_tests_sizes() {
+        assert_eq!(OpKind::AllReduce.message_bytes(1024, 7, Some(8)), Some(4096));
+        assert_eq!(OpKind::AllGather.message_bytes(100, 7, Some(2)), Some(800));
+        assert_eq!(OpKind::AlltoAll.message_bytes(32, 7, Some(4)), Some(512));
+        assert_eq!(OpKind::ReduceScatter.message_bytes(64, 9, Some(2)), Some(256));
+        assert_eq!(OpKind::Send.message_bytes(8, 1, None), Some(8));
+        assert_eq!(OpKind::AllGather.message_bytes(8, 1, None), None);
+        assert_eq!(OpKind::AllReduce.message_bytes(8, 99, Some(2)), None);
+        assert_eq!(OpKind::AllReduce.message_bytes(u64::MAX, 8, Some(2)), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for k in OpKind::ALL {
+            assert_eq!(OpKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(version_string(22809), "2.28.9");
+        assert_eq!(version_string(2708), "2.7.8");
+    }
+}

@@ -1,0 +1,180 @@
+//! Reading a run directory back: every complete Parquet file of a table, aligned to
+//! the current schema. Never panics on bad input; every file it cannot use is listed
+//! with the reason, and pending write-ahead logs are reported so the caller can say
+//! "run `zcta recover`".
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::SchemaRef;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::tables;
+
+/// A file that was not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// One table of a run.
+#[derive(Debug, Default)]
+pub struct TableData {
+    pub batches: Vec<RecordBatch>,
+    pub files: Vec<PathBuf>,
+    pub skipped: Vec<Skipped>,
+    /// Write-ahead logs of segments never closed (process killed or still running).
+    pub pending_logs: Vec<PathBuf>,
+}
+
+impl TableData {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// Problems that stop reading a run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}: no such run directory")]
+    Missing(PathBuf),
+    #[error("{0}: not a directory")]
+    NotADir(PathBuf),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("unknown table {0:?} (known: ops, comms, calls, process)")]
+    UnknownTable(String),
+}
+
+/// Checks that `run_dir` is a directory.
+pub fn check_run_dir(run_dir: &Path) -> Result<(), ReadError> {
+    match std::fs::metadata(run_dir) {
+        Err(_) => Err(ReadError::Missing(run_dir.to_owned())),
+        Ok(m) if !m.is_dir() => Err(ReadError::NotADir(run_dir.to_owned())),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Lists files under `dir` (recursively, so `key=value/` partitions work).
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReadError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(ReadError::Io {
+                path: dir.to_owned(),
+                source: e,
+            });
+        }
+    };
+    for ent in rd {
+        let ent = ent.map_err(|e| ReadError::Io {
+            path: dir.to_owned(),
+            source: e,
+        })?;
+        let p = ent.path();
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Complete Parquet files and pending logs of one table.
+pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ReadError> {
+    let mut all = Vec::new();
+    walk(&run_dir.join(table), &mut all)?;
+    all.sort();
+    let mut parquet = Vec::new();
+    let mut logs = Vec::new();
+    for p in all {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with('_') && name.ends_with(".wal") {
+            logs.push(p);
+        } else if name.ends_with(".parquet") && !name.starts_with('_') && !name.starts_with('.') {
+            parquet.push(p);
+        }
+    }
+    Ok((parquet, logs))
+}
+
+/// Reads every complete file of `table` in `run_dir`, aligned to the current schema.
+pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
+    check_run_dir(run_dir)?;
+    let schema = tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
+    let (files, pending_logs) = list_table(run_dir, table)?;
+    let mut data = TableData {
+        pending_logs,
+        ..TableData::default()
+    };
+    for path in files {
+        match read_file(&path, &schema) {
+            Ok(batches) => {
+                data.batches.extend(batches);
+                data.files.push(path);
+            }
+            Err(reason) => data.skipped.push(Skipped { path, reason }),
+        }
+    }
+    Ok(data)
+}
+
+/// Reads one Parquet file; `Err` is the human reason it was skipped.
+pub fn read_file(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
+    let kv = builder.metadata().file_metadata().key_value_metadata();
+    let version = kv
+        .and_then(|kv| kv.iter().find(|k| k.key == crate::SCHEMA_VERSION_KEY))
+        .and_then(|k| k.value.as_deref())
+        .ok_or_else(|| {
+            format!(
+                "no {} in the file metadata: not written by zcta",
+                crate::SCHEMA_VERSION_KEY
+            )
+        })?;
+    let version: u32 = version
+        .parse()
+        .map_err(|_| format!("bad schema version {version:?}"))?;
+    if version > crate::SCHEMA_VERSION {
+        return Err(format!(
+            "written with schema version {version}, newer than this zcta's {}; upgrade zcta",
+            crate::SCHEMA_VERSION
+        ));
+    }
+    let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
+    let mut out = Vec::new();
+    for b in reader {
+        let b = b.map_err(|e| format!("corrupt data: {e}"))?;
+        out.push(align(&b, schema).map_err(|e| format!("schema version {version}: {e}"))?);
+    }
+    Ok(out)
+}
+
+/// Projects a batch onto `schema` by column name: missing nullable columns become
+/// NULL (files from older schema versions), extra columns are dropped.
+pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => cols.push(c.clone()),
+            Some(c) => {
+                return Err(format!(
+                    "column {} has type {}, expected {}",
+                    f.name(),
+                    c.data_type(),
+                    f.data_type()
+                ));
+            }
+            None if f.is_nullable() => cols.push(new_null_array(f.data_type(), batch.num_rows())),
+            None => return Err(format!("required column {} is missing", f.name())),
+        }
+    }
+    RecordBatch::try_new(Arc::clone(schema), cols).map_err(|e| e.to_string())
+}

@@ -1,0 +1,209 @@
+//! `zcta recover RUN`: turns the write-ahead logs a killed process left behind into
+//! ordinary Parquet files, so every record that reached a log becomes readable.
+//!
+//! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists the segment was closed
+//! and the log is stale (deleted); otherwise every complete batch of the log is read
+//! (a torn last batch is dropped and reported), written to `<stem>.parquet`
+//! atomically, and the log and any `_<stem>.parquet.tmp` are deleted. `process` rows
+//! recovered this way get `end_reason = killed`. Idempotent.
+
+use std::fs::{self, File};
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch, StringArray};
+use arrow_ipc::reader::StreamReader;
+
+use crate::reader::{ReadError, align, check_run_dir, list_table};
+use crate::sink::{SinkError, final_path_for_wal, tmp_path_for, write_parquet_file};
+use crate::tables::{self, CallsTable, CommsTable, OpsTable, ProcessTable, Table};
+
+/// What happened to one log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogOutcome {
+    /// Rows written to a new Parquet file; `torn` when an incomplete tail was dropped.
+    Recovered {
+        parquet: PathBuf,
+        rows: usize,
+        torn: bool,
+    },
+    /// The segment had been closed; the log was a leftover.
+    AlreadyClosed,
+    /// The log held no complete batch.
+    Empty,
+    /// The process that owns it still runs on this host: left alone.
+    Live,
+    /// Could not be recovered (reason); nothing was deleted.
+    Failed(String),
+}
+
+/// Report of one recovery run.
+#[derive(Debug, Default)]
+pub struct RecoverReport {
+    pub logs: Vec<(PathBuf, LogOutcome)>,
+}
+
+impl RecoverReport {
+    pub fn rows_recovered(&self) -> usize {
+        self.logs
+            .iter()
+            .map(|(_, o)| {
+                if let LogOutcome::Recovered { rows, .. } = o {
+                    *rows
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+    pub fn failures(&self) -> usize {
+        self.logs
+            .iter()
+            .filter(|(_, o)| matches!(o, LogOutcome::Failed(_)))
+            .count()
+    }
+}
+
+/// Reads every complete batch of an IPC stream log. Returns the batches and whether
+/// the tail was torn.
+pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
+    let f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let reader = match StreamReader::try_new(BufReader::new(f), None) {
+        Ok(r) => r,
+        // Killed before the schema message was complete: nothing to recover.
+        Err(_) => return Ok((Vec::new(), true)),
+    };
+    let mut out = Vec::new();
+    for b in reader {
+        match b {
+            Ok(b) => out.push(b),
+            Err(_) => return Ok((out, true)),
+        }
+    }
+    Ok((out, false))
+}
+
+/// Pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-<segment>]`.
+pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
+    let parts: Vec<&str> = stem.split('-').collect();
+    let i = parts
+        .iter()
+        .rposition(|p| p.len() > 1 && p.starts_with('p') && p[1..].bytes().all(|b| b.is_ascii_digit()))?;
+    let pid = parts[i][1..].parse().ok()?;
+    let host_end = parts[..i]
+        .iter()
+        .rposition(|p| !(p.len() > 1 && p.starts_with('r') && p[1..].bytes().all(|b| b.is_ascii_digit())))
+        .map_or(0, |j| j + 1);
+    Some((parts[..host_end].join("-"), pid))
+}
+
+/// Recovers every log of every table in `run_dir`. `is_live(host, pid)` says whether
+/// a process still runs (its logs are then left alone).
+pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Result<RecoverReport, ReadError> {
+    check_run_dir(run_dir)?;
+    let mut report = RecoverReport::default();
+    for table in tables::ALL_TABLES {
+        let (_, logs) = list_table(run_dir, table)?;
+        for wal in logs {
+            let outcome = recover_log(table, &wal, is_live);
+            report.logs.push((wal, outcome));
+        }
+    }
+    Ok(report)
+}
+
+fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> LogOutcome {
+    let Some(final_path) = final_path_for_wal(wal) else {
+        return LogOutcome::Failed("unexpected log file name".into());
+    };
+    let stem = final_path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    if let Some((host, pid)) = pid_of_stem(stem) {
+        if is_live(&host, pid) {
+            return LogOutcome::Live;
+        }
+    }
+    let tmp = tmp_path_for(&final_path);
+    if final_path.exists() {
+        let _ = fs::remove_file(&tmp);
+        return match fs::remove_file(wal) {
+            Ok(()) => LogOutcome::AlreadyClosed,
+            Err(e) => LogOutcome::Failed(format!("cannot delete stale log: {e}")),
+        };
+    }
+    let (batches, torn) = match read_log(wal) {
+        Ok(x) => x,
+        Err(e) => return LogOutcome::Failed(e),
+    };
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if rows == 0 {
+        let _ = fs::remove_file(&tmp);
+        return match fs::remove_file(wal) {
+            Ok(()) => LogOutcome::Empty,
+            Err(e) => LogOutcome::Failed(format!("cannot delete empty log: {e}")),
+        };
+    }
+    let written = match write_table(table, &final_path, &batches) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    };
+    match written {
+        Ok(()) => {
+            let _ = fs::remove_file(&tmp);
+            if let Err(e) = fs::remove_file(wal) {
+                return LogOutcome::Failed(format!(
+                    "recovered into {} but cannot delete the log: {e}",
+                    final_path.display()
+                ));
+            }
+            LogOutcome::Recovered {
+                parquet: final_path,
+                rows,
+                torn,
+            }
+        }
+        Err(e) => LogOutcome::Failed(e),
+    }
+}
+
+fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), String> {
+    let schema = tables::schema_of(table).ok_or("unknown table")?;
+    let mut aligned = Vec::with_capacity(batches.len());
+    for b in batches {
+        let mut b = align(b, &schema)?;
+        if table == ProcessTable::NAME {
+            b = mark_killed(&b).map_err(|e| e.to_string())?;
+        }
+        aligned.push(b);
+    }
+    let r: Result<(), SinkError> = match table {
+        OpsTable::NAME => write_parquet_file::<OpsTable>(path, &aligned),
+        CallsTable::NAME => write_parquet_file::<CallsTable>(path, &aligned),
+        CommsTable::NAME => write_parquet_file::<CommsTable>(path, &aligned),
+        ProcessTable::NAME => write_parquet_file::<ProcessTable>(path, &aligned),
+        _ => return Err("unknown table".into()),
+    };
+    r.map_err(|e| e.to_string())
+}
+
+fn mark_killed(b: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let idx = b.schema().index_of("end_reason")?;
+    let mut cols: Vec<ArrayRef> = b.columns().to_vec();
+    cols[idx] = Arc::new(StringArray::from(vec!["killed"; b.num_rows()]));
+    RecordBatch::try_new(b.schema(), cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems() {
+        assert_eq!(
+            pid_of_stem("gpu-node-1-r3-p1234-00002"),
+            Some(("gpu-node-1".into(), 1234))
+        );
+        assert_eq!(pid_of_stem("h-p77"), Some(("h".into(), 77)));
+        assert_eq!(pid_of_stem("nothing"), None);
+    }
+}

@@ -1,0 +1,589 @@
+//! The writer side: a crash-safe Parquet dataset per table, and the loop that
+//! drains the shim's bounded queue into it.
+//!
+//! # Crash safety
+//! A Parquet file is unreadable until `close()` writes its footer, so every batch is
+//! written twice: appended to a write-ahead log in Arrow IPC *stream* format (which
+//! survives a torn tail: every complete batch stays readable) and encoded into the
+//! segment's Parquet writer. The batch is cut at least every `flush_interval` (default
+//! 500 ms) and the log is flushed to the kernel then, so a SIGKILL loses nothing older
+//! than that. When a segment rolls (row or age limit) or the process exits, the
+//! Parquet file is closed, renamed into place and its log deleted. After a crash,
+//! `zcta recover RUN` turns the leftover logs into Parquet ([`crate::recover`]).
+//!
+//! Files of table `t` written by one process, segment `n`:
+//! - `t/<prefix>-<n>.parquet`: complete, readable (the only files readers glob);
+//! - `t/_<prefix>-<n>.wal`: the segment's log while it is open (or after a crash);
+//! - `t/_<prefix>-<n>.parquet.tmp`: the Parquet file being written.
+//!
+//! The `_` prefix makes pyarrow/pandas dataset discovery skip leftovers, and
+//! `*.parquet` globs (DuckDB) never match them.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::SchemaRef;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding as PqEncoding, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{WriterProperties, WriterVersion};
+use parquet::schema::types::ColumnPath;
+
+use crate::record::Event;
+use crate::tables::{
+    CallsTable, CommsTable, Ctx, Encoding, OpsTable, ProcessRow, ProcessTable, RowBuilder, Table,
+};
+
+/// An I/O or encoding failure, with the path it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path}: {source}")]
+    Arrow {
+        path: PathBuf,
+        source: arrow_schema::ArrowError,
+    },
+    #[error("{path}: {source}")]
+    Parquet {
+        path: PathBuf,
+        source: parquet::errors::ParquetError,
+    },
+}
+
+impl SinkError {
+    fn io(path: &Path, source: io::Error) -> Self {
+        SinkError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+    fn arrow(path: &Path, source: arrow_schema::ArrowError) -> Self {
+        SinkError::Arrow {
+            path: path.to_owned(),
+            source,
+        }
+    }
+    fn parquet(path: &Path, source: parquet::errors::ParquetError) -> Self {
+        SinkError::Parquet {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// When to cut batches and roll segments.
+#[derive(Clone, Copy, Debug)]
+pub struct SinkPolicy {
+    /// Cut the pending batch and flush the log at least this often.
+    pub flush_interval: Duration,
+    /// Cut a batch once this many rows are pending.
+    pub batch_rows: usize,
+    /// Close the Parquet segment after this many rows...
+    pub segment_rows: u64,
+    /// ...or once it is this old (and not empty).
+    pub segment_age: Duration,
+    /// Parquet row-group size.
+    pub row_group_rows: usize,
+}
+
+impl Default for SinkPolicy {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(500),
+            batch_rows: 16 * 1024,
+            segment_rows: 4 * 1024 * 1024,
+            segment_age: Duration::from_secs(300),
+            row_group_rows: 256 * 1024,
+        }
+    }
+}
+
+/// Parquet writer settings for a table: zstd, DELTA_BINARY_PACKED for monotone
+/// integer columns, schema version in the key-value metadata.
+pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(row_group_rows))
+        .set_created_by(format!("zcta-prof {}", crate::ZCTA_VERSION))
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(
+                crate::SCHEMA_VERSION_KEY.to_string(),
+                crate::SCHEMA_VERSION.to_string(),
+            ),
+            KeyValue::new(crate::TABLE_KEY.to_string(), T::NAME.to_string()),
+        ]));
+    for (col, enc) in T::encodings() {
+        if *enc == Encoding::Delta {
+            let path = ColumnPath::from(*col);
+            b = b
+                .set_column_dictionary_enabled(path.clone(), false)
+                .set_column_encoding(path, PqEncoding::DELTA_BINARY_PACKED);
+        }
+    }
+    b.build()
+}
+
+/// Writes one complete Parquet file atomically (tmp + rename).
+pub fn write_parquet_file<T: Table>(path: &Path, batches: &[RecordBatch]) -> Result<(), SinkError> {
+    let tmp = tmp_path_for(path);
+    let file = File::create(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
+    let mut w = ArrowWriter::try_new(file, T::schema(), Some(writer_properties::<T>(256 * 1024)))
+        .map_err(|e| SinkError::parquet(&tmp, e))?;
+    for b in batches {
+        w.write(b).map_err(|e| SinkError::parquet(&tmp, e))?;
+    }
+    w.close().map_err(|e| SinkError::parquet(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| SinkError::io(path, e))
+}
+
+/// `dir/_name.parquet.tmp` for `dir/name.parquet`.
+pub fn tmp_path_for(final_path: &Path) -> PathBuf {
+    let name = final_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    final_path.with_file_name(format!("_{name}.tmp"))
+}
+
+/// `dir/_stem.wal` for `dir/stem.parquet`.
+pub fn wal_path_for(final_path: &Path) -> PathBuf {
+    let stem = final_path
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    final_path.with_file_name(format!("_{stem}.wal"))
+}
+
+/// `dir/stem.parquet` for `dir/_stem.wal`, `None` for other names.
+pub fn final_path_for_wal(wal: &Path) -> Option<PathBuf> {
+    let name = wal.file_name()?.to_str()?;
+    let stem = name.strip_prefix('_')?.strip_suffix(".wal")?;
+    Some(wal.with_file_name(format!("{stem}.parquet")))
+}
+
+struct Segment {
+    wal: StreamWriter<BufWriter<File>>,
+    wal_path: PathBuf,
+    pq: ArrowWriter<File>,
+    tmp_path: PathBuf,
+    final_path: PathBuf,
+    rows: u64,
+    opened: Instant,
+}
+
+/// The crash-safe writer of one table for one process.
+pub struct DatasetWriter<T: Table> {
+    dir: PathBuf,
+    prefix: String,
+    next_segment: u32,
+    policy: SinkPolicy,
+    props: WriterProperties,
+    schema: SchemaRef,
+    builder: T::Builder,
+    segment: Option<Segment>,
+    rows_written: u64,
+    last_cut: Instant,
+}
+
+impl<T: Table> DatasetWriter<T> {
+    /// `run_dir/<table>/` holds the files; `prefix` names this process's files.
+    pub fn new(run_dir: &Path, prefix: &str, policy: SinkPolicy) -> Self {
+        Self {
+            dir: run_dir.join(T::NAME),
+            prefix: prefix.to_owned(),
+            next_segment: 0,
+            policy,
+            props: writer_properties::<T>(policy.row_group_rows),
+            schema: T::schema(),
+            builder: T::Builder::default(),
+            segment: None,
+            rows_written: 0,
+            last_cut: Instant::now(),
+        }
+    }
+
+    /// Rows appended so far (pending ones included).
+    pub fn rows(&self) -> u64 {
+        self.rows_written + self.builder.len() as u64
+    }
+
+    #[inline]
+    pub fn append(&mut self, row: &T::Row, ctx: &Ctx) -> Result<(), SinkError> {
+        self.builder.append(row, ctx);
+        if self.builder.len() >= self.policy.batch_rows {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    /// Cuts the pending batch if the flush interval has passed; rolls an old segment.
+    pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
+        if now.duration_since(self.last_cut) >= self.policy.flush_interval {
+            self.cut()?;
+        }
+        if let Some(seg) = &self.segment {
+            if now.duration_since(seg.opened) >= self.policy.segment_age {
+                self.roll()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes pending rows to the log (flushed to the kernel) and the Parquet writer.
+    pub fn cut(&mut self) -> Result<(), SinkError> {
+        self.last_cut = Instant::now();
+        if self.builder.is_empty() {
+            return Ok(());
+        }
+        let batch = self
+            .builder
+            .finish(&self.schema)
+            .map_err(|e| SinkError::arrow(&self.dir, e))?;
+        if self.segment.is_none() {
+            self.segment = Some(self.open_segment()?);
+        }
+        let seg = self.segment.as_mut().expect("segment opened above");
+        seg.wal
+            .write(&batch)
+            .map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
+        seg.wal.flush().map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
+        seg.pq
+            .write(&batch)
+            .map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
+        seg.rows += batch.num_rows() as u64;
+        self.rows_written += batch.num_rows() as u64;
+        if seg.rows >= self.policy.segment_rows {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    fn open_segment(&mut self) -> Result<Segment, SinkError> {
+        fs::create_dir_all(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
+        let final_path = self
+            .dir
+            .join(format!("{}-{:05}.parquet", self.prefix, self.next_segment));
+        self.next_segment += 1;
+        let wal_path = wal_path_for(&final_path);
+        let tmp_path = tmp_path_for(&final_path);
+        let wal_file = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        let wal = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, wal_file), &self.schema)
+            .map_err(|e| SinkError::arrow(&wal_path, e))?;
+        let tmp = File::create(&tmp_path).map_err(|e| SinkError::io(&tmp_path, e))?;
+        let pq = ArrowWriter::try_new(tmp, self.schema.clone(), Some(self.props.clone()))
+            .map_err(|e| SinkError::parquet(&tmp_path, e))?;
+        Ok(Segment {
+            wal,
+            wal_path,
+            pq,
+            tmp_path,
+            final_path,
+            rows: 0,
+            opened: Instant::now(),
+        })
+    }
+
+    /// Closes the open segment: Parquet footer, rename into place, delete the log.
+    pub fn roll(&mut self) -> Result<(), SinkError> {
+        let Some(seg) = self.segment.take() else {
+            return Ok(());
+        };
+        seg.pq.close().map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
+        fs::rename(&seg.tmp_path, &seg.final_path).map_err(|e| SinkError::io(&seg.final_path, e))?;
+        drop(seg.wal);
+        fs::remove_file(&seg.wal_path).map_err(|e| SinkError::io(&seg.wal_path, e))
+    }
+
+    /// Writes everything pending and closes the segment.
+    pub fn close(&mut self) -> Result<(), SinkError> {
+        self.cut()?;
+        self.roll()
+    }
+}
+
+/// How the writer was asked to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// Normal exit (atexit).
+    Exit,
+    /// `_exit` (e.g. Python's `os._exit`).
+    UnderscoreExit,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Exit => "exit",
+            EndReason::UnderscoreExit => "_exit",
+        }
+    }
+}
+
+/// Shared between the hot path, the writer thread and the exit hooks.
+#[derive(Debug, Default)]
+pub struct WriterControl {
+    stop: AtomicBool,
+    underscore_exit: AtomicBool,
+    done: std::sync::Mutex<bool>,
+    done_cv: std::sync::Condvar,
+    /// Records the hot path could not enqueue (queue full or writer failed).
+    pub dropped: AtomicU64,
+    /// Set once the writer failed: the hot path stops producing.
+    pub failed: AtomicBool,
+    thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl WriterControl {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+    /// Registers the writer thread so [`Self::request_stop`] can wake it.
+    pub fn set_thread(&self, t: std::thread::Thread) {
+        let _ = self.thread.set(t);
+    }
+    /// Wakes the writer early (e.g. the queue is filling up).
+    pub fn wake(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+    /// Asks the writer to drain, close every file and stop; waits at most `timeout`.
+    /// Returns whether it finished in time.
+    pub fn stop_and_wait(&self, reason: EndReason, timeout: Duration) -> bool {
+        if reason == EndReason::UnderscoreExit {
+            self.underscore_exit.store(true, Ordering::Relaxed);
+        }
+        self.stop.store(true, Ordering::Release);
+        self.wake();
+        let deadline = Instant::now() + timeout;
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            done = match self.done_cv.wait_timeout(done, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        true
+    }
+    fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+    fn mark_done(&self) {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.done_cv.notify_all();
+    }
+}
+
+/// Identity of the recording process, for file names and the `process` row.
+#[derive(Clone, Debug)]
+pub struct ProcessInfo {
+    pub run_dir: PathBuf,
+    /// File-name prefix, unique per process: `<host>-[r<rank>-]p<pid>`.
+    pub prefix: String,
+    pub ctx: Ctx,
+    pub row: ProcessRow,
+}
+
+/// File-name prefix for a process.
+pub fn file_prefix(host: &str, rank_env: Option<i32>, pid: i32) -> String {
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match rank_env {
+        Some(r) => format!("{host}-r{r}-p{pid}"),
+        None => format!("{host}-p{pid}"),
+    }
+}
+
+/// Owns every table writer of the process.
+pub struct Writer {
+    info: ProcessInfo,
+    ops: DatasetWriter<OpsTable>,
+    calls: DatasetWriter<CallsTable>,
+    comms: DatasetWriter<CommsTable>,
+    process_wal: Option<PathBuf>,
+    error: Option<String>,
+}
+
+impl Writer {
+    pub fn new(info: ProcessInfo, policy: SinkPolicy) -> Self {
+        Self {
+            ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            calls: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            comms: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            info,
+            process_wal: None,
+            error: None,
+        }
+    }
+
+    fn process_final_path(&self) -> PathBuf {
+        self.info
+            .run_dir
+            .join(ProcessTable::NAME)
+            .join(format!("{}.parquet", self.info.prefix))
+    }
+
+    /// Logs the `process` row (end_reason "running") so a killed process still
+    /// leaves one after recovery.
+    pub fn start(&mut self) -> Result<(), SinkError> {
+        let final_path = self.process_final_path();
+        let dir = final_path.parent().expect("has parent").to_owned();
+        fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
+        let wal_path = wal_path_for(&final_path);
+        let mut row = self.info.row.clone();
+        row.end_reason = "running".into();
+        row.end_ns = None;
+        let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&wal_path, e))?;
+        let f = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        let mut w = StreamWriter::try_new(BufWriter::new(f), &ProcessTable::schema())
+            .map_err(|e| SinkError::arrow(&wal_path, e))?;
+        w.write(&batch).map_err(|e| SinkError::arrow(&wal_path, e))?;
+        w.flush().map_err(|e| SinkError::arrow(&wal_path, e))?;
+        self.process_wal = Some(wal_path);
+        Ok(())
+    }
+
+    #[inline]
+    pub fn handle(&mut self, ev: &Event) -> Result<(), SinkError> {
+        let ctx = &self.info.ctx;
+        match ev {
+            Event::Op(r) => self.ops.append(r, ctx),
+            Event::Call(r) => self.calls.append(r, ctx),
+            Event::Comm(r) => self.comms.append(r, ctx),
+        }
+    }
+
+    pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
+        self.ops.tick(now)?;
+        self.calls.tick(now)?;
+        self.comms.tick(now)
+    }
+
+    /// Closes every table and writes the final `process` row.
+    pub fn finish(&mut self, reason: &str, dropped: u64) -> Result<(), SinkError> {
+        let r1 = self.ops.close();
+        let r2 = self.calls.close();
+        let r3 = self.comms.close();
+        if let Some(e) = [r1, r2, r3].into_iter().find_map(Result::err) {
+            self.note_error(&e);
+        }
+        self.write_process_row(reason, dropped)
+    }
+
+    fn note_error(&mut self, e: &SinkError) {
+        if self.error.is_none() {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    fn write_process_row(&mut self, reason: &str, dropped: u64) -> Result<(), SinkError> {
+        let mut row = self.info.row.clone();
+        row.end_ns = Some(crate::clock::now_ns());
+        row.end_reason = reason.into();
+        row.ops_rows = self.ops.rows();
+        row.calls_rows = self.calls.rows();
+        row.comms_rows = self.comms.rows();
+        row.records_dropped = dropped;
+        row.write_errors = self.error.clone();
+        let final_path = self.process_final_path();
+        let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&final_path, e))?;
+        write_parquet_file::<ProcessTable>(&final_path, &[batch])?;
+        if let Some(wal) = self.process_wal.take() {
+            fs::remove_file(&wal).map_err(|e| SinkError::io(&wal, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn process_batch(row: &ProcessRow, ctx: &Ctx) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let mut b = <ProcessTable as Table>::Builder::default();
+    b.append(row, ctx);
+    b.finish(&ProcessTable::schema())
+}
+
+/// How long the writer sleeps when the queue is empty. Producers never wake it (a
+/// wake-up would put a futex syscall on the NCCL hot path); it polls instead.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The writer thread's body: drains `rx` until asked to stop, then closes everything.
+/// Never panics on I/O errors: it reports the first one on stderr (with the path),
+/// marks `ctl.failed` so producers stop, and keeps draining so nobody blocks.
+pub fn run_writer(rx: crossbeam_channel::Receiver<Event>, mut writer: Writer, ctl: Arc<WriterControl>) {
+    let mut failed = match writer.start() {
+        Ok(()) => false,
+        Err(e) => {
+            report_failure(&ctl, &e);
+            true
+        }
+    };
+    loop {
+        let stopping = ctl.stop_requested();
+        let mut n = 0usize;
+        while let Ok(ev) = rx.try_recv() {
+            n += 1;
+            if !failed {
+                if let Err(e) = writer.handle(&ev) {
+                    writer.note_error(&e);
+                    report_failure(&ctl, &e);
+                    failed = true;
+                }
+            } else {
+                ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            if n >= 65536 && !stopping {
+                break; // give tick() a chance under sustained load
+            }
+        }
+        if !failed {
+            if let Err(e) = writer.tick(Instant::now()) {
+                writer.note_error(&e);
+                report_failure(&ctl, &e);
+                failed = true;
+            }
+        }
+        if stopping && rx.is_empty() {
+            break;
+        }
+        if n == 0 {
+            std::thread::park_timeout(POLL_INTERVAL);
+        }
+    }
+    let reason = if ctl.underscore_exit.load(Ordering::Relaxed) {
+        EndReason::UnderscoreExit.as_str()
+    } else {
+        EndReason::Exit.as_str()
+    };
+    let reason = if failed { "error" } else { reason };
+    if let Err(e) = writer.finish(reason, ctl.dropped.load(Ordering::Relaxed)) {
+        if !failed {
+            report_failure(&ctl, &e);
+        }
+    }
+    ctl.mark_done();
+}
+
+fn report_failure(ctl: &WriterControl, e: &SinkError) {
+    if !ctl.failed.swap(true, Ordering::AcqRel) {
+        eprintln!("zcta: cannot write {e}; recording stopped, the program continues unchanged");
+    }
+}

@@ -1,0 +1,262 @@
+//! Output tables. Each table is one file holding its row type's mapping to columns:
+//! the [`define_table!`] invocation gives, per column, its name, Arrow type,
+//! nullability, documentation (unit and clock included) and how it is computed from
+//! a row. Adding a table is one new file plus one line in [`ALL_TABLES`].
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, SchemaRef};
+
+pub mod calls;
+pub mod comms;
+pub mod ops;
+pub mod process;
+
+pub use calls::CallsTable;
+pub use comms::CommsTable;
+pub use ops::OpsTable;
+pub use process::{ProcessRow, ProcessTable};
+
+/// Per-process constants the writer adds to every row.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    pub pid: i32,
+    pub host: Arc<str>,
+}
+
+/// Documentation of one column (rendered into docs/schema.md and checked by a test).
+#[derive(Clone, Copy, Debug)]
+pub struct ColumnDoc {
+    pub name: &'static str,
+    pub arrow_type: &'static str,
+    pub nullable: bool,
+    pub doc: &'static str,
+}
+
+/// Columns whose Parquet encoding should be DELTA_BINARY_PACKED (monotone integers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Default,
+    Delta,
+}
+
+/// A table: name, schema, documentation and a columnar builder for its rows.
+pub trait Table: 'static {
+    const NAME: &'static str;
+    type Row;
+    type Builder: RowBuilder<Self::Row> + Default + Send;
+    fn schema() -> SchemaRef;
+    fn columns() -> &'static [ColumnDoc];
+    fn encodings() -> &'static [(&'static str, Encoding)];
+}
+
+/// Accumulates rows column by column.
+pub trait RowBuilder<R> {
+    fn append(&mut self, row: &R, ctx: &Ctx);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Takes the rows appended so far as a batch and resets the builder.
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow_schema::ArrowError>;
+}
+
+/// Names of every table, in documentation order.
+pub const ALL_TABLES: [&str; 4] = [
+    OpsTable::NAME,
+    CommsTable::NAME,
+    CallsTable::NAME,
+    ProcessTable::NAME,
+];
+
+/// Column documentation of a table by name.
+pub fn columns_of(table: &str) -> Option<&'static [ColumnDoc]> {
+    match table {
+        OpsTable::NAME => Some(OpsTable::columns()),
+        CommsTable::NAME => Some(CommsTable::columns()),
+        CallsTable::NAME => Some(CallsTable::columns()),
+        ProcessTable::NAME => Some(ProcessTable::columns()),
+        _ => None,
+    }
+}
+
+/// Schema of a table by name.
+pub fn schema_of(table: &str) -> Option<SchemaRef> {
+    match table {
+        OpsTable::NAME => Some(OpsTable::schema()),
+        CommsTable::NAME => Some(CommsTable::schema()),
+        CallsTable::NAME => Some(CallsTable::schema()),
+        ProcessTable::NAME => Some(ProcessTable::schema()),
+        _ => None,
+    }
+}
+
+/// Markdown table of a table's columns (the body of its section in docs/schema.md).
+pub fn markdown_columns(cols: &[ColumnDoc]) -> String {
+    let mut s = String::from("| column | type | null | meaning |\n|---|---|---|---|\n");
+    for c in cols {
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            c.name,
+            c.arrow_type,
+            if c.nullable { "yes" } else { "no" },
+            c.doc
+        ));
+    }
+    s
+}
+
+/// Arrow column kinds used by the tables.
+pub mod kind {
+    use super::*;
+    use arrow_array::builder::{
+        BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder,
+    };
+
+    /// Mapping from a column kind to its Arrow builder and type.
+    pub trait ColumnKind {
+        type Builder: arrow_array::builder::ArrayBuilder + Default + Send;
+        type Value<'a>;
+        const TYPE_NAME: &'static str;
+        fn data_type() -> DataType;
+        fn append(b: &mut Self::Builder, v: Option<Self::Value<'_>>);
+    }
+
+    macro_rules! prim_kind {
+        ($k:ident, $b:ty, $v:ty, $dt:expr, $name:literal) => {
+            #[derive(Debug)]
+            pub struct $k;
+            impl ColumnKind for $k {
+                type Builder = $b;
+                type Value<'a> = $v;
+                const TYPE_NAME: &'static str = $name;
+                fn data_type() -> DataType {
+                    $dt
+                }
+                #[inline]
+                fn append(b: &mut Self::Builder, v: Option<$v>) {
+                    b.append_option(v)
+                }
+            }
+        };
+    }
+    prim_kind!(I32, Int32Builder, i32, DataType::Int32, "int32");
+    prim_kind!(I64, Int64Builder, i64, DataType::Int64, "int64");
+    prim_kind!(U32, UInt32Builder, u32, DataType::UInt32, "uint32");
+    prim_kind!(U64, UInt64Builder, u64, DataType::UInt64, "uint64");
+    prim_kind!(Bool, BooleanBuilder, bool, DataType::Boolean, "bool");
+
+    #[derive(Debug)]
+    pub struct Utf8;
+    impl ColumnKind for Utf8 {
+        type Builder = StringBuilder;
+        type Value<'a> = &'a str;
+        const TYPE_NAME: &'static str = "string";
+        fn data_type() -> DataType {
+            DataType::Utf8
+        }
+        #[inline]
+        fn append(b: &mut Self::Builder, v: Option<&str>) {
+            b.append_option(v)
+        }
+    }
+}
+
+/// Defines a table: a marker type implementing [`Table`] and its builder.
+///
+/// ```ignore
+/// define_table! {
+///     pub struct OpsTable, OpsBuilder: "ops", row = OpRecord;
+///     op: Utf8, required, default, "doc" => |r, c| Some(r.op.name());
+/// }
+/// ```
+#[macro_export]
+macro_rules! define_table {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $Table:ident, $Builder:ident : $name:literal, row = $Row:ty;
+        $( $col:ident : $kind:ident, $null:ident, $enc:ident, $doc:literal => |$r:ident, $c:ident| $e:expr; )*
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug)]
+        $vis struct $Table;
+
+        #[doc = concat!("Column builder of the `", $name, "` table.")]
+        #[derive(Default)]
+        $vis struct $Builder {
+            len: usize,
+            $( $col: <$crate::tables::kind::$kind as $crate::tables::kind::ColumnKind>::Builder, )*
+        }
+
+        impl $crate::tables::RowBuilder<$Row> for $Builder {
+            #[inline]
+            #[allow(unused_variables)]
+            fn append(&mut self, row: &$Row, ctx: &$crate::tables::Ctx) {
+                $(
+                    {
+                        let $r = row;
+                        let $c = ctx;
+                        <$crate::tables::kind::$kind as $crate::tables::kind::ColumnKind>::append(&mut self.$col, $e);
+                    }
+                )*
+                self.len += 1;
+            }
+            fn len(&self) -> usize {
+                self.len
+            }
+            fn finish(
+                &mut self,
+                schema: &arrow_schema::SchemaRef,
+            ) -> Result<arrow_array::RecordBatch, arrow_schema::ArrowError> {
+                self.len = 0;
+                arrow_array::RecordBatch::try_new(
+                    schema.clone(),
+                    vec![$( std::sync::Arc::new(self.$col.finish()) as arrow_array::ArrayRef, )*],
+                )
+            }
+        }
+
+        impl $crate::tables::Table for $Table {
+            const NAME: &'static str = $name;
+            type Row = $Row;
+            type Builder = $Builder;
+            fn schema() -> arrow_schema::SchemaRef {
+                static SCHEMA: std::sync::OnceLock<arrow_schema::SchemaRef> = std::sync::OnceLock::new();
+                SCHEMA
+                    .get_or_init(|| {
+                        let fields = vec![$(
+                            arrow_schema::Field::new(
+                                stringify!($col),
+                                <$crate::tables::kind::$kind as $crate::tables::kind::ColumnKind>::data_type(),
+                                $crate::define_table!(@nullable $null),
+                            ),
+                        )*];
+                        let meta = std::collections::HashMap::from([
+                            ($crate::SCHEMA_VERSION_KEY.to_string(), $crate::SCHEMA_VERSION.to_string()),
+                            ($crate::TABLE_KEY.to_string(), $name.to_string()),
+                        ]);
+                        std::sync::Arc::new(arrow_schema::Schema::new_with_metadata(fields, meta))
+                    })
+                    .clone()
+            }
+            fn columns() -> &'static [$crate::tables::ColumnDoc] {
+                &[$(
+                    $crate::tables::ColumnDoc {
+                        name: stringify!($col),
+                        arrow_type: <$crate::tables::kind::$kind as $crate::tables::kind::ColumnKind>::TYPE_NAME,
+                        nullable: $crate::define_table!(@nullable $null),
+                        doc: $doc,
+                    },
+                )*]
+            }
+            fn encodings() -> &'static [(&'static str, $crate::tables::Encoding)] {
+                &[$( (stringify!($col), $crate::define_table!(@enc $enc)), )*]
+            }
+        }
+    };
+    (@nullable nullable) => { true };
+    (@nullable required) => { false };
+    (@enc default) => { $crate::tables::Encoding::Default };
+    (@enc delta) => { $crate::tables::Encoding::Delta };
+}

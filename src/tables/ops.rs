@@ -1,0 +1,40 @@
+//! `ops`: one row per NCCL data-moving call (collective or point-to-point) per rank.
+
+use crate::nccl::OpKind;
+use crate::record::OpRecord;
+
+crate::define_table! {
+    /// One row per NCCL operation call on one rank.
+    pub struct OpsTable, OpsBuilder: "ops", row = OpRecord;
+    op: Utf8, required, default, "NCCL function without the `nccl` prefix: AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, Scatter, Send, Recv" => |r, c| Some(r.op.name());
+    rank: I32, nullable, default, "rank of this process in the communicator (NULL: communicator unknown, e.g. a NULL comm)" => |r, c| r.rank;
+    nranks: I32, nullable, default, "number of ranks in the communicator" => |r, c| r.nranks;
+    comm_id: U64, nullable, default, "communicator id, identical on every rank of the communicator (hash of its ncclUniqueId(s); derived from the parent for split/shrunk ones); joins `comms`" => |r, c| r.comm_id;
+    comm_ptr: U64, required, default, "address of the ncclComm_t in this process" => |r, c| Some(r.comm_ptr);
+    seq: U64, nullable, delta, "collectives: 0-based index of this collective on the communicator, identical on every rank, so (comm_id, seq) joins one collective across ranks. Send/Recv: index among this rank's sends to (receives from) `peer` on the communicator, so a Send joins its Recv on (comm_id, seq, rank=Recv.peer, peer=Recv.rank). NULL when NCCL rejected the call" => |r, c| r.seq;
+    call_seq: U64, required, delta, "0-based index of this call among all calls on the communicator by this rank (local issue order)" => |r, c| Some(r.call_seq);
+    count: U64, required, default, "the count argument, in elements (sendcount for AllGather, recvcount for ReduceScatter, per-peer count for AlltoAll)" => |r, c| Some(r.count);
+    dtype: I32, required, default, "ncclDataType_t code (0 int8, 1 uint8, 2 int32, 3 uint32, 4 int64, 5 uint64, 6 float16, 7 float32, 8 float64, 9 bfloat16, 10 float8e4m3, 11 float8e5m2)" => |r, c| Some(r.dtype);
+    bytes: U64, nullable, default, "message size in bytes as nccl-tests counts it: count×size for AllReduce/Broadcast/Bcast/Reduce/Send/Recv; count×nranks×size for AllGather, ReduceScatter, AlltoAll, Gather, Scatter. NULL for an unknown dtype" => |r, c| r.bytes;
+    peer: I32, nullable, default, "Send/Recv: the peer rank" => |r, c| r.peer;
+    root: I32, nullable, default, "Broadcast/Bcast/Reduce/Gather/Scatter: the root rank" => |r, c| r.root;
+    redop: I32, nullable, default, "AllReduce/Reduce/ReduceScatter: ncclRedOp_t (0 sum, 1 prod, 2 max, 3 min, 4 avg, ≥5 user-created)" => |r, c| r.redop;
+    sendbuff: U64, required, default, "send buffer address (0 for Recv)" => |r, c| Some(r.sendbuff);
+    recvbuff: U64, required, default, "receive buffer address (0 for Send; Bcast: the single buffer)" => |r, c| Some(r.recvbuff);
+    stream: U64, required, default, "cudaStream_t address (0: the legacy default stream)" => |r, c| Some(r.stream);
+    device: I32, nullable, default, "CUDA device of the communicator (ncclCommCuDevice)" => |r, c| r.device;
+    group_id: U64, nullable, default, "id shared by the ops issued between one outermost ncclGroupStart/ncclGroupEnd on this thread; NULL outside groups; joins `calls.group_id`" => |r, c| r.group_id;
+    api_start_ns: I64, required, delta, "entry into the NCCL call, ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.api_start_ns);
+    api_end_ns: I64, required, delta, "return from the NCCL call, same clock" => |r, c| Some(r.api_end_ns);
+    result: I32, required, default, "ncclResult_t returned to the caller (0 success, 4 invalid argument, 5 invalid usage, 7 in progress, ...)" => |r, c| Some(r.result);
+    pid: I32, required, default, "process id" => |r, c| Some(c.pid);
+    tid: I32, required, default, "Linux thread id (gettid) of the calling thread" => |r, c| Some(r.tid);
+    host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
+}
+
+impl OpsTable {
+    /// Decodes the `op` column value.
+    pub fn parse_op(s: &str) -> Option<OpKind> {
+        OpKind::from_name(s)
+    }
+}

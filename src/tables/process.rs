@@ -1,0 +1,54 @@
+//! `process`: one row per recording process: versions, environment, clock, how it
+//! ended and what was lost.
+
+crate::define_table! {
+    /// One row per process that recorded anything.
+    pub struct ProcessTable, ProcessBuilder: "process", row = ProcessRow;
+    run_id: Utf8, required, default, "run id (directory name) and how it was chosen, e.g. `abc (TORCHELASTIC_RUN_ID)`" => |r, c| Some(r.run_id.as_str());
+    run_id_source: Utf8, required, default, "where the run id came from: ZCTA_RUN_ID, TORCHELASTIC_RUN_ID, torchrun-parent, SLURM, PMIX_NAMESPACE, time" => |r, c| Some(r.run_id_source.as_str());
+    host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
+    pid: I32, required, default, "process id" => |r, c| Some(c.pid);
+    ppid: I32, required, default, "parent process id" => |r, c| Some(r.ppid);
+    rank_env: I32, nullable, default, "global rank from the launcher's environment (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)" => |r, c| r.rank_env;
+    exe: Utf8, nullable, default, "executable path" => |r, c| r.exe.as_deref();
+    cmdline: Utf8, nullable, default, "command line, arguments separated by spaces" => |r, c| r.cmdline.as_deref();
+    zcta_version: Utf8, required, default, "zcta-prof version" => |r, c| Some(r.zcta_version.as_str());
+    schema_version: U32, required, default, "schema version of the files written" => |r, c| Some(r.schema_version);
+    nccl_version: I32, nullable, default, "ncclGetVersion of the forwarded-to library (22809 = 2.28.9)" => |r, c| r.nccl_version;
+    nccl_lib: Utf8, nullable, default, "path of the libnccl the calls were forwarded to" => |r, c| r.nccl_lib.as_deref();
+    clock: Utf8, required, default, "clock of every *_ns column: CLOCK_REALTIME (ns since the UNIX epoch)" => |r, c| Some(r.clock.as_str());
+    start_ns: I64, required, default, "activation time (first NCCL call)" => |r, c| Some(r.start_ns);
+    end_ns: I64, nullable, default, "time the writer finished; NULL when the process died before (row recovered from the log)" => |r, c| r.end_ns;
+    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), error (the writer failed; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
+    env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES and launcher variables at activation" => |r, c| Some(r.env_json.as_str());
+    ops_rows: U64, required, default, "ops rows written" => |r, c| Some(r.ops_rows);
+    calls_rows: U64, required, default, "calls rows written" => |r, c| Some(r.calls_rows);
+    comms_rows: U64, required, default, "comms rows written" => |r, c| Some(r.comms_rows);
+    records_dropped: U64, required, default, "records dropped because the queue was full (never silently: each one counted here)" => |r, c| Some(r.records_dropped);
+    write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
+}
+
+/// The `process` row (built by the writer, not on the hot path).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessRow {
+    pub run_id: String,
+    pub run_id_source: String,
+    pub ppid: i32,
+    pub rank_env: Option<i32>,
+    pub exe: Option<String>,
+    pub cmdline: Option<String>,
+    pub zcta_version: String,
+    pub schema_version: u32,
+    pub nccl_version: Option<i32>,
+    pub nccl_lib: Option<String>,
+    pub clock: String,
+    pub start_ns: i64,
+    pub end_ns: Option<i64>,
+    pub end_reason: String,
+    pub env_json: String,
+    pub ops_rows: u64,
+    pub calls_rows: u64,
+    pub comms_rows: u64,
+    pub records_dropped: u64,
+    pub write_errors: Option<String>,
+}
