@@ -260,3 +260,39 @@ macro_rules! define_table {
     (@enc default) => { $crate::tables::Encoding::Default };
     (@enc delta) => { $crate::tables::Encoding::Delta };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/schema.md must document every column exactly as the code defines it
+    /// (regenerate the tables with `zcta schema`).
+    #[test]
+    fn schema_doc_is_current() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/schema.md")).unwrap();
+        for t in ALL_TABLES {
+            let section = format!("## `{t}`\n\n{}", markdown_columns(columns_of(t).unwrap()));
+            assert!(
+                doc.contains(&section),
+                "docs/schema.md is out of date for table {t}: run `zcta schema`"
+            );
+        }
+    }
+
+    #[test]
+    fn schemas_carry_version_and_match_docs() {
+        for t in ALL_TABLES {
+            let s = schema_of(t).unwrap();
+            assert_eq!(
+                s.metadata().get(crate::SCHEMA_VERSION_KEY).map(String::as_str),
+                Some("1")
+            );
+            let cols = columns_of(t).unwrap();
+            assert_eq!(s.fields().len(), cols.len());
+            for (f, c) in s.fields().iter().zip(cols) {
+                assert_eq!(f.name(), c.name);
+                assert_eq!(f.is_nullable(), c.nullable);
+            }
+        }
+    }
+}

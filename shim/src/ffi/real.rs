@@ -190,10 +190,10 @@ impl RealFn {
     #[cold]
     fn resolve(&self, own: *const c_void) -> Option<*mut c_void> {
         let mut p = lookup(self.pname);
-        if p.is_null() || p as *const c_void == own {
+        if p.is_null() || std::ptr::eq(p, own) {
             p = lookup(self.name);
         }
-        if p.is_null() || p as *const c_void == own {
+        if p.is_null() || std::ptr::eq(p, own) {
             self.state.store(2, Ordering::Release);
             return None;
         }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU end-to-end checks of zcta-prof on a machine with >= 2 GPUs, torch and NCCL.
+# Builds nothing: expects the shim (and the zcta CLI) built beforehand, e.g. with
+#   cargo build --release && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
+# usage: tests/gpu/run.sh [SHIM_DIR (default .carry)] ; logs go to $OUT (or ./gpu-out)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bin=$(cd "${1:-$root/.carry}" && pwd)
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0   # NVLink multicast is forbidden on the shared test host
+export PYTHONUNBUFFERED=1
+steps=${SMOKE_STEPS:-200}
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+shim="$bin/libzcta_prof.so"
+[ -f "$shim" ] || { echo "missing $shim"; exit 2; }
+status=0
+work=$(mktemp -d)
+
+echo "== smoke: plain run"
+torchrun --standalone --nproc-per-node "$ngpu" "$here/smoke_job.py" --steps "$steps" --out "$work/plain" \
+  >"$out/smoke_plain.log" 2>&1 || { echo "plain run failed"; tail -20 "$out/smoke_plain.log"; status=1; }
+echo "== smoke: under the shim"
+runs="$work/runs"
+ZCTA_OUT="$runs" LD_PRELOAD="$shim" torchrun --standalone --nproc-per-node "$ngpu" "$here/smoke_job.py" \
+  --steps "$steps" --out "$work/shim" >"$out/smoke_shim.log" 2>&1 || { echo "shim run failed"; tail -20 "$out/smoke_shim.log"; status=1; }
+if grep -q "zcta" "$out/smoke_shim.log"; then echo "FAIL  stray zcta output:"; grep zcta "$out/smoke_shim.log"; status=1; fi
+run=$(ls -d "$runs"/*/ 2>/dev/null | head -1)
+echo "run dir: $run ($(ls "$runs" | wc -l) run directories)"
+python3 "$here/verify_smoke.py" "$run" "$work/plain" "$work/shim" | tee "$out/smoke_verify.txt" || status=1
+[ -x "$bin/zcta" ] && "$bin/zcta" summary "$run" | tee "$out/smoke_summary.txt"
+cp -r "$work/plain" "$runs/_plain_results"; cp -r "$work/shim" "$runs/_shim_results"
+tar czf "$out/smoke_run.tgz" -C "$runs" . 2>/dev/null
+rm -rf "$work"
+exit $status

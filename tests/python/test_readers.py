@@ -1,0 +1,90 @@
+"""The run directory is readable by the tools users reach for: DuckDB and pandas,
+including while leftovers of a killed process are present."""
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import duckdb
+import pandas as pd
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+
+
+def shim() -> pathlib.Path:
+    p = pathlib.Path(os.environ.get("ZCTA_SHIM", ROOT / "target" / "debug" / "libzcta_prof.so"))
+    if not p.exists():
+        pytest.fail(f"{p} missing: build it with `cargo build -p zcta-shim`")
+    return p
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory) -> pathlib.Path:
+    d = tmp_path_factory.mktemp("fixtures")
+    cc = os.environ.get("CC", "cc")
+    flags = ["-O2", "-fPIC", "-Wall", "-pthread", f"-I{FIX}"]
+    subprocess.run([cc, *flags, "-shared", "-Wl,-soname,libnccl.so.2", "-o", d / "libnccl.so.2", FIX / "fake_nccl.c"], check=True)
+    subprocess.run([cc, *flags, "-shared", "-o", d / "libglue.so", FIX / "glue.c", f"-L{d}", "-l:libnccl.so.2",
+                    "-Wl,-rpath,$ORIGIN"], check=True)
+    subprocess.run([cc, *flags, "-o", d / "host", FIX / "host.c", "-ldl"], check=True)
+    return d / "host"
+
+
+def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, iters: int = 5) -> pathlib.Path:
+    idfile = out / "id"
+    idfile.write_bytes(os.urandom(128))
+    env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(out), "ZCTA_RUN_ID": run_id}
+    procs = [subprocess.Popen([host, "ops", str(r), str(ranks), idfile, str(iters)], env=env) for r in range(ranks)]
+    assert [p.wait() for p in procs] == [0] * ranks
+    return out / run_id
+
+
+def test_duckdb_and_pandas_read_ops(host, tmp_path):
+    run = run_job(host, tmp_path, "r1")
+    con = duckdb.connect()
+    n = con.execute(f"select count(*) from read_parquet('{run}/ops/**/*.parquet')").fetchone()[0]
+    assert n == 2 * 5 * 11
+    df = pd.read_parquet(run / "ops")
+    assert len(df) == n
+    # One collective joins across both ranks on (comm_id, seq).
+    joined = con.execute(
+        f"""select comm_id, seq, count(distinct rank) r, count(distinct op) o
+            from read_parquet('{run}/ops/**/*.parquet') where op not in ('Send','Recv')
+            group by all"""
+    ).df()
+    assert len(joined) == 5 * 9 and (joined.r == 2).all() and (joined.o == 1).all()
+    meta = con.execute(
+        f"select value from parquet_kv_metadata('{run}/ops/**/*.parquet') where key = 'zcta.schema_version'"
+    ).fetchall()
+    assert {bytes(v[0]).decode() for v in meta} == {"1"}
+
+
+def test_leftovers_never_break_readers(host, tmp_path):
+    run = run_job(host, tmp_path, "r2")
+    # A killed process leaves its log and an unfinished Parquet file.
+    idfile = tmp_path / "id"
+    env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(tmp_path), "ZCTA_RUN_ID": "r2"}
+    p = subprocess.Popen([host, "loop", idfile], env=env, stdout=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"started"
+    time.sleep(1.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    leftovers = list((run / "ops").glob("_*"))
+    assert any(f.name.endswith(".wal") for f in leftovers), leftovers
+    assert any(f.name.endswith(".parquet.tmp") for f in leftovers), leftovers
+    con = duckdb.connect()
+    assert con.execute(f"select count(*) from read_parquet('{run}/ops/**/*.parquet')").fetchone()[0] == 110
+    assert len(pd.read_parquet(run / "ops")) == 110
+    # After `zcta recover` the killed process's rows are readable too.
+    zcta = pathlib.Path(os.environ.get("ZCTA_BIN", ROOT / "target" / "debug" / "zcta"))
+    if not zcta.exists():
+        pytest.fail(f"{zcta} missing: build it with `cargo build`")
+    subprocess.run([zcta, "recover", run], check=True, capture_output=True)
+    n = con.execute(f"select count(*) from read_parquet('{run}/ops/**/*.parquet')").fetchone()[0]
+    assert n > 110
+    assert not list((run / "ops").glob("_*"))
