@@ -89,6 +89,7 @@ pub enum RunIdSource {
     TorchrunParent,
     Slurm,
     Pmix,
+    MpSpawn,
     Time,
 }
 
@@ -100,6 +101,7 @@ impl RunIdSource {
             RunIdSource::TorchrunParent => "torchrun-parent",
             RunIdSource::Slurm => "SLURM",
             RunIdSource::Pmix => "PMIX_NAMESPACE",
+            RunIdSource::MpSpawn => "multiprocessing-parent",
             RunIdSource::Time => "time",
         }
     }
@@ -123,12 +125,17 @@ pub struct ProcFacts {
     pub parent_start: Option<u64>,
     pub host: String,
     pub now_ns: i64,
+    /// The process is a child started by Python multiprocessing's spawn/forkserver
+    /// (`--multiprocessing-fork` on its command line), e.g. `torch.multiprocessing.spawn`.
+    pub mp_child: bool,
 }
 
 /// Chooses the run id: `ZCTA_RUN_ID`; torchrun's `TORCHELASTIC_RUN_ID` (when it is not
 /// torchrun's placeholder `none`); under torchrun without an id, the agent (our
 /// parent, shared by the node's ranks) and its start time; SLURM job+step; the PMIx
-/// namespace (Open MPI 5, other PMIx launchers); else the time, with a warning.
+/// namespace (Open MPI 5, other PMIx launchers); for children of Python
+/// multiprocessing (`torch.multiprocessing.spawn`), the parent and its start time;
+/// else the time, with a warning.
 pub fn derive_run_id(env: EnvFn<'_>, facts: &ProcFacts) -> RunId {
     let get = |k: &str| env(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     if let Some(id) = get("ZCTA_RUN_ID") {
@@ -178,6 +185,14 @@ pub fn derive_run_id(env: EnvFn<'_>, facts: &ProcFacts) -> RunId {
         return RunId {
             id: sanitize(&format!("pmix-{ns}")),
             source: RunIdSource::Pmix,
+            warning: None,
+        };
+    }
+    if facts.mp_child {
+        let start = facts.parent_start.unwrap_or(0);
+        return RunId {
+            id: sanitize(&format!("mp-{}-{}-{}", facts.host, facts.ppid, start)),
+            source: RunIdSource::MpSpawn,
             warning: None,
         };
     }
@@ -297,6 +312,7 @@ mod tests {
             parent_start: Some(1234),
             host: "h1".into(),
             now_ns: 1_764_477_823_000_000_000,
+            mp_child: false,
         }
     }
 
@@ -318,6 +334,18 @@ mod tests {
         assert_eq!(derive_run_id(&e, &facts()).id, "slurm-77.2");
         let e = env(&[("PMIX_NAMESPACE", "prterun-x-1@1")]);
         assert_eq!(derive_run_id(&e, &facts()).id, "pmix-prterun-x-1_1");
+        let mp = ProcFacts {
+            mp_child: true,
+            ..facts()
+        };
+        let r = derive_run_id(&env(&[]), &mp);
+        assert_eq!((r.id.as_str(), r.source), ("mp-h1-9-1234", RunIdSource::MpSpawn));
+        let mp = ProcFacts {
+            mp_child: true,
+            ..facts()
+        };
+        let r = derive_run_id(&env(&[]), &mp);
+        assert_eq!((r.id.as_str(), r.source), ("mp-h1-9-1234", RunIdSource::MpSpawn));
         let r = derive_run_id(&env(&[]), &facts());
         assert_eq!(r.source, RunIdSource::Time);
         assert_eq!(r.id, "20251130T044343Z-h1-10");

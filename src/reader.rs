@@ -125,7 +125,15 @@ pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
 }
 
 /// Reads one Parquet file; `Err` is the human reason it was skipped.
+///
+/// The parquet crate can panic on some corrupt footers (e.g. a negative column-chunk
+/// size); such a panic is contained here and reported as a corrupt file.
 pub fn read_file(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    std::panic::catch_unwind(|| read_file_inner(path, schema))
+        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))
+}
+
+fn read_file_inner(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
     let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;

@@ -12,7 +12,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, StringArray};
+use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 
 use crate::reader::{ReadError, align, check_run_dir, list_table};
@@ -68,6 +68,11 @@ impl RecoverReport {
 /// Reads every complete batch of an IPC stream log. Returns the batches and whether
 /// the tail was torn.
 pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
+    std::panic::catch_unwind(|| read_log_inner(path))
+        .unwrap_or_else(|_| Err("corrupt log (the decoder rejected it)".into()))
+}
+
+fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
     let f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let reader = match StreamReader::try_new(BufReader::new(f), None) {
         Ok(r) => r,
@@ -172,7 +177,9 @@ fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), 
     for b in batches {
         let mut b = align(b, &schema)?;
         if table == ProcessTable::NAME {
-            b = mark_killed(&b).map_err(|e| e.to_string())?;
+            let prefix = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            let run_dir = path.parent().and_then(Path::parent).unwrap_or(Path::new("."));
+            b = mark_killed(&b, run_dir, prefix).map_err(|e| e.to_string())?;
         }
         aligned.push(b);
     }
@@ -186,11 +193,58 @@ fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), 
     r.map_err(|e| e.to_string())
 }
 
-fn mark_killed(b: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    let idx = b.schema().index_of("end_reason")?;
+/// The process row of a killed process: `end_reason = killed`, row counts taken from
+/// the files its process left (complete and recovered), drops unknown (NULL).
+fn mark_killed(
+    b: &RecordBatch,
+    run_dir: &Path,
+    prefix: &str,
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = b.schema();
+    let n = b.num_rows();
     let mut cols: Vec<ArrayRef> = b.columns().to_vec();
-    cols[idx] = Arc::new(StringArray::from(vec!["killed"; b.num_rows()]));
-    RecordBatch::try_new(b.schema(), cols)
+    cols[schema.index_of("end_reason")?] = Arc::new(StringArray::from(vec!["killed"; n]));
+    for (col, table) in [
+        ("ops_rows", OpsTable::NAME),
+        ("calls_rows", CallsTable::NAME),
+        ("comms_rows", CommsTable::NAME),
+    ] {
+        let rows = rows_of_process(run_dir, table, prefix);
+        cols[schema.index_of(col)?] = Arc::new(UInt64Array::from(vec![rows; n]));
+    }
+    cols[schema.index_of("records_dropped")?] = Arc::new(UInt64Array::from(vec![None::<u64>; n]));
+    RecordBatch::try_new(schema, cols)
+}
+
+/// Rows in the complete Parquet files `<table>/<prefix>-<segment>.parquet`.
+fn rows_of_process(run_dir: &Path, table: &str, prefix: &str) -> u64 {
+    let Ok((files, _)) = list_table(run_dir, table) else {
+        return 0;
+    };
+    files
+        .iter()
+        .filter(|f| {
+            f.file_stem()
+                .and_then(|s| s.to_str())
+                .and_then(|s| s.strip_prefix(prefix))
+                .is_some_and(|rest| rest.starts_with('-') && rest[1..].bytes().all(|c| c.is_ascii_digit()))
+        })
+        .filter_map(|f| {
+            let file = File::open(f).ok()?;
+            let meta = std::panic::catch_unwind(|| {
+                parquet::file::reader::SerializedFileReader::new(file)
+                    .ok()
+                    .map(|r| {
+                        parquet::file::reader::FileReader::metadata(&r)
+                            .file_metadata()
+                            .num_rows()
+                    })
+            })
+            .ok()
+            .flatten()?;
+            u64::try_from(meta).ok()
+        })
+        .sum()
 }
 
 #[cfg(test)]

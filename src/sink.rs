@@ -503,7 +503,7 @@ impl Writer {
         row.ops_rows = self.ops.rows();
         row.calls_rows = self.calls.rows();
         row.comms_rows = self.comms.rows();
-        row.records_dropped = dropped;
+        row.records_dropped = Some(dropped);
         row.write_errors = self.error.clone();
         let final_path = self.process_final_path();
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&final_path, e))?;

@@ -288,8 +288,8 @@ pub enum IdRule {
     Unique(u64),
     /// `ncclCommSplit` of the parent at `parent` with this colour.
     Split { parent: usize, color: i32 },
-    /// `ncclCommShrink` of the parent at `parent`.
-    Shrink { parent: usize },
+    /// `ncclCommShrink` of the parent at `parent`, with its shrinkFlags.
+    Shrink { parent: usize, flags: i32 },
     /// `ncclCommInitAll`: one communicator, all ranks in this process.
     All,
 }
@@ -329,7 +329,7 @@ pub fn comm_init(
             };
             (Some(id), pid)
         }
-        IdRule::Shrink { parent } => {
+        IdRule::Shrink { parent, .. } => {
             let p = comms::get(parent);
             let pid = p.as_ref().and_then(|p| p.comm_id);
             let id = match (&p, pid) {
@@ -393,8 +393,10 @@ pub fn comm_init(
         r.comm_id = if first_ptr.is_some() { comm_id } else { None };
         r.comm_ptr = first_ptr.map(|p| p as u64);
         r.group_id = current_group();
-        if let IdRule::Split { color, .. } = a.rule {
-            r.flags = Some(color);
+        match a.rule {
+            IdRule::Split { color, .. } => r.flags = Some(color),
+            IdRule::Shrink { flags, .. } => r.flags = Some(flags),
+            _ => {}
         }
         if let IdRule::All = a.rule {
             r.size = Some(made.len() as u64);

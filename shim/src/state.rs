@@ -23,12 +23,13 @@ use zcta::tables::{Ctx, ProcessRow};
 use crate::ffi;
 
 const UNINIT: u8 = 0;
-const ACTIVE: u8 = 1;
-const DISABLED: u8 = 2;
-const FINISHED: u8 = 3;
+const ACTIVATING: u8 = 1;
+const ACTIVE: u8 = 2;
+const DISABLED: u8 = 3;
+const FINISHED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static RECORDER: OnceLock<Option<Recorder>> = OnceLock::new();
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
 static PANIC_REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The producer side of the queue to the writer thread.
@@ -44,30 +45,43 @@ pub struct Recorder {
 #[inline]
 pub fn recorder() -> Option<&'static Recorder> {
     match STATE.load(Ordering::Acquire) {
-        ACTIVE => RECORDER.get().and_then(Option::as_ref),
-        UNINIT => activate_once(),
+        ACTIVE => RECORDER.get(),
+        UNINIT | ACTIVATING => activate_once(),
         _ => None,
     }
 }
 
+/// One thread activates; threads making their first NCCL call at the same moment
+/// wait for it (activation takes well under a millisecond) so none of their calls,
+/// communicator creations in particular, go unrecorded.
 #[cold]
 fn activate_once() -> Option<&'static Recorder> {
-    let r = RECORDER
-        .get_or_init(|| match catch_unwind(activate) {
-            Ok(r) => r,
+    if STATE
+        .compare_exchange(UNINIT, ACTIVATING, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        let next = match catch_unwind(activate) {
+            Ok(Some(r)) => {
+                // Only this thread ever sets it (guarded by the state transition).
+                let _ = RECORDER.set(r);
+                ACTIVE
+            }
+            Ok(None) => DISABLED,
             Err(_) => {
                 report_panic();
-                None
+                DISABLED
             }
-        })
-        .as_ref();
-    // Only move UNINIT -> ACTIVE/DISABLED: a fork child or a panic may have changed it.
-    let next = if r.is_some() { ACTIVE } else { DISABLED };
-    let _ = STATE.compare_exchange(UNINIT, next, Ordering::AcqRel, Ordering::Acquire);
-    if STATE.load(Ordering::Acquire) == ACTIVE {
-        r
+        };
+        // A panic report may already have moved the state on; only leave ACTIVATING.
+        let _ = STATE.compare_exchange(ACTIVATING, next, Ordering::AcqRel, Ordering::Acquire);
     } else {
-        None
+        while STATE.load(Ordering::Acquire) == ACTIVATING {
+            std::thread::yield_now();
+        }
+    }
+    match STATE.load(Ordering::Acquire) {
+        ACTIVE => RECORDER.get(),
+        _ => None,
     }
 }
 
@@ -86,12 +100,20 @@ fn activate() -> Option<Recorder> {
     let pid = std::process::id();
     let ppid = std::os::unix::process::parent_id() as i32;
     let host = ffi::sys::hostname();
+    let cmdline = std::fs::read("/proc/self/cmdline").ok().map(|b| {
+        String::from_utf8_lossy(&b)
+            .trim_end_matches('\0')
+            .replace('\0', " ")
+    });
     let facts = ProcFacts {
         pid: pid as i32,
         ppid,
         parent_start: parent_start_ticks(ppid),
         host: host.clone(),
         now_ns: zcta::clock::now_ns(),
+        mp_child: cmdline
+            .as_deref()
+            .is_some_and(|c| c.contains("--multiprocessing-fork")),
     };
     let run = config::derive_run_id(&env_var, &facts);
     if let Some(w) = &run.warning {
@@ -107,11 +129,7 @@ fn activate() -> Option<Recorder> {
         exe: std::fs::read_link("/proc/self/exe")
             .ok()
             .map(|p| p.to_string_lossy().into_owned()),
-        cmdline: std::fs::read("/proc/self/cmdline").ok().map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .replace('\0', " ")
-        }),
+        cmdline,
         zcta_version: zcta::ZCTA_VERSION.into(),
         schema_version: zcta::SCHEMA_VERSION,
         nccl_version: nccl.version,
@@ -212,16 +230,22 @@ pub fn recording() -> bool {
     recorder().is_some()
 }
 
-/// In the child of `fork()`: stop recording (the writer thread was not copied).
+/// In the child of `fork()`. A child of a recording process stops recording: its
+/// copy of the queue has no writer thread. A child forked before its parent's first
+/// NCCL call has no recorder state at all and activates on its own first call, like
+/// a fresh process (the `multiprocessing` fork pattern: a parent without NCCL forks
+/// one worker per GPU).
 pub fn on_fork_child() {
-    STATE.store(DISABLED, Ordering::Release);
+    if STATE.load(Ordering::Acquire) != UNINIT {
+        STATE.store(DISABLED, Ordering::Release);
+    }
 }
 
 /// At exit (`atexit`) or `_exit`: stop producing, let the writer drain and close
 /// every file, waiting a bounded time. Only the process that started the writer
 /// does this (never a fork or vfork child).
 pub fn on_exit(reason: EndReason) {
-    let Some(Some(r)) = RECORDER.get() else { return };
+    let Some(r) = RECORDER.get() else { return };
     if std::process::id() != r.owner_pid {
         return;
     }
@@ -234,13 +258,14 @@ pub fn on_exit(reason: EndReason) {
 
 /// Whether this process owns an active writer (for the `_exit` hook's fast path).
 pub fn owns_writer(pid: u32) -> bool {
-    matches!(RECORDER.get(), Some(Some(r)) if r.owner_pid == pid) && STATE.load(Ordering::Acquire) != FINISHED
+    matches!(RECORDER.get(), Some(r) if r.owner_pid == pid) && STATE.load(Ordering::Acquire) != FINISHED
 }
 
 /// Called when our code panicked: recording stops for good, calls keep flowing.
 pub fn report_panic() {
-    let _ = STATE.compare_exchange(ACTIVE, DISABLED, Ordering::AcqRel, Ordering::Acquire);
-    let _ = STATE.compare_exchange(UNINIT, DISABLED, Ordering::AcqRel, Ordering::Acquire);
+    for from in [ACTIVE, ACTIVATING, UNINIT] {
+        let _ = STATE.compare_exchange(from, DISABLED, Ordering::AcqRel, Ordering::Acquire);
+    }
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
         eprintln!("zcta: internal error; recording disabled, NCCL calls continue unchanged");
     }

@@ -50,13 +50,7 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 5] = [
-    "nccl_min.h",
-    "fake_nccl.h",
-    "fake_nccl.c",
-    "glue.c",
-    "host.c",
-];
+const SOURCES: [&str; 5] = ["nccl_min.h", "fake_nccl.h", "fake_nccl.c", "glue.c", "host.c"];
 const CFLAGS: [&str; 5] = ["-O2", "-fPIC", "-Wall", "-Werror", "-pthread"];
 
 /// Builds the fixtures (once per process) and returns their paths.
@@ -194,12 +188,9 @@ fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
     for (what, args) in steps {
         let mut cmd = Command::new(cc);
         cmd.args(CFLAGS).args(&args);
-        let output = cmd.output().map_err(|e| {
-            format!(
-                "running {:?} for {what}: {e} (is a C compiler installed?)",
-                cc
-            )
-        })?;
+        let output = cmd
+            .output()
+            .map_err(|e| format!("running {:?} for {what}: {e} (is a C compiler installed?)", cc))?;
         if !output.status.success() {
             return Err(format!(
                 "{cmd:?}\nexited with {}\n{}{}",
@@ -271,8 +262,7 @@ pub fn write_unique_id(path: &Path) {
 /// Parses the file written by a scenario run with `GLUE_STATS_FILE=<path>`: how many
 /// times each `pncclX` was entered in that process, keyed by bare name ("AllReduce").
 pub fn read_glue_stats(path: &Path) -> HashMap<String, u64> {
-    let text =
-        fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()
         .filter_map(|l| {
             let (name, n) = l.split_once(' ')?;

@@ -1,0 +1,377 @@
+//! Reader robustness: files it cannot use are skipped with the reason and the rest
+//! still reads; older schema versions are aligned, newer ones refused; the CLI's exit
+//! codes say what happened.
+//!
+//! Needs the shim (the input files are real recordings): `cargo build -p zcta-shim`.
+
+mod common;
+mod support;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use zcta::reader::{ReadError, read_table};
+
+use support::{Run, batches_to_rows, text};
+
+/// A run with real files: 1 process, `ops 0 1 ID 2` (22 ops rows).
+fn recorded(id: &str) -> Run {
+    let run = Run::new(id);
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    run.run_ok(&["ops", "0", "1", idf.to_str().unwrap(), "2"]);
+    run
+}
+
+fn only_file(dir: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+fn zcta_cli(args: &[&str]) -> Output {
+    let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+    c.args(args);
+    c.output().unwrap()
+}
+
+/// Writes `batches` (projected onto `schema`) as a Parquet file with the given
+/// `zcta.schema_version`, as another writer or an older zcta would.
+fn write_foreign(path: &Path, schema: SchemaRef, batches: &[RecordBatch], version: Option<&str>) {
+    let mut kv = vec![KeyValue::new("zcta.table".into(), "ops".to_string())];
+    if let Some(v) = version {
+        kv.push(KeyValue::new("zcta.schema_version".into(), v.to_string()));
+    }
+    let props = WriterProperties::builder()
+        .set_key_value_metadata(Some(kv))
+        .build();
+    let mut w = ArrowWriter::try_new(File::create(path).unwrap(), schema.clone(), Some(props)).unwrap();
+    for b in batches {
+        let cols = schema
+            .fields()
+            .iter()
+            .map(|f| b.column_by_name(f.name()).unwrap().clone())
+            .collect();
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap())
+            .unwrap();
+    }
+    w.close().unwrap();
+}
+
+/// The ops schema without its metadata, minus `drop` columns.
+fn ops_schema_without(drop: &[&str]) -> SchemaRef {
+    let s = zcta::tables::schema_of("ops").unwrap();
+    let fields: Vec<_> = s
+        .fields()
+        .iter()
+        .filter(|f| !drop.contains(&f.name().as_str()))
+        .cloned()
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+#[test]
+fn truncated_file_is_skipped_and_the_rest_reads() {
+    let run = recorded("truncated");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let bytes = std::fs::read(&good).unwrap();
+    let bad = ops_dir.join("zz-truncated-p1-00000.parquet");
+    std::fs::write(&bad, &bytes[..bytes.len() / 2]).unwrap();
+
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    assert_eq!(d.files, vec![good]);
+    assert_eq!(d.skipped.len(), 1, "{:?}", d.skipped);
+    assert_eq!(d.skipped[0].path, bad);
+    assert!(
+        d.skipped[0].reason.contains("truncated or corrupt"),
+        "{:?}",
+        d.skipped[0]
+    );
+    assert!(d.pending_logs.is_empty());
+
+    // The CLI names the file and exits 1.
+    let out = zcta_cli(&["summary", run.dir().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(bad.to_str().unwrap()),
+        "stderr does not name the file: {err}"
+    );
+    assert!(text(&out.stdout).contains("22 rows"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn empty_and_garbage_files_are_skipped() {
+    let run = recorded("garbage");
+    let ops_dir = run.dir().join("ops");
+    std::fs::write(ops_dir.join("empty.parquet"), b"").unwrap();
+    std::fs::write(ops_dir.join("text.parquet"), b"PAR1 this is not parquet PAR1").unwrap();
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    let mut skipped: Vec<_> = d
+        .skipped
+        .iter()
+        .map(|s| s.path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    skipped.sort();
+    assert_eq!(skipped, ["empty.parquet", "text.parquet"]);
+}
+
+#[test]
+fn newer_schema_version_is_refused() {
+    let run = recorded("newer");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let batches = zcta::reader::read_file(&good, &zcta::tables::schema_of("ops").unwrap()).unwrap();
+    let newer = ops_dir.join("future-p2-00000.parquet");
+    write_foreign(&newer, ops_schema_without(&[]), &batches, Some("999"));
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(d.skipped[0].path, newer);
+    assert!(d.skipped[0].reason.contains("newer"), "{:?}", d.skipped[0]);
+    assert!(d.skipped[0].reason.contains("999"), "{:?}", d.skipped[0]);
+
+    // No version at all: not written by zcta.
+    let foreign = ops_dir.join("foreign-p3-00000.parquet");
+    write_foreign(&foreign, ops_schema_without(&[]), &batches, None);
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    assert_eq!(d.skipped.len(), 2);
+    let s = d.skipped.iter().find(|s| s.path == foreign).unwrap();
+    assert!(s.reason.contains("zcta.schema_version"), "{s:?}");
+}
+
+#[test]
+fn older_schema_without_a_nullable_column_reads_as_null() {
+    let run = recorded("older");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let batches = zcta::reader::read_file(&good, &zcta::tables::schema_of("ops").unwrap()).unwrap();
+    let orig = batches_to_rows(&batches);
+    std::fs::remove_file(&good).unwrap();
+    let old = ops_dir.join("old-p4-00000.parquet");
+    write_foreign(&old, ops_schema_without(&["device"]), &batches, Some("0"));
+
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    assert_eq!(d.files, vec![old]);
+    assert_eq!(d.batches[0].schema(), zcta::tables::schema_of("ops").unwrap());
+    let rows = batches_to_rows(&d.batches);
+    assert_eq!(rows.len(), orig.len());
+    for (r, o) in rows.iter().zip(&orig) {
+        assert!(r.is_null("device"), "{r:?}");
+        assert_eq!(o.i32("device"), Some(0), "the original had a device");
+        let mut r = r.clone();
+        let mut o = o.clone();
+        r.0.remove("device");
+        o.0.remove("device");
+        assert_eq!(r, o);
+    }
+
+    // A missing *required* column cannot be filled in.
+    std::fs::remove_file(ops_dir.join("old-p4-00000.parquet")).unwrap();
+    let bad = ops_dir.join("old-p5-00000.parquet");
+    write_foreign(&bad, ops_schema_without(&["call_seq"]), &batches, Some("0"));
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 0);
+    assert_eq!(d.skipped.len(), 1);
+    assert!(d.skipped[0].reason.contains("call_seq"), "{:?}", d.skipped[0]);
+}
+
+#[test]
+fn missing_or_bad_run_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-run");
+    match read_table(&missing, "ops") {
+        Err(ReadError::Missing(p)) => assert_eq!(p, missing),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(matches!(read_table(&file, "ops"), Err(ReadError::NotADir(p)) if p == file));
+    assert!(matches!(
+        read_table(tmp.path(), "nope"),
+        Err(ReadError::UnknownTable(t)) if t == "nope"
+    ));
+    // An existing run directory without a table directory is an empty table.
+    let d = read_table(tmp.path(), "ops").unwrap();
+    assert_eq!((d.num_rows(), d.files.len(), d.skipped.len()), (0, 0, 0));
+
+    let out = zcta_cli(&["summary", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("/nonexistent"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = zcta_cli(&["recover", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(missing.to_str().unwrap()),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn summary_of_a_good_run() {
+    let run = recorded("summary");
+    let out = zcta_cli(&["summary", run.dir().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty());
+    let s = text(&out.stdout);
+    assert!(s.contains("ops") && s.contains("22 rows in 1 files"), "{s}");
+    // rank 0, AllReduce: 2 calls, 2 x 4096 bytes, 0 errors.
+    assert!(
+        s.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "AllReduce", "2", "8192", "0"]),
+        "{s}"
+    );
+}
+
+/// Copy of the Parquet file `good` whose footer says the first column chunk of the
+/// first row group has a negative compressed size: a damaged (or hostile) footer that
+/// still decodes. The data pages are the original ones.
+fn with_negative_chunk_size(good: &Path, out: &Path) {
+    use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
+    let bytes = std::fs::read(good).unwrap();
+    let md = ParquetMetaDataReader::new()
+        .parse_and_finish(&File::open(good).unwrap())
+        .unwrap();
+    let mut b = md.into_builder();
+    let mut rgs = b.take_row_groups();
+    let rg = rgs.remove(0);
+    let mut cols = rg.columns().to_vec();
+    cols[0] = cols[0]
+        .clone()
+        .into_builder()
+        .set_total_compressed_size(-1)
+        .build()
+        .unwrap();
+    let rg = rg.into_builder().set_column_metadata(cols).build().unwrap();
+    rgs.insert(0, rg);
+    let md = b.set_row_groups(rgs).build();
+    let n = bytes.len();
+    let footer_len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+    let mut buf = bytes[..n - 8 - footer_len].to_vec();
+    ParquetMetaDataWriter::new(&mut buf, &md).finish().unwrap();
+    std::fs::write(out, buf).unwrap();
+}
+
+/// A file with a damaged footer is skipped with a reason like any other unreadable
+/// file: reader.rs promises it "never panics on bad input".
+#[test]
+fn damaged_footer_is_skipped_not_a_panic() {
+    let run = recorded("damaged");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let bad = ops_dir.join("zz-damaged-p7-00000.parquet");
+    with_negative_chunk_size(&good, &bad);
+
+    // The CLI first: what a user sees.
+    let out = zcta_cli(&["summary", run.dir().to_str().unwrap()]);
+    let cli = format!(
+        "zcta summary exited {:?} with stderr {:?}",
+        out.status.code(),
+        text(&out.stderr)
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+    );
+    let schema = zcta::tables::schema_of("ops").unwrap();
+    let r = std::panic::catch_unwind(|| zcta::reader::read_file(&bad, &schema));
+    let lib = match &r {
+        Ok(Ok(b)) => format!("read_file returned {} batches", b.len()),
+        Ok(Err(e)) => format!("read_file returned Err({e:?})"),
+        Err(_) => "read_file panicked".to_string(),
+    };
+    assert!(matches!(r, Ok(Err(_))), "{lib}; {cli}");
+    let d = std::panic::catch_unwind(|| read_table(&run.dir(), "ops"));
+    let d = d.expect("read_table panicked").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(d.skipped[0].path, bad);
+    assert_eq!(out.status.code(), Some(1), "{cli}");
+    assert!(text(&out.stderr).contains(bad.to_str().unwrap()), "{cli}");
+}
+
+/// Write-ahead logs damaged anywhere never make `recover` panic.
+#[test]
+fn damaged_logs_never_panic() {
+    use zcta::nccl::OpKind;
+    use zcta::record::OpRecord;
+    use zcta::sink::{DatasetWriter, SinkPolicy};
+    use zcta::tables::{Ctx, OpsTable};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = tmp.path().join("run");
+    let ctx = Ctx {
+        pid: 42,
+        host: "h".into(),
+    };
+    let mut w: DatasetWriter<OpsTable> = DatasetWriter::new(&run_dir, "h-p42", SinkPolicy::default());
+    for i in 0..300u64 {
+        let r = OpRecord {
+            op: OpKind::AllReduce,
+            comm_id: Some(7),
+            comm_ptr: 0x1000,
+            rank: Some(0),
+            nranks: Some(1),
+            seq: Some(i),
+            call_seq: i,
+            count: 1024,
+            dtype: 7,
+            bytes: Some(4096),
+            peer: None,
+            root: None,
+            redop: Some(0),
+            sendbuff: 0x2000,
+            recvbuff: 0x3000,
+            stream: 0,
+            device: Some(0),
+            group_id: None,
+            api_start_ns: 1_000_000 + i as i64,
+            api_end_ns: 1_000_010 + i as i64,
+            result: 0,
+            tid: 42,
+        };
+        w.append(&r, &ctx).unwrap();
+        if i % 100 == 99 {
+            w.cut().unwrap();
+        }
+    }
+    drop(w); // "killed": the log and the tmp file stay
+    let wal = run_dir.join("ops").join("_h-p42-00000.wal");
+    let bytes = std::fs::read(&wal).unwrap();
+    let mut panics = Vec::new();
+    let step = (bytes.len() / 150).max(1);
+    for at in (0..bytes.len()).step_by(step) {
+        for flip in [0xffu8, 0x01] {
+            let mut b = bytes.clone();
+            b[at] ^= flip;
+            std::fs::write(&wal, &b).unwrap();
+            if std::panic::catch_unwind(|| zcta::recover::read_log(&wal)).is_err() {
+                panics.push((at, flip));
+            }
+        }
+    }
+    assert!(
+        panics.is_empty(),
+        "read_log panicked on {} damaged logs, e.g. {:?}",
+        panics.len(),
+        panics[0]
+    );
+}
