@@ -20,10 +20,7 @@ else
   run_id=standin-$(date -u +%Y%m%dT%H%M%SZ)
   echo "== no GPU here: STAND-IN run (stand-in libnccl, 2 ranks, host-only timings) -> $out/$run_id"
   fx=$(mktemp -d)
-  flags="-O2 -fPIC -Wall -pthread -Itests/fixtures"
-  cc $flags -shared -Wl,-soname,libnccl.so.2 -o "$fx/libnccl.so.2" tests/fixtures/fake_nccl.c
-  cc $flags -shared -o "$fx/libglue.so" tests/fixtures/glue.c -L"$fx" -l:libnccl.so.2 -Wl,-rpath,'$ORIGIN'
-  cc $flags -o "$fx/host" tests/fixtures/host.c -ldl
+  tests/fixtures/build.sh "$fx"
   head -c 128 /dev/urandom >"$fx/id"
   for r in 0 1; do
     RANK=$r ZCTA_OUT="$out" ZCTA_RUN_ID="$run_id" LD_PRELOAD="$shim" "$fx/host" ops $r 2 "$fx/id" 100 >/dev/null &

@@ -11,10 +11,7 @@ shim=$PWD/target/release/libzcta_prof.so
 [ -f "$shim" ] || { echo "build first: cargo build --release"; exit 2; }
 fx=$(mktemp -d)
 trap 'rm -rf "$fx"' EXIT
-flags="-O2 -fPIC -Wall -pthread -Itests/fixtures"
-cc $flags -shared -Wl,-soname,libnccl.so.2 -o "$fx/libnccl.so.2" tests/fixtures/fake_nccl.c
-cc $flags -shared -o "$fx/libglue.so" tests/fixtures/glue.c -L"$fx" -l:libnccl.so.2 -Wl,-rpath,'$ORIGIN'
-cc $flags -o "$fx/host" tests/fixtures/host.c -ldl
+tests/fixtures/build.sh "$fx"
 plain=(); shimmed=(); rss=()
 for i in $(seq "$reps"); do
   p=$("$fx/host" bench "$calls" | awk '/ns_per_call/ {print $2}')

@@ -41,7 +41,7 @@ fn workload(n: usize) -> Vec<Event> {
                 rank: Some(3),
                 nranks: Some(8),
                 seq: Some(i as u64 / 2),
-                call_seq: i as u64,
+                call_seq: Some(i as u64),
                 count: sizes[(x as usize >> 3) % sizes.len()] / 4,
                 dtype: 7,
                 bytes: Some(sizes[(x as usize >> 3) % sizes.len()]),

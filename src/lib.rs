@@ -20,6 +20,13 @@ pub mod recover;
 pub mod sink;
 pub mod tables;
 
+/// Prints one `zcta: ...` line on stderr. Never panics (unlike `eprintln!`, which
+/// does when stderr is a closed pipe): code running inside the host process must not.
+pub fn warn(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "zcta: {args}");
+}
+
 /// Version of the on-disk layout (tables, columns, units). Stored in every Parquet
 /// file's key-value metadata under [`SCHEMA_VERSION_KEY`]. Bump on any incompatible
 /// change and teach [`reader`] about the old one.

@@ -19,8 +19,9 @@ pub struct OpRecord {
     /// Send/Recv: index of this op among this rank's sends to (receives from) `peer`.
     /// NULL when NCCL rejected the call.
     pub seq: Option<u64>,
-    /// Index of this op among all ops this rank issued on the communicator.
-    pub call_seq: u64,
+    /// Index of this op among all ops this rank issued on the communicator (NULL when
+    /// the communicator is unknown, e.g. a NULL comm).
+    pub call_seq: Option<u64>,
     pub count: u64,
     pub dtype: i32,
     pub bytes: Option<u64>,
@@ -48,8 +49,9 @@ pub struct CallRecord {
     pub group_id: Option<u64>,
     /// GroupEnd / GroupSimulateEnd: operations recorded inside the group.
     pub n_ops: Option<u32>,
-    /// Registration: buffer address; init: number of communicators created.
+    /// Registration: buffer address.
     pub buff: Option<u64>,
+    /// Registration: buffer size; CommInitAll: number of communicators created.
     pub size: Option<u64>,
     /// Registration handle / window, or the new communicator.
     pub handle: Option<u64>,

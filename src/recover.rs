@@ -32,7 +32,8 @@ pub enum LogOutcome {
     AlreadyClosed,
     /// The log held no complete batch.
     Empty,
-    /// The process that owns it still runs on this host: left alone.
+    /// The process that owns it still runs (it holds the log's lock, or it runs on
+    /// this host): left alone.
     Live,
     /// Could not be recovered (reason); nothing was deleted.
     Failed(String),
@@ -103,6 +104,15 @@ pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
     Some((parts[..host_end].join("-"), pid))
 }
 
+/// Whether a live writer holds the log's lock (the writer locks each log while its
+/// segment is open; the kernel drops the lock when the process dies).
+fn is_locked(wal: &Path) -> bool {
+    matches!(
+        File::open(wal).map(|f| f.try_lock()),
+        Ok(Err(std::fs::TryLockError::WouldBlock))
+    )
+}
+
 /// Recovers every log of every table in `run_dir`. `is_live(host, pid)` says whether
 /// a process still runs (its logs are then left alone).
 pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Result<RecoverReport, ReadError> {
@@ -123,10 +133,13 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
         return LogOutcome::Failed("unexpected log file name".into());
     };
     let stem = final_path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    if let Some((host, pid)) = pid_of_stem(stem) {
-        if is_live(&host, pid) {
-            return LogOutcome::Live;
-        }
+    if let Some((host, pid)) = pid_of_stem(stem)
+        && is_live(&host, pid)
+    {
+        return LogOutcome::Live;
+    }
+    if is_locked(wal) {
+        return LogOutcome::Live;
     }
     let tmp = tmp_path_for(&final_path);
     if final_path.exists() {

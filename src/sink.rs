@@ -189,6 +189,8 @@ pub struct DatasetWriter<T: Table> {
     schema: SchemaRef,
     builder: T::Builder,
     segment: Option<Segment>,
+    /// Batches already in the log, not yet in the Parquet writer.
+    unencoded: Vec<RecordBatch>,
     rows_written: u64,
     last_cut: Instant,
 }
@@ -205,6 +207,7 @@ impl<T: Table> DatasetWriter<T> {
             schema: T::schema(),
             builder: T::Builder::default(),
             segment: None,
+            unencoded: Vec::new(),
             rows_written: 0,
             last_cut: Instant::now(),
         }
@@ -224,21 +227,36 @@ impl<T: Table> DatasetWriter<T> {
         Ok(())
     }
 
-    /// Cuts the pending batch if the flush interval has passed; rolls an old segment.
-    pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
+    /// Durability first: if the flush interval has passed, cuts the pending rows into
+    /// the log. Cheap; [`Writer::tick`] does it for every table before any encoding.
+    pub fn tick_log(&mut self, now: Instant) -> Result<(), SinkError> {
         if now.duration_since(self.last_cut) >= self.policy.flush_interval {
-            self.cut()?;
+            self.cut_log()?;
         }
-        if let Some(seg) = &self.segment {
-            if now.duration_since(seg.opened) >= self.policy.segment_age {
-                self.roll()?;
-            }
+        Ok(())
+    }
+
+    /// Then the expensive part: encodes logged batches into Parquet and rolls a full
+    /// or old segment.
+    pub fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError> {
+        self.encode()?;
+        if let Some(seg) = &self.segment
+            && now.duration_since(seg.opened) >= self.policy.segment_age
+        {
+            self.roll()?;
         }
         Ok(())
     }
 
     /// Writes pending rows to the log (flushed to the kernel) and the Parquet writer.
     pub fn cut(&mut self) -> Result<(), SinkError> {
+        self.cut_log()?;
+        self.encode()
+    }
+
+    /// Writes pending rows to the segment's log and flushes it to the kernel, so they
+    /// survive a SIGKILL from now on. The batch waits in `unencoded` for [`Self::encode`].
+    fn cut_log(&mut self) -> Result<(), SinkError> {
         self.last_cut = Instant::now();
         if self.builder.is_empty() {
             return Ok(());
@@ -255,13 +273,33 @@ impl<T: Table> DatasetWriter<T> {
             .write(&batch)
             .map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
         seg.wal.flush().map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
-        seg.pq
-            .write(&batch)
-            .map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
-        seg.rows += batch.num_rows() as u64;
         self.rows_written += batch.num_rows() as u64;
-        if seg.rows >= self.policy.segment_rows {
+        self.unencoded.push(batch);
+        Ok(())
+    }
+
+    /// Encodes logged batches into the segment's Parquet writer; rolls when full.
+    fn encode(&mut self) -> Result<(), SinkError> {
+        self.encode_pending()?;
+        if self
+            .segment
+            .as_ref()
+            .is_some_and(|s| s.rows >= self.policy.segment_rows)
+        {
             self.roll()?;
+        }
+        Ok(())
+    }
+
+    fn encode_pending(&mut self) -> Result<(), SinkError> {
+        let Some(seg) = self.segment.as_mut() else {
+            return Ok(());
+        };
+        for batch in self.unencoded.drain(..) {
+            seg.pq
+                .write(&batch)
+                .map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
+            seg.rows += batch.num_rows() as u64;
         }
         Ok(())
     }
@@ -275,6 +313,10 @@ impl<T: Table> DatasetWriter<T> {
         let wal_path = wal_path_for(&final_path);
         let tmp_path = tmp_path_for(&final_path);
         let wal_file = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        // Held while the segment is open: `zcta recover` leaves locked logs alone, even
+        // from another host on a shared file system. A file system without locks
+        // just means no such protection.
+        let _ = wal_file.try_lock();
         let wal = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, wal_file), &self.schema)
             .map_err(|e| SinkError::arrow(&wal_path, e))?;
         let tmp = File::create(&tmp_path).map_err(|e| SinkError::io(&tmp_path, e))?;
@@ -292,7 +334,9 @@ impl<T: Table> DatasetWriter<T> {
     }
 
     /// Closes the open segment: Parquet footer, rename into place, delete the log.
+    /// Logged batches not yet encoded are encoded first.
     pub fn roll(&mut self) -> Result<(), SinkError> {
+        self.encode_pending()?;
         let Some(seg) = self.segment.take() else {
             return Ok(());
         };
@@ -338,6 +382,8 @@ pub struct WriterControl {
     pub dropped: AtomicU64,
     /// Set once the writer failed: the hot path stops producing.
     pub failed: AtomicBool,
+    /// Set when the shim hit an internal error and stopped recording early.
+    pub internal_error: AtomicBool,
     thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
@@ -380,7 +426,8 @@ impl WriterControl {
     fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
-    fn mark_done(&self) {
+    /// Releases everybody waiting in [`Self::stop_and_wait`].
+    pub fn mark_done(&self) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.done_cv.notify_all();
     }
@@ -420,7 +467,8 @@ pub struct Writer {
     ops: DatasetWriter<OpsTable>,
     calls: DatasetWriter<CallsTable>,
     comms: DatasetWriter<CommsTable>,
-    process_wal: Option<PathBuf>,
+    /// The `process` row's log, kept open (and locked) until the final row is written.
+    process_wal: Option<(PathBuf, StreamWriter<BufWriter<File>>)>,
     error: Option<String>,
 }
 
@@ -455,11 +503,12 @@ impl Writer {
         row.end_ns = None;
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&wal_path, e))?;
         let f = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        let _ = f.try_lock();
         let mut w = StreamWriter::try_new(BufWriter::new(f), &ProcessTable::schema())
             .map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.write(&batch).map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.flush().map_err(|e| SinkError::arrow(&wal_path, e))?;
-        self.process_wal = Some(wal_path);
+        self.process_wal = Some((wal_path, w));
         Ok(())
     }
 
@@ -473,10 +522,15 @@ impl Writer {
         }
     }
 
+    /// Every table's log first (durability), then the Parquet encoding and rolls, so
+    /// no table's log waits behind another table's compression or file system calls.
     pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
-        self.ops.tick(now)?;
-        self.calls.tick(now)?;
-        self.comms.tick(now)
+        self.ops.tick_log(now)?;
+        self.calls.tick_log(now)?;
+        self.comms.tick_log(now)?;
+        self.ops.tick_encode(now)?;
+        self.calls.tick_encode(now)?;
+        self.comms.tick_encode(now)
     }
 
     /// Closes every table and writes the final `process` row.
@@ -508,7 +562,8 @@ impl Writer {
         let final_path = self.process_final_path();
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&final_path, e))?;
         write_parquet_file::<ProcessTable>(&final_path, &[batch])?;
-        if let Some(wal) = self.process_wal.take() {
+        if let Some((wal, log)) = self.process_wal.take() {
+            drop(log);
             fs::remove_file(&wal).map_err(|e| SinkError::io(&wal, e))?;
         }
         Ok(())
@@ -521,8 +576,9 @@ fn process_batch(row: &ProcessRow, ctx: &Ctx) -> Result<RecordBatch, arrow_schem
     b.finish(&ProcessTable::schema())
 }
 
-/// How long the writer sleeps when the queue is empty. Producers never wake it (a
-/// wake-up would put a futex syscall on the NCCL hot path); it polls instead.
+/// How long the writer sleeps when the queue is empty. Producers do not wake it for
+/// each record (a wake-up would put a futex syscall on the NCCL hot path); it polls,
+/// and is woken only when the queue is half full.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// The writer thread's body: drains `rx` until asked to stop, then closes everything.
@@ -554,12 +610,10 @@ pub fn run_writer(rx: crossbeam_channel::Receiver<Event>, mut writer: Writer, ct
                 break; // give tick() a chance under sustained load
             }
         }
-        if !failed {
-            if let Err(e) = writer.tick(Instant::now()) {
-                writer.note_error(&e);
-                report_failure(&ctl, &e);
-                failed = true;
-            }
+        if !failed && let Err(e) = writer.tick(Instant::now()) {
+            writer.note_error(&e);
+            report_failure(&ctl, &e);
+            failed = true;
         }
         if stopping && rx.is_empty() {
             break;
@@ -573,17 +627,25 @@ pub fn run_writer(rx: crossbeam_channel::Receiver<Event>, mut writer: Writer, ct
     } else {
         EndReason::Exit.as_str()
     };
-    let reason = if failed { "error" } else { reason };
-    if let Err(e) = writer.finish(reason, ctl.dropped.load(Ordering::Relaxed)) {
-        if !failed {
-            report_failure(&ctl, &e);
-        }
+    let internal = ctl.internal_error.load(Ordering::Relaxed);
+    if internal {
+        writer
+            .error
+            .get_or_insert_with(|| "internal error in the shim: recording stopped early".into());
+    }
+    let reason = if failed || internal { "error" } else { reason };
+    if let Err(e) = writer.finish(reason, ctl.dropped.load(Ordering::Relaxed))
+        && !failed
+    {
+        report_failure(&ctl, &e);
     }
     ctl.mark_done();
 }
 
 fn report_failure(ctl: &WriterControl, e: &SinkError) {
     if !ctl.failed.swap(true, Ordering::AcqRel) {
-        eprintln!("zcta: cannot write {e}; recording stopped, the program continues unchanged");
+        crate::warn(format_args!(
+            "cannot write {e}; recording stopped, the program continues unchanged"
+        ));
     }
 }

@@ -184,11 +184,11 @@ fn older_schema_without_a_nullable_column_reads_as_null() {
     // A missing *required* column cannot be filled in.
     std::fs::remove_file(ops_dir.join("old-p4-00000.parquet")).unwrap();
     let bad = ops_dir.join("old-p5-00000.parquet");
-    write_foreign(&bad, ops_schema_without(&["call_seq"]), &batches, Some("0"));
+    write_foreign(&bad, ops_schema_without(&["comm_ptr"]), &batches, Some("0"));
     let d = read_table(&run.dir(), "ops").unwrap();
     assert_eq!(d.num_rows(), 0);
     assert_eq!(d.skipped.len(), 1);
-    assert!(d.skipped[0].reason.contains("call_seq"), "{:?}", d.skipped[0]);
+    assert!(d.skipped[0].reason.contains("comm_ptr"), "{:?}", d.skipped[0]);
 }
 
 #[test]
@@ -331,7 +331,7 @@ fn damaged_logs_never_panic() {
             rank: Some(0),
             nranks: Some(1),
             seq: Some(i),
-            call_seq: i,
+            call_seq: Some(i),
             count: 1024,
             dtype: 7,
             bytes: Some(4096),

@@ -706,6 +706,8 @@ fn group_simulate_end() {
     run.run_ok(&["simulate"]);
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 1);
+    // A simulated group never runs: its ops take no sequence number.
+    assert!(ops[0].is_null("seq"), "{:?}", ops[0]);
     let gid = ops[0].req_u64("group_id");
     let mut calls = run.rows("calls");
     calls.sort_by_key(|c| c.req_i64("api_start_ns"));
@@ -722,4 +724,55 @@ fn group_simulate_end() {
             ("CommDestroy", None, None),
         ]
     );
+}
+
+/// Two communicators created one after the other from the same ncclUniqueId (what
+/// `NCCL_COMM_ID` or a saved id does) are different communicators: distinct comm_ids,
+/// agreed on by both ranks, and each with its own sequence numbers from 0.
+#[test]
+fn communicators_from_a_reused_unique_id_stay_distinct() {
+    let run = Run::new("reinit");
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let id = idf.to_str().unwrap();
+    let children: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            run.host(&["reinit", r, "2", id])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let comms = run.rows("comms");
+    assert_eq!(comms.len(), 4);
+    let ids: BTreeSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
+    assert_eq!(
+        ids.len(),
+        2,
+        "two communicators, each seen by both ranks: {comms:?}"
+    );
+    assert!(
+        ids.contains(&comm_id_of(&read_id(&idf))),
+        "the first keeps the id's own hash"
+    );
+    for cid in &ids {
+        let ranks: BTreeSet<i32> = comms
+            .iter()
+            .filter(|c| c.req_u64("comm_id") == *cid)
+            .map(|c| c.req_i32("rank"))
+            .collect();
+        assert_eq!(ranks, BTreeSet::from([0, 1]));
+    }
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 4);
+    for o in &ops {
+        assert!(ids.contains(&o.req_u64("comm_id")));
+        assert_eq!(o.req_u64("seq"), 0, "each communicator starts at seq 0: {o:?}");
+    }
 }

@@ -102,25 +102,30 @@ pub struct OpArgs {
     pub redop: Option<i32>,
 }
 
+/// Whether NCCL may be asked about a communicator after a call returned `rc`: only
+/// when the call returned ncclSuccess outside any group. Inside a group (and for a
+/// non-blocking communicator) NCCL defers initialisation: the queries would return
+/// zeros, or print warnings and overwrite what `ncclGetLastError` reports.
+fn may_query(rc: i32) -> bool {
+    rc == nccl::NCCL_SUCCESS && current_group().is_none()
+}
+
 /// Looks up a communicator, learning it lazily when it was created in a way we could
-/// not see (or not fully: a non-blocking init). Only after NCCL accepted a call on
-/// it, so a bad pointer is never dereferenced by us first.
-fn comm_state(ptr: usize, accepted: bool) -> Option<Arc<CommState>> {
-    let st = comms::get(ptr);
-    if !accepted {
-        return st;
-    }
-    match st {
-        Some(st) if st.is_complete() => Some(st),
+/// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
+/// [`may_query`], so a bad or unready pointer is never handed to it by us first.
+fn comm_state(ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
+    match comms::get(ptr) {
         Some(st) => {
-            st.fill(
-                ffi::real::comm_rank(ptr),
-                ffi::real::comm_count(ptr),
-                ffi::real::comm_device(ptr),
-            );
+            if queryable && !st.is_complete() {
+                st.fill(
+                    ffi::real::comm_rank(ptr),
+                    ffi::real::comm_count(ptr),
+                    ffi::real::comm_device(ptr),
+                );
+            }
             Some(st)
         }
-        None => {
+        None if queryable => {
             let st = Arc::new(CommState::new(
                 None,
                 ffi::real::comm_rank(ptr),
@@ -130,7 +135,29 @@ fn comm_state(ptr: usize, accepted: bool) -> Option<Arc<CommState>> {
             comms::insert(ptr, Arc::clone(&st));
             Some(st)
         }
+        None => None,
     }
+}
+
+/// An op issued inside a group waits here for its group's outcome: NCCL only runs
+/// (and counts) it if the outermost `ncclGroupEnd` succeeds, and never for
+/// `ncclGroupSimulateEnd`. Its sequence number is assigned then.
+struct Pending {
+    rec: OpRecord,
+    comm: Option<Arc<CommState>>,
+}
+
+thread_local! {
+    static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Gives an accepted op its sequence number on its communicator.
+fn assign_seq(rec: &mut OpRecord, comm: &CommState) {
+    rec.seq = Some(match (rec.op, rec.peer) {
+        (OpKind::Send, Some(p)) => comm.next_p2p_seq(true, p),
+        (OpKind::Recv, Some(p)) => comm.next_p2p_seq(false, p),
+        _ => comm.next_coll_seq(),
+    });
 }
 
 /// A collective or point-to-point call.
@@ -142,33 +169,25 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let t1 = now_ns();
     protect(|| {
         let ok = nccl::accepted(rc);
-        let st = comm_state(a.comm, ok);
-        let (comm_id, rank, nranks, device, call_seq, seq) = match &st {
-            Some(st) => {
-                let seq = ok.then(|| match (kind, a.peer) {
-                    (OpKind::Send, Some(p)) => st.next_p2p_seq(true, p),
-                    (OpKind::Recv, Some(p)) => st.next_p2p_seq(false, p),
-                    _ => st.next_coll_seq(),
-                });
-                (
-                    st.comm_id,
-                    st.rank(),
-                    st.nranks(),
-                    st.device(),
-                    st.next_call_seq(),
-                    seq,
-                )
-            }
-            None => (None, None, None, None, 0, None),
+        let st = comm_state(a.comm, may_query(rc));
+        let (comm_id, rank, nranks, device, call_seq) = match &st {
+            Some(st) => (
+                st.comm_id,
+                st.rank(),
+                st.nranks(),
+                st.device(),
+                Some(st.next_call_seq()),
+            ),
+            None => (None, None, None, None, None),
         };
-        count_group_op();
-        state::emit(Event::Op(OpRecord {
+        let group_id = current_group();
+        let mut rec = OpRecord {
             op: kind,
             comm_id,
             comm_ptr: a.comm as u64,
             rank,
             nranks,
-            seq,
+            seq: None,
             call_seq,
             count: a.count,
             dtype: a.dtype,
@@ -180,15 +199,43 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             recvbuff: a.recvbuff,
             stream: a.stream,
             device,
-            group_id: current_group(),
+            group_id,
             api_start_ns: t0,
             api_end_ns: t1,
             result: rc,
             tid: tid(),
-        }));
+        };
+        if group_id.is_some() {
+            count_group_op();
+            let pending = Pending {
+                rec,
+                comm: if ok { st } else { None },
+            };
+            // Fails only while the thread is exiting: nothing to attach the op to then.
+            let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
+            return;
+        }
+        if ok && let Some(st) = &st {
+            assign_seq(&mut rec, st);
+        }
+        state::emit(Event::Op(rec));
     });
     drop(g);
     rc
+}
+
+/// Emits the ops of a closed outermost group; they take sequence numbers only when
+/// the group really ran.
+fn flush_group(ran: bool) {
+    let ops = PENDING
+        .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
+        .unwrap_or_default();
+    for Pending { mut rec, comm } in ops {
+        if ran && let Some(st) = &comm {
+            assign_seq(&mut rec, st);
+        }
+        state::emit(Event::Op(rec));
+    }
 }
 
 fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
@@ -264,6 +311,9 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
                 }
             })
             .unwrap_or((None, None));
+        if n_ops.is_some() {
+            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc));
+        }
         let mut r = call_record(kind, t0, t1, rc);
         r.group_id = id;
         r.n_ops = n_ops;
@@ -317,7 +367,7 @@ pub fn comm_init(
     // Derivation indices are taken before the call, on every rank, success or not,
     // so that all ranks of the parent agree.
     let pre = protect(|| match a.rule {
-        IdRule::Unique(id) => (Some(id), None),
+        IdRule::Unique(id) => (Some(unique_occurrence(id)), None),
         IdRule::Split { parent, color } => {
             let p = comms::get(parent);
             let pid = p.as_ref().and_then(|p| p.comm_id);
@@ -350,6 +400,7 @@ pub fn comm_init(
         let version = ffi::real::library_info().version;
         let mut first_ptr = None;
         let many = made.len() > 1;
+        let query = may_query(rc);
         for (i, (ptr, dev_hint)) in made.iter().copied().enumerate() {
             if ptr == 0 {
                 continue;
@@ -359,10 +410,13 @@ pub fn comm_init(
             let rank = if many {
                 Some(i as i32)
             } else {
-                a.rank.or_else(|| ffi::real::comm_rank(ptr))
+                a.rank
+                    .or_else(|| query.then(|| ffi::real::comm_rank(ptr)).flatten())
             };
-            let nranks = a.nranks.or_else(|| ffi::real::comm_count(ptr));
-            let device = ffi::real::comm_device(ptr).or(dev_hint);
+            let nranks = a
+                .nranks
+                .or_else(|| query.then(|| ffi::real::comm_count(ptr)).flatten());
+            let device = query.then(|| ffi::real::comm_device(ptr)).flatten().or(dev_hint);
             let st = Arc::new(CommState::new(Some(comm_id), rank, nranks, device));
             comms::insert(ptr, Arc::clone(&st));
             let (color, key) = match a.rule {
@@ -405,6 +459,24 @@ pub fn comm_init(
     });
     drop(g);
     rc
+}
+
+/// The same ncclUniqueId can create several communicators: `NCCL_COMM_ID` makes
+/// `ncclGetUniqueId` return a fixed id, and programs re-create communicators from a
+/// saved id. The n-th creation from one id gets a distinct comm_id; creation is
+/// collective and ordered, so n agrees on every rank.
+fn unique_occurrence(h: u64) -> u64 {
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, u64>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let n = seen.entry(h).or_insert(0);
+    let id = if *n == 0 {
+        h
+    } else {
+        hash::StableHasher::new().u64(h).u64(*n).finish()
+    };
+    *n += 1;
+    id
 }
 
 /// An id for a communicator only this process can name (no unique id, or a parent

@@ -39,6 +39,7 @@ pub struct Recorder {
     wake_at: usize,
     owner_pid: u32,
     exit_timeout: Duration,
+    writer_thread: Option<std::thread::ThreadId>,
 }
 
 /// The recorder, if recording is on. Activates it on first use.
@@ -47,6 +48,13 @@ pub fn recorder() -> Option<&'static Recorder> {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => RECORDER.get(),
         UNINIT | ACTIVATING => activate_once(),
+        DISABLED => {
+            // Recording stopped early (internal error): still count what is lost.
+            if let Some(r) = RECORDER.get() {
+                r.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            None
+        }
         _ => None,
     }
 }
@@ -95,7 +103,7 @@ fn activate() -> Option<Recorder> {
         return None;
     }
     for w in &cfg.warnings {
-        eprintln!("zcta: {w}");
+        zcta::warn(format_args!("{w}"));
     }
     let pid = std::process::id();
     let ppid = std::os::unix::process::parent_id() as i32;
@@ -117,7 +125,7 @@ fn activate() -> Option<Recorder> {
     };
     let run = config::derive_run_id(&env_var, &facts);
     if let Some(w) = &run.warning {
-        eprintln!("zcta: {w}");
+        zcta::warn(format_args!("{w}"));
     }
     let rank_env = config::rank_from_env(&env_var);
     let nccl = ffi::real::library_info();
@@ -154,9 +162,12 @@ fn activate() -> Option<Recorder> {
     let ctl = WriterControl::new();
     let writer = Writer::new(info, cfg.policy);
     let ctl2 = Arc::clone(&ctl);
-    let handle = std::thread::Builder::new()
+    let spawned = std::thread::Builder::new()
         .name("zcta-writer".into())
         .spawn(move || {
+            // Signals are for the program's threads: a handler (which might call _exit)
+            // must never run on the writer, which would then wait for itself.
+            ffi::sys::block_all_signals();
             if catch_unwind(AssertUnwindSafe(|| {
                 sink::run_writer(rx, writer, Arc::clone(&ctl2))
             }))
@@ -164,9 +175,18 @@ fn activate() -> Option<Recorder> {
             {
                 report_panic();
                 ctl2.failed.store(true, Ordering::Release);
+                ctl2.mark_done();
             }
-        })
-        .ok()?;
+        });
+    let handle = match spawned {
+        Ok(h) => h,
+        Err(e) => {
+            zcta::warn(format_args!(
+                "cannot start the writer thread ({e}); recording disabled"
+            ));
+            return None;
+        }
+    };
     ctl.set_thread(handle.thread().clone());
     ffi::process::register_atexit();
     Some(Recorder {
@@ -175,6 +195,7 @@ fn activate() -> Option<Recorder> {
         wake_at: cfg.queue_capacity / 2,
         owner_pid: pid,
         exit_timeout: cfg.exit_timeout,
+        writer_thread: Some(handle.thread().id()),
     })
 }
 
@@ -194,6 +215,10 @@ fn env_json() -> String {
 }
 
 impl Recorder {
+    fn is_writer_thread(&self) -> bool {
+        self.writer_thread == Some(std::thread::current().id())
+    }
+
     /// Hands a record to the writer. Never blocks: when the queue is full the record
     /// is dropped and counted.
     #[inline]
@@ -250,7 +275,7 @@ pub fn on_exit(reason: EndReason) {
         return;
     }
     let prev = STATE.swap(FINISHED, Ordering::AcqRel);
-    if prev == FINISHED {
+    if prev == FINISHED || r.is_writer_thread() {
         return;
     }
     r.ctl.stop_and_wait(reason, r.exit_timeout);
@@ -263,11 +288,16 @@ pub fn owns_writer(pid: u32) -> bool {
 
 /// Called when our code panicked: recording stops for good, calls keep flowing.
 pub fn report_panic() {
+    if let Some(r) = RECORDER.get() {
+        r.ctl.internal_error.store(true, Ordering::Release);
+    }
     for from in [ACTIVE, ACTIVATING, UNINIT] {
         let _ = STATE.compare_exchange(from, DISABLED, Ordering::AcqRel, Ordering::Acquire);
     }
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
-        eprintln!("zcta: internal error; recording disabled, NCCL calls continue unchanged");
+        zcta::warn(format_args!(
+            "internal error; recording disabled, NCCL calls continue unchanged"
+        ));
     }
 }
 

@@ -4,7 +4,7 @@
 crate::define_table! {
     /// One row per process that recorded anything.
     pub struct ProcessTable, ProcessBuilder: "process", row = ProcessRow;
-    run_id: Utf8, required, default, "run id (directory name) and how it was chosen, e.g. `abc (TORCHELASTIC_RUN_ID)`" => |r, c| Some(r.run_id.as_str());
+    run_id: Utf8, required, default, "run id (the run directory's name)" => |r, c| Some(r.run_id.as_str());
     run_id_source: Utf8, required, default, "where the run id came from: ZCTA_RUN_ID, TORCHELASTIC_RUN_ID, torchrun-parent, SLURM, PMIX_NAMESPACE, multiprocessing-parent, time" => |r, c| Some(r.run_id_source.as_str());
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
@@ -19,12 +19,12 @@ crate::define_table! {
     clock: Utf8, required, default, "clock of every *_ns column: CLOCK_REALTIME (ns since the UNIX epoch)" => |r, c| Some(r.clock.as_str());
     start_ns: I64, required, default, "activation time (first NCCL call)" => |r, c| Some(r.start_ns);
     end_ns: I64, nullable, default, "time the writer finished; NULL when the process died before (row recovered from the log)" => |r, c| r.end_ns;
-    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), error (the writer failed; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
+    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), error (recording stopped early: the writer failed or the shim hit an internal error; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`). A write error while closing files at exit keeps exit/_exit and fills write_errors" => |r, c| Some(r.end_reason.as_str());
     env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES and launcher variables at activation" => |r, c| Some(r.env_json.as_str());
     ops_rows: U64, required, default, "ops rows this process wrote (for a killed process: the rows recovered)" => |r, c| Some(r.ops_rows);
     calls_rows: U64, required, default, "calls rows, likewise" => |r, c| Some(r.calls_rows);
     comms_rows: U64, required, default, "comms rows, likewise" => |r, c| Some(r.comms_rows);
-    records_dropped: U64, nullable, default, "records dropped because the queue was full or the writer failed (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
+    records_dropped: U64, nullable, default, "records not written because the queue was full, the writer failed, or recording stopped after an internal error (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 

@@ -15,7 +15,7 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
 /// The library calls are forwarded to.
 #[derive(Clone, Debug, Default)]
@@ -29,28 +29,14 @@ struct Lib {
     path: Option<String>,
 }
 
-static LIB: OnceLock<Lib> = OnceLock::new();
+/// Set once, with a compare-and-swap rather than a blocking `OnceLock`: a `fork()`
+/// while another thread is inside `find_lib` must not leave the child waiting forever
+/// (its first NCCL call still needs the real function).
+static LIB: AtomicPtr<Lib> = AtomicPtr::new(std::ptr::null_mut());
 static INFO: OnceLock<LibraryInfo> = OnceLock::new();
 
 fn own_path() -> Option<String> {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads the address and writes into info.
-    let ok = unsafe { libc::dladdr(own_path as *const c_void, info.as_mut_ptr()) };
-    if ok == 0 {
-        return None;
-    }
-    // SAFETY: dladdr succeeded, so info is initialised; dli_fname is a NUL-terminated
-    // string owned by the loader (or NULL).
-    let info = unsafe { info.assume_init() };
-    if info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: checked non-null above.
-    Some(
-        unsafe { CStr::from_ptr(info.dli_fname) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    object_of(own_path as *mut c_void)
 }
 
 /// Paths of the mapped objects whose file name starts with `libnccl.so`.
@@ -96,12 +82,23 @@ fn find_lib() -> Lib {
                 path: Some(p),
             };
         }
-        eprintln!("zcta: ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead");
+        zcta::warn(format_args!(
+            "ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead"
+        ));
     }
-    for p in mapped_nccl() {
-        if Some(&p) == own.as_ref() {
-            continue;
-        }
+    let mut mapped = mapped_nccl();
+    mapped.retain(|p| Some(p) != own.as_ref());
+    mapped.dedup();
+    if mapped.len() > 1 {
+        // Calls cannot be told apart by caller: all go to the first copy.
+        zcta::warn(format_args!(
+            "{} copies of libnccl are mapped ({}); forwarding every NCCL call to {}. Set ZCTA_NCCL_LIB to choose",
+            mapped.len(),
+            mapped.join(", "),
+            mapped[0]
+        ));
+    }
+    for p in mapped {
         let h = dlopen(&p, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
         if h != 0 {
             return Lib {
@@ -145,7 +142,22 @@ fn object_of(addr: *mut c_void) -> Option<String> {
 }
 
 fn lib() -> &'static Lib {
-    LIB.get_or_init(find_lib)
+    let p = LIB.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null LIB points to a leaked, never-freed Lib.
+        return unsafe { &*p };
+    }
+    let fresh = Box::into_raw(Box::new(find_lib()));
+    match LIB.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: we just published our leaked Box.
+        Ok(_) => unsafe { &*fresh },
+        Err(winner) => {
+            // SAFETY: `fresh` was never published; reclaim it. `winner` is leaked.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above, a published Lib lives forever.
+            unsafe { &*winner }
+        }
+    }
 }
 
 fn lookup(name: &CStr) -> *mut c_void {
@@ -165,6 +177,7 @@ pub struct RealFn {
     name: &'static CStr,
     ptr: AtomicPtr<c_void>,
     state: AtomicU8, // 0 unresolved, 1 resolved, 2 missing
+    reported: AtomicBool,
 }
 
 impl RealFn {
@@ -174,6 +187,7 @@ impl RealFn {
             name,
             ptr: AtomicPtr::new(std::ptr::null_mut()),
             state: AtomicU8::new(0),
+            reported: AtomicBool::new(false),
         }
     }
 
@@ -209,14 +223,13 @@ impl RealFn {
 
 /// Reported once per function when the real library lacks it.
 pub fn missing(f: &RealFn) -> c_int {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    let name = f.name();
-    ONCE.call_once(|| {
-        eprintln!(
-            "zcta: the NCCL library ({}) has no {name}; returning ncclInternalError",
-            lib().path.as_deref().unwrap_or("not found")
-        )
-    });
+    if !f.reported.swap(true, Ordering::Relaxed) {
+        zcta::warn(format_args!(
+            "the NCCL library ({}) has no {}; returning ncclInternalError",
+            lib().path.as_deref().unwrap_or("not found"),
+            f.name()
+        ));
+    }
     zcta::nccl::NCCL_INTERNAL_ERROR
 }
 

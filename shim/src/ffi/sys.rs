@@ -24,3 +24,13 @@ pub fn hostname() -> String {
     })
     .clone()
 }
+
+/// Blocks every signal in the calling thread (used by the writer thread).
+pub fn block_all_signals() {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises the set; pthread_sigmask only reads it.
+    unsafe {
+        libc::sigfillset(set.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
