@@ -32,5 +32,18 @@ python3 "$here/verify_smoke.py" "$run" "$work/plain" "$work/shim" | tee "$out/sm
 [ -x "$bin/zcta" ] && "$bin/zcta" summary "$run" | tee "$out/smoke_summary.txt"
 cp -r "$work/plain" "$runs/_plain_results"; cp -r "$work/shim" "$runs/_shim_results"
 tar czf "$out/smoke_run.tgz" -C "$runs" . 2>/dev/null
+
+# Multiprocessing instead of torchrun: fork (parent without NCCL, workers leave with
+# os._exit) and torch.multiprocessing.spawn (run id from the parent).
+for mode in fork spawn; do
+  echo "== multiprocessing: $mode"
+  mpout="$work/mp-$mode"
+  extra=()
+  [ "$mode" = fork ] && extra=(ZCTA_RUN_ID=mp-fork-test)
+  env "${extra[@]}" ZCTA_OUT="$mpout" LD_PRELOAD="$shim" python3 "$here/mp_job.py" "$mode" 20 \
+    >"$out/mp_$mode.log" 2>&1 || { echo "mp $mode job failed"; tail -5 "$out/mp_$mode.log"; status=1; }
+  if grep -q "zcta" "$out/mp_$mode.log"; then echo "FAIL  stray zcta output:"; grep zcta "$out/mp_$mode.log"; status=1; fi
+  python3 "$here/check_mp.py" "$mpout" "$mode" 20 "$ngpu" | tee -a "$out/smoke_verify.txt" || status=1
+done
 rm -rf "$work"
 exit $status
