@@ -35,6 +35,7 @@ fn workload(n: usize) -> Vec<Event> {
             t += 20_000 + (x % 15_000) as i64;
             let dur = 5_000 + (x >> 20) as i64 % 4_000;
             Event::Op(OpRecord {
+                op_id: i as u64 + 1,
                 op,
                 comm_id: Some(0x1234_5678_9abc_def0),
                 comm_ptr: 0x5555_0000_1000,

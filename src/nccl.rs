@@ -165,6 +165,62 @@ pub fn dtype_name(dtype: i32) -> Option<&'static str> {
     })
 }
 
+/// Function names NCCL's profiler plugin reports (`collectives.cc`), by code.
+pub const PLUGIN_FUNCS: [&str; 11] = [
+    "Broadcast",
+    "Reduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllReduce",
+    "Send",
+    "Recv",
+    "AlltoAll",
+    "Gather",
+    "Scatter",
+    "SendRecv",
+];
+/// Algorithm names NCCL's profiler plugin reports.
+pub const PLUGIN_ALGOS: [&str; 7] = [
+    "TREE",
+    "RING",
+    "COLLNET_DIRECT",
+    "COLLNET_CHAIN",
+    "NVLS",
+    "NVLS_TREE",
+    "PAT",
+];
+/// Protocol names NCCL's profiler plugin reports.
+pub const PLUGIN_PROTOS: [&str; 3] = ["LL", "LL128", "SIMPLE"];
+
+/// Code of `name` in one of the `PLUGIN_*` tables (`u8::MAX`: not a known name).
+pub fn name_code(table: &[&str], name: &str) -> u8 {
+    table.iter().position(|n| *n == name).map_or(u8::MAX, |i| i as u8)
+}
+
+/// Name of a code from [`name_code`] (`None` for an unknown name).
+pub fn code_name(table: &[&'static str], code: u8) -> Option<&'static str> {
+    table.get(code as usize).copied()
+}
+
+/// `ncclDataType_t` of the name NCCL's profiler plugin reports ("ncclFloat32" ...).
+pub fn dtype_from_plugin_name(name: &str) -> Option<i32> {
+    Some(match name {
+        "ncclInt8" => 0,
+        "ncclUint8" => 1,
+        "ncclInt32" => 2,
+        "ncclUint32" => 3,
+        "ncclInt64" => 4,
+        "ncclUint64" => 5,
+        "ncclFloat16" => 6,
+        "ncclFloat32" => 7,
+        "ncclFloat64" => 8,
+        "ncclBfloat16" => 9,
+        "ncclFloat8e4m3" => 10,
+        "ncclFloat8e5m2" => 11,
+        _ => return None,
+    })
+}
+
 /// `ncclSuccess`.
 pub const NCCL_SUCCESS: i32 = 0;
 /// `ncclInternalError`, returned when the real library lacks a function.

@@ -9,6 +9,8 @@ use crate::nccl::{CallKind, OpKind};
 /// One NCCL data-moving operation (row of `ops`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OpRecord {
+    /// Process-wide id of this call; joins the profiler plugin's view (`nccl_ops`).
+    pub op_id: u64,
     pub op: OpKind,
     pub comm_id: Option<u64>,
     /// Address of the `ncclComm_t` (distinguishes communicators inside a process).
@@ -114,10 +116,110 @@ pub struct CommRecord {
     pub tid: i32,
 }
 
+/// NCCL's own view of one operation, from its profiler plugin (row of `nccl_ops`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclOpRecord {
+    pub op_id: Option<u64>,
+    pub comm_hash: Option<u64>,
+    pub rank: Option<i32>,
+    /// true: a Coll event; false: a P2p event.
+    pub coll: bool,
+    /// Code in [`crate::nccl::PLUGIN_FUNCS`].
+    pub func: u8,
+    pub seq_number: Option<u64>,
+    /// Codes in [`crate::nccl::PLUGIN_ALGOS`] / [`crate::nccl::PLUGIN_PROTOS`].
+    pub algo: Option<u8>,
+    pub proto: Option<u8>,
+    pub n_channels: i32,
+    pub n_warps: Option<i32>,
+    pub peer: Option<i32>,
+    pub count: u64,
+    pub dtype: Option<i32>,
+    pub start_ns: i64,
+    pub stop_ns: Option<i64>,
+    pub tid: i32,
+}
+
+/// Proxy-thread event kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyKind {
+    Op,
+    Step,
+    Ctrl,
+    /// A channel's GPU timers (only with `ZCTA_NCCL_KERNEL_CH=1`).
+    KernelCh,
+}
+
+impl ProxyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyKind::Op => "ProxyOp",
+            ProxyKind::Step => "ProxyStep",
+            ProxyKind::Ctrl => "ProxyCtrl",
+            ProxyKind::KernelCh => "KernelCh",
+        }
+    }
+}
+
+/// One proxy-thread event from NCCL's profiler plugin (row of `proxy`). Each state
+/// column holds the time the state was first entered (a state marks the *start* of a
+/// wait).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProxyRecord {
+    pub kind: ProxyKind,
+    pub op_id: Option<u64>,
+    pub comm_hash: Option<u64>,
+    pub rank: Option<i32>,
+    pub pid: Option<i32>,
+    pub channel: Option<i32>,
+    pub peer: Option<i32>,
+    pub n_steps: Option<i32>,
+    pub chunk_size: Option<i32>,
+    pub is_send: Option<bool>,
+    pub step: Option<i32>,
+    pub start_ns: i64,
+    pub stop_ns: Option<i64>,
+    pub in_progress_ns: Option<i64>,
+    pub send_gpu_wait_ns: Option<i64>,
+    pub send_peer_wait_ns: Option<i64>,
+    pub send_wait_ns: Option<i64>,
+    pub recv_wait_ns: Option<i64>,
+    pub recv_flush_wait_ns: Option<i64>,
+    pub recv_gpu_wait_ns: Option<i64>,
+    pub trans_size: Option<u64>,
+    /// ProxyCtrl: first and last state recorded (13 Idle .. 18 AppendEnd) and when.
+    pub ctrl_first_state: Option<i32>,
+    pub ctrl_first_ns: Option<i64>,
+    pub ctrl_last_state: Option<i32>,
+    pub ctrl_last_ns: Option<i64>,
+    pub appended_ops: Option<i32>,
+    /// KernelCh: the GPU's `%globaltimer` at the channel's start and stop (ns).
+    pub gpu_timer_start: Option<u64>,
+    pub gpu_timer_stop: Option<u64>,
+    pub tid: i32,
+}
+
+/// A communicator as NCCL's profiler plugin saw it (row of `nccl_comms`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclCommRecord {
+    pub comm_hash: u64,
+    /// Our comm_id, when NCCL initialised the plugin inside our interposed call.
+    pub comm_id: Option<u64>,
+    pub comm_name: Option<SmallStr>,
+    pub n_nodes: i32,
+    pub nranks: i32,
+    pub rank: i32,
+    pub init_ns: i64,
+    pub tid: i32,
+}
+
 /// Everything that travels through the shim's bounded queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Event {
     Op(OpRecord),
     Call(CallRecord),
     Comm(CommRecord),
+    NcclOp(NcclOpRecord),
+    Proxy(ProxyRecord),
+    NcclComm(NcclCommRecord),
 }

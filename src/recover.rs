@@ -16,7 +16,7 @@ use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 
 use crate::reader::{ReadError, align, check_run_dir, list_table};
-use crate::sink::{SinkError, final_path_for_wal, tmp_path_for, write_parquet_file};
+use crate::sink::{SinkError, final_path_for_wal, tmp_path_for};
 use crate::tables::{self, CallsTable, CommsTable, OpsTable, ProcessTable, Table};
 
 /// What happened to one log.
@@ -196,13 +196,8 @@ fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), 
         }
         aligned.push(b);
     }
-    let r: Result<(), SinkError> = match table {
-        OpsTable::NAME => write_parquet_file::<OpsTable>(path, &aligned),
-        CallsTable::NAME => write_parquet_file::<CallsTable>(path, &aligned),
-        CommsTable::NAME => write_parquet_file::<CommsTable>(path, &aligned),
-        ProcessTable::NAME => write_parquet_file::<ProcessTable>(path, &aligned),
-        _ => return Err("unknown table".into()),
-    };
+    let info = tables::table(table).ok_or("unknown table")?;
+    let r: Result<(), SinkError> = (info.write)(path, &aligned);
     r.map_err(|e| e.to_string())
 }
 

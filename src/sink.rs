@@ -37,7 +37,8 @@ use parquet::schema::types::ColumnPath;
 
 use crate::record::Event;
 use crate::tables::{
-    CallsTable, CommsTable, Ctx, Encoding, OpsTable, ProcessRow, ProcessTable, RowBuilder, Table,
+    CallsTable, CommsTable, Ctx, Encoding, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow, ProcessTable,
+    ProxyTable, RowBuilder, Table,
 };
 
 /// An I/O or encoding failure, with the path it concerns.
@@ -467,6 +468,11 @@ pub struct Writer {
     ops: DatasetWriter<OpsTable>,
     calls: DatasetWriter<CallsTable>,
     comms: DatasetWriter<CommsTable>,
+    nccl_ops: DatasetWriter<NcclOpsTable>,
+    proxy: DatasetWriter<ProxyTable>,
+    nccl_comms: DatasetWriter<NcclCommsTable>,
+    /// Set by the shim: communicators for which NCCL initialised its plugin.
+    pub plugin_comms: Arc<AtomicU64>,
     /// The `process` row's log, kept open (and locked) until the final row is written.
     process_wal: Option<(PathBuf, StreamWriter<BufWriter<File>>)>,
     error: Option<String>,
@@ -478,6 +484,10 @@ impl Writer {
             ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             calls: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             comms: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            nccl_ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            proxy: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            nccl_comms: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            plugin_comms: Arc::new(AtomicU64::new(0)),
             info,
             process_wal: None,
             error: None,
@@ -519,26 +529,33 @@ impl Writer {
             Event::Op(r) => self.ops.append(r, ctx),
             Event::Call(r) => self.calls.append(r, ctx),
             Event::Comm(r) => self.comms.append(r, ctx),
+            Event::NcclOp(r) => self.nccl_ops.append(r, ctx),
+            Event::Proxy(r) => self.proxy.append(r, ctx),
+            Event::NcclComm(r) => self.nccl_comms.append(r, ctx),
         }
     }
 
     /// Every table's log first (durability), then the Parquet encoding and rolls, so
     /// no table's log waits behind another table's compression or file system calls.
     pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
-        self.ops.tick_log(now)?;
-        self.calls.tick_log(now)?;
-        self.comms.tick_log(now)?;
-        self.ops.tick_encode(now)?;
-        self.calls.tick_encode(now)?;
-        self.comms.tick_encode(now)
+        for t in self.datasets() {
+            t.tick_log(now)?;
+        }
+        for t in self.datasets() {
+            t.tick_encode(now)?;
+        }
+        Ok(())
     }
 
     /// Closes every table and writes the final `process` row.
     pub fn finish(&mut self, reason: &str, dropped: u64) -> Result<(), SinkError> {
-        let r1 = self.ops.close();
-        let r2 = self.calls.close();
-        let r3 = self.comms.close();
-        if let Some(e) = [r1, r2, r3].into_iter().find_map(Result::err) {
+        let mut first_err = None;
+        for t in self.datasets() {
+            if let Err(e) = t.close() {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
             self.note_error(&e);
         }
         self.write_process_row(reason, dropped)
@@ -557,6 +574,7 @@ impl Writer {
         row.ops_rows = self.ops.rows();
         row.calls_rows = self.calls.rows();
         row.comms_rows = self.comms.rows();
+        row.plugin_comms = self.plugin_comms.load(Ordering::Relaxed);
         row.records_dropped = Some(dropped);
         row.write_errors = self.error.clone();
         let final_path = self.process_final_path();
@@ -567,6 +585,38 @@ impl Writer {
             fs::remove_file(&wal).map_err(|e| SinkError::io(&wal, e))?;
         }
         Ok(())
+    }
+}
+
+/// The table writers, type-erased for the operations all of them share.
+trait Dataset {
+    fn tick_log(&mut self, now: Instant) -> Result<(), SinkError>;
+    fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError>;
+    fn close(&mut self) -> Result<(), SinkError>;
+}
+
+impl<T: Table> Dataset for DatasetWriter<T> {
+    fn tick_log(&mut self, now: Instant) -> Result<(), SinkError> {
+        DatasetWriter::tick_log(self, now)
+    }
+    fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError> {
+        DatasetWriter::tick_encode(self, now)
+    }
+    fn close(&mut self) -> Result<(), SinkError> {
+        DatasetWriter::close(self)
+    }
+}
+
+impl Writer {
+    fn datasets(&mut self) -> [&mut dyn Dataset; 6] {
+        [
+            &mut self.ops,
+            &mut self.calls,
+            &mut self.comms,
+            &mut self.nccl_ops,
+            &mut self.proxy,
+            &mut self.nccl_comms,
+        ]
     }
 }
 

@@ -104,8 +104,9 @@ fn sigkill_then_recover() {
     std::thread::sleep(Duration::from_millis(1500));
     let t_kill = kill(child);
 
-    // Before recovery: reading works, reports the pending logs, reads no row.
-    for table in zcta::tables::ALL_TABLES {
+    // Before recovery: reading works, reports the pending logs, reads no row. (The
+    // plugin tables stay empty: a 1-rank communicator emits no plugin events.)
+    for table in ["ops", "comms", "calls", "process"] {
         let d = zcta::reader::read_table(&run.dir(), table).expect("read before recovery");
         assert!(!d.pending_logs.is_empty(), "{table}: no pending log");
         assert!(

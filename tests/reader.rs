@@ -325,6 +325,7 @@ fn damaged_logs_never_panic() {
     let mut w: DatasetWriter<OpsTable> = DatasetWriter::new(&run_dir, "h-p42", SinkPolicy::default());
     for i in 0..300u64 {
         let r = OpRecord {
+            op_id: i + 1,
             op: OpKind::AllReduce,
             comm_id: Some(7),
             comm_ptr: 0x1000,

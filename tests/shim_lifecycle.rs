@@ -202,6 +202,7 @@ fn fork_child_is_not_recorded() {
     let want = [
         format!("calls/{host}-p{pid}-00000.parquet"),
         format!("comms/{host}-p{pid}-00000.parquet"),
+        format!("nccl_comms/{host}-p{pid}-00000.parquet"),
         format!("ops/{host}-p{pid}-00000.parquet"),
         format!("process/{host}-p{pid}.parquet"),
     ];
@@ -274,7 +275,8 @@ fn exec_child_records_its_own_rows() {
     let host = support::host_name();
     let files = support::list_files(&run.dir());
     let mut want = Vec::new();
-    for t in ["calls", "comms", "ops"] {
+    // nccl_comms: the stand-in NCCL loads the shim as its profiler plugin, like NCCL.
+    for t in ["calls", "comms", "nccl_comms", "ops"] {
         for p in [ppid, kpid] {
             want.push(format!("{t}/{host}-p{p}-00000.parquet"));
         }
@@ -282,6 +284,8 @@ fn exec_child_records_its_own_rows() {
     for p in [ppid, kpid] {
         want.push(format!("process/{host}-p{p}.parquet"));
     }
+    // The child's grouped Send/Recv to itself are P2p events even on one rank.
+    want.push(format!("nccl_ops/{host}-p{kpid}-00000.parquet"));
     want.sort();
     assert_eq!(files, want);
 }
@@ -292,7 +296,7 @@ fn underscore_exit_closes_the_files() {
     let out = run.host(&["exit_underscore"]).output().unwrap();
     support::assert_ok(&out, &["exit_underscore"]);
     let files = support::list_files(&run.dir());
-    assert_eq!(files.len(), 4, "{files:?}");
+    assert_eq!(files.len(), 5, "{files:?}"); // ops, calls, comms, nccl_comms, process
     assert!(
         files.iter().all(|f| f.ends_with(".parquet") && !f.contains("/_")),
         "leftovers: {files:?}"
@@ -350,6 +354,7 @@ fn launcher_rank_names_the_files() {
         [
             format!("calls/{host}-r3-p{pid}-00000.parquet"),
             format!("comms/{host}-r3-p{pid}-00000.parquet"),
+            format!("nccl_comms/{host}-r3-p{pid}-00000.parquet"),
             format!("ops/{host}-r3-p{pid}-00000.parquet"),
             format!("process/{host}-r3-p{pid}.parquet"),
         ]
@@ -409,10 +414,16 @@ fn queue_overflow_is_counted_never_silent() {
     assert_eq!(p.u64("calls_rows"), Some(calls as u64));
     assert_eq!(p.u64("comms_rows"), Some(comms as u64));
     // Every record made is either written or counted as dropped: 8 comms rows,
-    // 8 CommInitRank + 8 CommDestroy calls rows, THREADS x ITERS ops rows.
-    let made = THREADS * ITERS + 3 * THREADS;
+    // 8 CommInitRank + 8 CommDestroy calls rows, 8 nccl_comms rows (plugin init; a
+    // 1-rank communicator has no plugin events), THREADS x ITERS ops rows.
+    let made = THREADS * ITERS + 4 * THREADS;
+    let plugin_comms = run.rows("nccl_comms").len() as u64;
     let dropped = p.req_u64("records_dropped");
-    assert_eq!(ops as u64 + calls as u64 + comms as u64 + dropped, made, "{p:?}");
+    assert_eq!(
+        ops as u64 + calls as u64 + comms as u64 + plugin_comms + dropped,
+        made,
+        "{p:?}"
+    );
 }
 
 /// A C program that forks before anything touched NCCL; the child then loads

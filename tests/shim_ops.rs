@@ -81,7 +81,8 @@ fn ops_two_ranks_rows_bytes_and_joins() {
     // Files: one segment per table per process, nothing left over.
     let host = support::host_name();
     let mut want_files = Vec::new();
-    for t in ["calls", "comms", "ops"] {
+    // nccl_comms / nccl_ops: the stand-in NCCL loads the shim as its profiler plugin.
+    for t in ["calls", "comms", "nccl_comms", "nccl_ops", "ops"] {
         for p in &pids {
             want_files.push(format!("{t}/{host}-p{p}-00000.parquet"));
         }

@@ -28,6 +28,27 @@ thread_local! {
 }
 
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+static NEXT_OP: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// op_id of the interposed call running on this thread (0: none). NCCL's profiler
+    /// plugin starts its CollApi/P2pApi events synchronously inside that call, which
+    /// is how the plugin's view is joined to ours.
+    static CURRENT_OP: Cell<u64> = const { Cell::new(0) };
+    /// comm_id of the communicator an interposed creating call is making (0: none),
+    /// for the plugin's `init`, which NCCL calls inside it when it runs on this thread.
+    static CURRENT_INIT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// op_id of the interposed op running on this thread, if any.
+pub fn current_op() -> Option<u64> {
+    CURRENT_OP.try_with(Cell::get).ok().filter(|&v| v != 0)
+}
+
+/// comm_id being created by an interposed call on this thread, if any.
+pub fn current_init() -> Option<u64> {
+    CURRENT_INIT.try_with(Cell::get).ok().filter(|&v| v != 0)
+}
 static NEXT_LOCAL_COMM: AtomicU64 = AtomicU64::new(0);
 
 /// Marks "inside an interposed call" on this thread; NCCL calling its own exported
@@ -164,9 +185,12 @@ fn assign_seq(rec: &mut OpRecord, comm: &CommState) {
 #[inline]
 pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let Some(g) = enter() else { return real() };
+    let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
+    let _ = CURRENT_OP.try_with(|c| c.set(op_id));
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
+    let _ = CURRENT_OP.try_with(|c| c.set(0));
     protect(|| {
         let ok = nccl::accepted(rc);
         let st = comm_state(a.comm, may_query(rc));
@@ -182,6 +206,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
         };
         let group_id = current_group();
         let mut rec = OpRecord {
+            op_id,
             op: kind,
             comm_id,
             comm_ptr: a.comm as u64,
@@ -390,9 +415,12 @@ pub fn comm_init(
         }
         IdRule::All => (Some(local_comm_id()), None),
     });
+    let init_id = pre.and_then(|p| p.0).unwrap_or(0);
+    let _ = CURRENT_INIT.try_with(|c| c.set(init_id));
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
+    let _ = CURRENT_INIT.try_with(|c| c.set(0));
     protect(|| {
         let (comm_id, parent_id) = pre.unwrap_or((None, None));
         let ok = nccl::accepted(rc);

@@ -17,4 +17,5 @@
 mod comms;
 mod ffi;
 mod hooks;
+mod plugin;
 mod state;

@@ -40,6 +40,7 @@ pub struct Recorder {
     owner_pid: u32,
     exit_timeout: Duration,
     writer_thread: Option<std::thread::ThreadId>,
+    plugin_comms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The recorder, if recording is on. Activates it on first use.
@@ -147,6 +148,7 @@ fn activate() -> Option<Recorder> {
         end_ns: None,
         end_reason: "running".into(),
         env_json: env_json(),
+        profiler_plugin: ffi::process::plugin_mode(),
         ..ProcessRow::default()
     };
     let info = ProcessInfo {
@@ -161,6 +163,7 @@ fn activate() -> Option<Recorder> {
     let (tx, rx) = bounded(cfg.queue_capacity);
     let ctl = WriterControl::new();
     let writer = Writer::new(info, cfg.policy);
+    let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()
         .name("zcta-writer".into())
@@ -196,6 +199,7 @@ fn activate() -> Option<Recorder> {
         owner_pid: pid,
         exit_timeout: cfg.exit_timeout,
         writer_thread: Some(handle.thread().id()),
+        plugin_comms,
     })
 }
 
@@ -238,6 +242,20 @@ impl Recorder {
                 self.ctl.wake();
             }
         }
+    }
+}
+
+/// Counts a record that could not be made (e.g. a plugin event whose slot was reused).
+pub fn note_lost() {
+    if let Some(r) = RECORDER.get() {
+        r.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// NCCL initialised our profiler plugin for one more communicator.
+pub fn note_plugin_comm() {
+    if let Some(r) = RECORDER.get() {
+        r.plugin_comms.fetch_add(1, Ordering::Relaxed);
     }
 }
 

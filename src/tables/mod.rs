@@ -10,13 +10,19 @@ use arrow_schema::{DataType, SchemaRef};
 
 pub mod calls;
 pub mod comms;
+pub mod nccl_comms;
+pub mod nccl_ops;
 pub mod ops;
 pub mod process;
+pub mod proxy;
 
 pub use calls::CallsTable;
 pub use comms::CommsTable;
+pub use nccl_comms::NcclCommsTable;
+pub use nccl_ops::NcclOpsTable;
 pub use ops::OpsTable;
 pub use process::{ProcessRow, ProcessTable};
+pub use proxy::ProxyTable;
 
 /// Per-process constants the writer adds to every row.
 #[derive(Clone, Debug)]
@@ -62,34 +68,60 @@ pub trait RowBuilder<R> {
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow_schema::ArrowError>;
 }
 
-/// Names of every table, in documentation order.
-pub const ALL_TABLES: [&str; 4] = [
-    OpsTable::NAME,
-    CommsTable::NAME,
-    CallsTable::NAME,
-    ProcessTable::NAME,
-];
+/// What generic code (reader, recovery, docs) needs to know of a table.
+#[derive(Clone, Copy, Debug)]
+pub struct TableInfo {
+    pub name: &'static str,
+    pub schema: fn() -> SchemaRef,
+    pub columns: fn() -> &'static [ColumnDoc],
+    /// Writes complete batches as one Parquet file with the table's settings.
+    pub write: fn(&std::path::Path, &[RecordBatch]) -> Result<(), crate::sink::SinkError>,
+}
 
-/// Column documentation of a table by name.
-pub fn columns_of(table: &str) -> Option<&'static [ColumnDoc]> {
-    match table {
-        OpsTable::NAME => Some(OpsTable::columns()),
-        CommsTable::NAME => Some(CommsTable::columns()),
-        CallsTable::NAME => Some(CallsTable::columns()),
-        ProcessTable::NAME => Some(ProcessTable::columns()),
-        _ => None,
+const fn info<T: Table>() -> TableInfo {
+    TableInfo {
+        name: T::NAME,
+        schema: T::schema,
+        columns: T::columns,
+        write: crate::sink::write_parquet_file::<T>,
     }
 }
 
+/// Every table, in documentation order. Adding a table: one line here.
+pub const TABLES: [TableInfo; 7] = [
+    info::<OpsTable>(),
+    info::<CommsTable>(),
+    info::<CallsTable>(),
+    info::<NcclOpsTable>(),
+    info::<ProxyTable>(),
+    info::<NcclCommsTable>(),
+    info::<ProcessTable>(),
+];
+
+/// Names of every table, in documentation order (`process` last: recovery relies on it).
+pub const ALL_TABLES: [&str; 7] = [
+    TABLES[0].name,
+    TABLES[1].name,
+    TABLES[2].name,
+    TABLES[3].name,
+    TABLES[4].name,
+    TABLES[5].name,
+    TABLES[6].name,
+];
+
+/// A table by name.
+pub fn table(name: &str) -> Option<&'static TableInfo> {
+    TABLES.iter().find(|t| t.name == name)
+}
+
+/// Column documentation of a table by name.
+pub fn columns_of(name: &str) -> Option<&'static [ColumnDoc]> {
+    table(name).map(|t| (t.columns)())
+}
+
 /// Schema of a table by name.
-pub fn schema_of(table: &str) -> Option<SchemaRef> {
-    match table {
-        OpsTable::NAME => Some(OpsTable::schema()),
-        CommsTable::NAME => Some(CommsTable::schema()),
-        CallsTable::NAME => Some(CallsTable::schema()),
-        ProcessTable::NAME => Some(ProcessTable::schema()),
-        _ => None,
-    }
+pub fn schema_of(name: &str) -> Option<SchemaRef> {
+    table(name).map(|t| (t.schema)())
 }
 
 /// Markdown table of a table's columns (the body of its section in docs/schema.md).

@@ -25,6 +25,8 @@ crate::define_table! {
     calls_rows: U64, required, default, "calls rows, likewise" => |r, c| Some(r.calls_rows);
     comms_rows: U64, required, default, "comms rows, likewise" => |r, c| Some(r.comms_rows);
     records_dropped: U64, nullable, default, "records not written because the queue was full, the writer failed, or recording stopped after an internal error (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
+    profiler_plugin: Utf8, required, default, "NCCL profiler plugin: zcta (the shim set NCCL_PROFILER_PLUGIN to itself), user:<value> (the user's plugin was left in place: no NCCL view), off (ZCTA_NCCL_PLUGIN=0)" => |r, c| Some(r.profiler_plugin.as_str());
+    plugin_comms: U64, required, default, "communicators for which NCCL initialised our plugin (0 with profiler_plugin = zcta: NCCL did not load it)" => |r, c| Some(r.plugin_comms);
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 
@@ -51,4 +53,6 @@ pub struct ProcessRow {
     pub comms_rows: u64,
     pub records_dropped: Option<u64>,
     pub write_errors: Option<String>,
+    pub profiler_plugin: String,
+    pub plugin_comms: u64,
 }

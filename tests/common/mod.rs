@@ -50,7 +50,14 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 5] = ["nccl_min.h", "fake_nccl.h", "fake_nccl.c", "glue.c", "host.c"];
+const SOURCES: [&str; 6] = [
+    "nccl_min.h",
+    "profiler_v5_min.h",
+    "fake_nccl.h",
+    "fake_nccl.c",
+    "glue.c",
+    "host.c",
+];
 const CFLAGS: [&str; 5] = ["-O2", "-fPIC", "-Wall", "-Werror", "-pthread"];
 
 /// Builds the fixtures (once per process) and returns their paths.

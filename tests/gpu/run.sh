@@ -29,6 +29,31 @@ if grep -q "zcta" "$out/smoke_shim.log"; then echo "FAIL  stray zcta output:"; g
 run=$(ls -d "$runs"/*/ 2>/dev/null | head -1)
 echo "run dir: $run ($(ls "$runs" | wc -l) run directories)"
 python3 "$here/verify_smoke.py" "$run" "$work/plain" "$work/shim" | tee "$out/smoke_verify.txt" || status=1
+python3 "$here/verify_plugin.py" default "$run" | tee -a "$out/smoke_verify.txt" || status=1
+
+# NCCL's network transport (sockets) instead of NVLink: the proxy thread moves the data.
+echo "== plugin: NET transport"
+netruns="$work/net"
+NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 ZCTA_OUT="$netruns" LD_PRELOAD="$shim" torchrun --standalone \
+  --nproc-per-node "$ngpu" "$here/smoke_job.py" --steps 10 --out "$work/net-results" >"$out/net.log" 2>&1 \
+  || { echo "NET run failed"; tail -20 "$out/net.log"; status=1; }
+python3 "$here/verify_plugin.py" net "$(ls -d "$netruns"/*/ | head -1)" | tee -a "$out/smoke_verify.txt" || status=1
+
+# KernelCh GPU timers (off by default).
+echo "== plugin: KernelCh timers"
+kcruns="$work/kc"
+ZCTA_NCCL_KERNEL_CH=1 ZCTA_OUT="$kcruns" LD_PRELOAD="$shim" torchrun --standalone --nproc-per-node "$ngpu" \
+  "$here/smoke_job.py" --steps 10 --out "$work/kc-results" >"$out/kc.log" 2>&1 \
+  || { echo "KernelCh run failed"; tail -20 "$out/kc.log"; status=1; }
+python3 "$here/verify_plugin.py" kernelch "$(ls -d "$kcruns"/*/ | head -1)" | tee -a "$out/smoke_verify.txt" || status=1
+
+# A user's own profiler plugin wins; the shim leaves NCCL_PROFILER_PLUGIN alone.
+echo "== plugin: user-set NCCL_PROFILER_PLUGIN"
+userruns="$work/user"
+NCCL_PROFILER_PLUGIN=/nonexistent/libnccl-profiler-user.so ZCTA_OUT="$userruns" LD_PRELOAD="$shim" torchrun \
+  --standalone --nproc-per-node "$ngpu" "$here/smoke_job.py" --steps 10 --out "$work/user-results" \
+  >"$out/user.log" 2>&1 || { echo "user-plugin run failed"; tail -20 "$out/user.log"; status=1; }
+python3 "$here/verify_plugin.py" user "$(ls -d "$userruns"/*/ | head -1)" | tee -a "$out/smoke_verify.txt" || status=1
 [ -x "$bin/zcta" ] && "$bin/zcta" summary "$run" | tee "$out/smoke_summary.txt"
 cp -r "$work/plain" "$runs/_plain_results"; cp -r "$work/shim" "$runs/_shim_results"
 tar czf "$out/smoke_run.tgz" -C "$runs" . 2>/dev/null

@@ -7,6 +7,7 @@
 #![allow(unsafe_code)]
 
 pub mod exports;
+pub mod plugin;
 pub mod process;
 pub mod real;
 pub mod sys;

@@ -27,6 +27,53 @@ fn zcta_constructor() {
     // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) };
     REAL_EXIT.store(p, Ordering::Relaxed);
+    offer_profiler_plugin();
+}
+
+/// What `NCCL_PROFILER_PLUGIN` was made to be: see `process.profiler_plugin`.
+static PLUGIN_MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `process.profiler_plugin` for this process.
+pub fn plugin_mode() -> String {
+    PLUGIN_MODE
+        .get()
+        .cloned()
+        .unwrap_or_else(|| "off: not set up".into())
+}
+
+/// Points `NCCL_PROFILER_PLUGIN` at this library, so NCCL loads it as its profiler
+/// plugin too, unless the user chose a plugin (NCCL loads only one: theirs wins) or
+/// turned ours off. NCCL reads the variable when the first communicator is created,
+/// long after this constructor. Runs before `main`, while the process is still
+/// single-threaded (for an LD_PRELOADed library), so `setenv` is safe here.
+fn offer_profiler_plugin() {
+    let off = |v: Option<String>| v.is_some_and(|v| matches!(v.trim(), "0" | "false" | "off" | "no"));
+    let mode = if off(std::env::var("ZCTA_ENABLE").ok()) {
+        "off: ZCTA_ENABLE=0".to_string()
+    } else if off(std::env::var("ZCTA_NCCL_PLUGIN").ok()) {
+        "off: ZCTA_NCCL_PLUGIN=0".to_string()
+    } else if let Some(user) = std::env::var_os("NCCL_PROFILER_PLUGIN").filter(|v| !v.is_empty()) {
+        let user = user.to_string_lossy().into_owned();
+        match own_path() {
+            Some(own) if own == user => "zcta".to_string(),
+            _ => format!("user: {user}"),
+        }
+    } else {
+        match own_path().and_then(|p| std::ffi::CString::new(p).ok()) {
+            Some(path) => {
+                // SAFETY: both strings are NUL-terminated; see the function's docs for
+                // why calling setenv here is sound.
+                unsafe { libc::setenv(c"NCCL_PROFILER_PLUGIN".as_ptr(), path.as_ptr(), 0) };
+                "zcta".to_string()
+            }
+            None => "off: own path unknown".to_string(),
+        }
+    };
+    let _ = PLUGIN_MODE.set(mode);
+}
+
+fn own_path() -> Option<String> {
+    super::real::own_path()
 }
 
 extern "C" fn after_fork_child() {

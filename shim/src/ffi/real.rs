@@ -35,7 +35,8 @@ struct Lib {
 static LIB: AtomicPtr<Lib> = AtomicPtr::new(std::ptr::null_mut());
 static INFO: OnceLock<LibraryInfo> = OnceLock::new();
 
-fn own_path() -> Option<String> {
+/// Path of this library (as the loader knows it).
+pub fn own_path() -> Option<String> {
     object_of(own_path as *mut c_void)
 }
 

@@ -1,0 +1,546 @@
+//! NCCL's own view: the shim is also NCCL's profiler plugin (API v5).
+//!
+//! NCCL reports each operation's algorithm, protocol and channels (Coll/P2p events)
+//! and, on proxy-driven transports, what its proxy thread did (ProxyOp/ProxyStep/
+//! ProxyCtrl). Events are joined to our `ops` rows through their parents: the
+//! CollApi/P2pApi event starts inside the user's interposed call, where the op's id
+//! is known ([`hooks::current_op`]); Coll/P2p events name that event as parent, and
+//! proxy events name the Coll/P2p event.
+//!
+//! Callbacks come from the application thread, NCCL's proxy thread and CUDA
+//! host-callback threads, so nothing here blocks: event state lives in a fixed ring
+//! of slots made of atomics. Each start takes the next slot; a handle carries the
+//! slot's generation, so a handle whose slot has since been reused is recognised and
+//! its event dropped (and counted) instead of being misattributed. NCCL keeps handles
+//! after stopping them (children arrive later) and never stops some (ProxyOps off the
+//! network transport): the ring needs no freeing, so neither leaks.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
+
+use zcta::clock::now_ns;
+use zcta::nccl::{self, PLUGIN_ALGOS, PLUGIN_FUNCS, PLUGIN_PROTOS, name_code};
+use zcta::record::{Event, NcclCommRecord, NcclOpRecord, ProxyKind, ProxyRecord, SmallStr};
+
+use crate::{ffi, hooks, state};
+
+/// Event-type bits of the v5 API.
+pub mod bits {
+    pub const COLL: u64 = 1 << 1;
+    pub const P2P: u64 = 1 << 2;
+    pub const PROXY_OP: u64 = 1 << 3;
+    pub const PROXY_STEP: u64 = 1 << 4;
+    pub const PROXY_CTRL: u64 = 1 << 5;
+    pub const KERNEL_CH: u64 = 1 << 6;
+    pub const COLL_API: u64 = 1 << 9;
+    pub const P2P_API: u64 = 1 << 10;
+}
+
+/// The events we ask NCCL for (KernelCh only on request: enabling it makes NCCL start
+/// a proxy thread that polls GPU timers, even on NVLink).
+pub fn activation_mask() -> i32 {
+    let mut m = bits::COLL
+        | bits::P2P
+        | bits::PROXY_OP
+        | bits::PROXY_STEP
+        | bits::PROXY_CTRL
+        | bits::COLL_API
+        | bits::P2P_API;
+    if std::env::var("ZCTA_NCCL_KERNEL_CH").is_ok_and(|v| v.trim() == "1") {
+        m |= bits::KERNEL_CH;
+    }
+    m as i32
+}
+
+/// Event start, decoded from the v5 descriptor by `ffi::plugin`.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a> {
+    /// Events we do not track (GroupApi, Group, KernelLaunch, NetPlugin...).
+    Untracked,
+    CollApi,
+    P2pApi,
+    Coll {
+        seq: u64,
+        func: &'a str,
+        count: u64,
+        dtype: &'a str,
+        n_channels: u8,
+        n_warps: u8,
+        algo: &'a str,
+        proto: &'a str,
+    },
+    P2p {
+        func: &'a str,
+        dtype: &'a str,
+        count: u64,
+        peer: i32,
+        n_channels: u8,
+    },
+    ProxyOp {
+        pid: i32,
+        channel: u8,
+        peer: i32,
+        n_steps: i32,
+        chunk_size: i32,
+        is_send: bool,
+    },
+    ProxyStep {
+        step: i32,
+    },
+    ProxyCtrl,
+    KernelCh {
+        channel: u8,
+        timer: u64,
+    },
+}
+
+// Slot kinds.
+const K_API: u64 = 1;
+const K_COLL: u64 = 2;
+const K_P2P: u64 = 3;
+const K_PROXY_OP: u64 = 4;
+const K_PROXY_STEP: u64 = 5;
+const K_PROXY_CTRL: u64 = 6;
+const K_KERNEL_CH: u64 = 7;
+
+// Payload indices (meaning depends on the kind).
+const P_SEQ: usize = 0; // Coll seqNumber | ProxyOp pid | ProxyStep step | ProxyCtrl appended
+const P_FUNC: usize = 1; // func code | ProxyOp channel
+const P_COUNT: usize = 2; // count | ProxyOp n_steps
+const P_DTYPE: usize = 3; // dtype (i32 + 1, 0 = unknown) | ProxyOp chunk size
+const P_CHAN: usize = 4; // n_channels | ProxyOp is_send
+const P_WARPS: usize = 5; // n_warps
+const P_ALGO: usize = 6; // algo code | proto code << 8 | ProxyStep trans size
+const P_PEER: usize = 7; // peer (i32 + 1, 0 = none)
+const NP: usize = 8;
+
+// Timestamp indices: ProxyOp 19; ProxyStep 8, 20, 9, 10, 11, 12; ProxyCtrl first/last.
+const T_IN_PROGRESS: usize = 0;
+const T_SEND_GPU: usize = 1;
+const T_SEND_PEER: usize = 2;
+const T_SEND_WAIT: usize = 3;
+const T_RECV_WAIT: usize = 4;
+const T_RECV_FLUSH: usize = 5;
+const T_RECV_GPU: usize = 6;
+const NT: usize = 7;
+
+const SLOTS: usize = 1 << 14;
+const CTXS: usize = 1 << 10;
+
+struct Slot {
+    /// Generation of the event in the slot (0: never used). Written last at start.
+    gen_: AtomicU64,
+    kind: AtomicU64,
+    op_id: AtomicU64,
+    ctx: AtomicU64,
+    rank: AtomicI32,
+    start_ns: AtomicI64,
+    p: [AtomicU64; NP],
+    t: [AtomicI64; NT],
+    ctrl_first: AtomicI32,
+    ctrl_last: AtomicI32,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            gen_: AtomicU64::new(0),
+            kind: AtomicU64::new(0),
+            op_id: AtomicU64::new(0),
+            ctx: AtomicU64::new(0),
+            rank: AtomicI32::new(0),
+            start_ns: AtomicI64::new(0),
+            p: std::array::from_fn(|_| AtomicU64::new(0)),
+            t: std::array::from_fn(|_| AtomicI64::new(0)),
+            ctrl_first: AtomicI32::new(0),
+            ctrl_last: AtomicI32::new(0),
+        }
+    }
+}
+
+struct Ring {
+    slots: Box<[Slot]>,
+    next: AtomicU64,
+    ctx_hash: Box<[AtomicU64]>,
+    ctx_rank: Box<[AtomicI32]>,
+    next_ctx: AtomicU64,
+}
+
+static RING: OnceLock<Ring> = OnceLock::new();
+
+fn ring() -> &'static Ring {
+    RING.get_or_init(|| Ring {
+        slots: (0..SLOTS).map(|_| Slot::new()).collect(),
+        next: AtomicU64::new(0),
+        ctx_hash: (0..CTXS).map(|_| AtomicU64::new(0)).collect(),
+        ctx_rank: (0..CTXS).map(|_| AtomicI32::new(0)).collect(),
+        next_ctx: AtomicU64::new(0),
+    })
+}
+
+/// A handle is `generation << 16 | (slot + 1)`; 0 means "no event".
+fn encode(gen_: u64, idx: usize) -> usize {
+    ((gen_ << 16) | (idx as u64 + 1)) as usize
+}
+
+/// The slot of a handle, if it still holds that event.
+fn lookup(h: usize) -> Option<&'static Slot> {
+    let h = h as u64;
+    let idx = (h & 0xffff).checked_sub(1)? as usize;
+    let slot = ring().slots.get(idx)?;
+    (slot.gen_.load(Ordering::Acquire) == h >> 16).then_some(slot)
+}
+
+fn lost() {
+    state::note_lost();
+}
+
+/// `init`: a communicator. Returns the context handle.
+pub fn init(comm_hash: u64, comm_name: Option<&str>, n_nodes: i32, nranks: i32, rank: i32) -> usize {
+    let r = ring();
+    let idx = (r.next_ctx.fetch_add(1, Ordering::Relaxed) as usize) % CTXS;
+    r.ctx_hash[idx].store(comm_hash, Ordering::Relaxed);
+    r.ctx_rank[idx].store(rank, Ordering::Relaxed);
+    state::note_plugin_comm();
+    state::emit(Event::NcclComm(NcclCommRecord {
+        comm_hash,
+        comm_id: hooks::current_init(),
+        comm_name: comm_name.map(SmallStr::new),
+        n_nodes,
+        nranks,
+        rank,
+        init_ns: now_ns(),
+        tid: ffi::sys::gettid(),
+    }));
+    idx + 1
+}
+
+fn ctx_info(ctx: usize) -> (Option<u64>, Option<i32>) {
+    match ctx.checked_sub(1).filter(|&i| i < CTXS) {
+        Some(i) => {
+            let r = ring();
+            (
+                Some(r.ctx_hash[i].load(Ordering::Relaxed)),
+                Some(r.ctx_rank[i].load(Ordering::Relaxed)),
+            )
+        }
+        None => (None, None),
+    }
+}
+
+fn op_id_of(parent: usize) -> u64 {
+    lookup(parent).map_or(0, |p| p.op_id.load(Ordering::Relaxed))
+}
+
+/// `startEvent`. Returns the handle to give NCCL (0: not tracked).
+pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
+    let (kind, op_id) = match ev {
+        Start::Untracked => return 0,
+        Start::CollApi | Start::P2pApi => (K_API, hooks::current_op().unwrap_or(0)),
+        Start::Coll { .. } => (K_COLL, op_id_of(parent)),
+        Start::P2p { .. } => (K_P2P, op_id_of(parent)),
+        Start::ProxyOp { pid, .. } => {
+            // PXN: the op belongs to another process; its parent handle is not ours.
+            let own = pid == std::process::id() as i32;
+            (K_PROXY_OP, if own { op_id_of(parent) } else { 0 })
+        }
+        Start::ProxyStep { .. } => (K_PROXY_STEP, op_id_of(parent)),
+        Start::ProxyCtrl => (K_PROXY_CTRL, 0),
+        Start::KernelCh { .. } => (K_KERNEL_CH, op_id_of(parent)),
+    };
+    let r = ring();
+    let n = r.next.fetch_add(1, Ordering::Relaxed);
+    let idx = (n % SLOTS as u64) as usize;
+    let gen_ = n / SLOTS as u64 + 1;
+    let s = &r.slots[idx];
+    s.gen_.store(0, Ordering::Release); // invalidate while rewriting
+    s.kind.store(kind, Ordering::Relaxed);
+    s.op_id.store(op_id, Ordering::Relaxed);
+    s.ctx.store(ctx as u64, Ordering::Relaxed);
+    s.rank.store(rank, Ordering::Relaxed);
+    s.start_ns.store(now_ns(), Ordering::Relaxed);
+    for p in &s.p {
+        p.store(0, Ordering::Relaxed);
+    }
+    for t in &s.t {
+        t.store(0, Ordering::Relaxed);
+    }
+    s.ctrl_first.store(0, Ordering::Relaxed);
+    s.ctrl_last.store(0, Ordering::Relaxed);
+    let set = |i: usize, v: u64| s.p[i].store(v, Ordering::Relaxed);
+    match ev {
+        Start::Coll {
+            seq,
+            func,
+            count,
+            dtype,
+            n_channels,
+            n_warps,
+            algo,
+            proto,
+        } => {
+            set(P_SEQ, seq);
+            set(P_FUNC, u64::from(name_code(&PLUGIN_FUNCS, func)));
+            set(P_COUNT, count);
+            set(P_DTYPE, dtype_code(dtype));
+            set(P_CHAN, u64::from(n_channels));
+            set(P_WARPS, u64::from(n_warps));
+            set(
+                P_ALGO,
+                u64::from(name_code(&PLUGIN_ALGOS, algo)) | u64::from(name_code(&PLUGIN_PROTOS, proto)) << 8,
+            );
+        }
+        Start::P2p {
+            func,
+            dtype,
+            count,
+            peer,
+            n_channels,
+        } => {
+            set(P_FUNC, u64::from(name_code(&PLUGIN_FUNCS, func)));
+            set(P_COUNT, count);
+            set(P_DTYPE, dtype_code(dtype));
+            set(P_CHAN, u64::from(n_channels));
+            set(P_PEER, (peer as u32 as u64) + 1);
+        }
+        Start::ProxyOp {
+            pid,
+            channel,
+            peer,
+            n_steps,
+            chunk_size,
+            is_send,
+        } => {
+            set(P_SEQ, pid as u32 as u64);
+            set(P_FUNC, u64::from(channel));
+            set(P_COUNT, n_steps as u32 as u64);
+            set(P_DTYPE, chunk_size as u32 as u64);
+            set(P_CHAN, u64::from(is_send));
+            set(P_PEER, (peer as u32 as u64) + 1);
+        }
+        Start::ProxyStep { step } => set(P_SEQ, step as u32 as u64),
+        Start::KernelCh { channel, timer } => {
+            set(P_FUNC, u64::from(channel));
+            set(P_SEQ, timer);
+        }
+        _ => {}
+    }
+    s.gen_.store(gen_, Ordering::Release);
+    encode(gen_, idx)
+}
+
+fn dtype_code(name: &str) -> u64 {
+    nccl::dtype_from_plugin_name(name).map_or(0, |d| d as u64 + 1)
+}
+
+/// `recordEventState`. `arg`: transSize (states 9, 11) or appendedProxyOps (18).
+pub fn record_state(h: usize, state: i32, arg: u64) {
+    let Some(s) = lookup(h) else {
+        if h != 0 {
+            lost();
+        }
+        return;
+    };
+    let now = now_ns();
+    let first = |i: usize| {
+        let _ = s.t[i].compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    };
+    match state {
+        19 => first(T_IN_PROGRESS),
+        8 => first(T_SEND_GPU),
+        20 => first(T_SEND_PEER),
+        9 => {
+            first(T_SEND_WAIT);
+            s.p[P_ALGO].store(arg, Ordering::Relaxed);
+        }
+        10 => first(T_RECV_WAIT),
+        11 => {
+            first(T_RECV_FLUSH);
+            s.p[P_ALGO].store(arg, Ordering::Relaxed);
+        }
+        12 => first(T_RECV_GPU),
+        13..=18 => {
+            if s.ctrl_first
+                .compare_exchange(0, state, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                s.t[T_IN_PROGRESS].store(now, Ordering::Relaxed);
+            }
+            s.ctrl_last.store(state, Ordering::Relaxed);
+            s.t[T_SEND_GPU].store(now, Ordering::Relaxed);
+            if state == 18 {
+                s.p[P_SEQ].store(arg, Ordering::Relaxed);
+            }
+        }
+        22 => {
+            // KernelChStop: GPU stop timer.
+            s.p[P_COUNT].store(arg, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+fn ts(v: i64) -> Option<i64> {
+    (v != 0).then_some(v)
+}
+
+/// `stopEvent`: emits the finished event's row.
+pub fn stop(h: usize) {
+    let Some(s) = lookup(h) else {
+        if h != 0 {
+            lost();
+        }
+        return;
+    };
+    let stop_ns = now_ns();
+    let gen_ = (h as u64) >> 16;
+    let p = |i: usize| s.p[i].load(Ordering::Relaxed);
+    let t = |i: usize| ts(s.t[i].load(Ordering::Relaxed));
+    let op_id = Some(s.op_id.load(Ordering::Relaxed)).filter(|&v| v != 0);
+    let (comm_hash, ctx_rank) = ctx_info(s.ctx.load(Ordering::Relaxed) as usize);
+    // The context's rank: NCCL leaves the descriptor's rank 0 for some event types.
+    let rank = ctx_rank.or(Some(s.rank.load(Ordering::Relaxed)));
+    let start_ns = s.start_ns.load(Ordering::Relaxed);
+    let kind = s.kind.load(Ordering::Relaxed);
+    let ev = match kind {
+        K_COLL | K_P2P => {
+            let coll = kind == K_COLL;
+            let algo = p(P_ALGO);
+            Event::NcclOp(NcclOpRecord {
+                op_id,
+                comm_hash,
+                rank,
+                coll,
+                func: p(P_FUNC) as u8,
+                seq_number: coll.then(|| p(P_SEQ)),
+                algo: coll.then_some((algo & 0xff) as u8).filter(|&a| a != u8::MAX),
+                proto: coll
+                    .then_some(((algo >> 8) & 0xff) as u8)
+                    .filter(|&a| a != u8::MAX),
+                n_channels: p(P_CHAN) as i32,
+                n_warps: coll.then(|| p(P_WARPS) as i32),
+                peer: p(P_PEER).checked_sub(1).map(|v| v as u32 as i32),
+                count: p(P_COUNT),
+                dtype: p(P_DTYPE).checked_sub(1).map(|v| v as i32),
+                start_ns,
+                stop_ns: Some(stop_ns),
+                tid: ffi::sys::gettid(),
+            })
+        }
+        K_PROXY_OP | K_PROXY_STEP | K_PROXY_CTRL | K_KERNEL_CH => {
+            let proxy_kind = match kind {
+                K_PROXY_OP => ProxyKind::Op,
+                K_PROXY_STEP => ProxyKind::Step,
+                K_KERNEL_CH => ProxyKind::KernelCh,
+                _ => ProxyKind::Ctrl,
+            };
+            let mut r = empty_proxy(proxy_kind, op_id, comm_hash, rank, start_ns, stop_ns);
+            match proxy_kind {
+                ProxyKind::Op => {
+                    r.pid = Some(p(P_SEQ) as u32 as i32);
+                    r.channel = Some(p(P_FUNC) as i32);
+                    r.n_steps = Some(p(P_COUNT) as u32 as i32);
+                    r.chunk_size = Some(p(P_DTYPE) as u32 as i32);
+                    r.is_send = Some(p(P_CHAN) != 0);
+                    r.peer = p(P_PEER).checked_sub(1).map(|v| v as u32 as i32);
+                    r.in_progress_ns = t(T_IN_PROGRESS);
+                }
+                ProxyKind::Step => {
+                    r.step = Some(p(P_SEQ) as u32 as i32);
+                    r.send_gpu_wait_ns = t(T_SEND_GPU);
+                    r.send_peer_wait_ns = t(T_SEND_PEER);
+                    r.send_wait_ns = t(T_SEND_WAIT);
+                    r.recv_wait_ns = t(T_RECV_WAIT);
+                    r.recv_flush_wait_ns = t(T_RECV_FLUSH);
+                    r.recv_gpu_wait_ns = t(T_RECV_GPU);
+                    r.trans_size = Some(p(P_ALGO)).filter(|&v| v != 0);
+                }
+                ProxyKind::KernelCh => {
+                    r.channel = Some(p(P_FUNC) as i32);
+                    r.gpu_timer_start = Some(p(P_SEQ)).filter(|&v| v != 0);
+                    r.gpu_timer_stop = Some(p(P_COUNT)).filter(|&v| v != 0);
+                }
+                ProxyKind::Ctrl => {
+                    let first = s.ctrl_first.load(Ordering::Relaxed);
+                    if first != 0 {
+                        r.ctrl_first_state = Some(first);
+                        r.ctrl_first_ns = t(T_IN_PROGRESS);
+                        r.ctrl_last_state = Some(s.ctrl_last.load(Ordering::Relaxed));
+                        r.ctrl_last_ns = t(T_SEND_GPU);
+                    }
+                    if s.ctrl_last.load(Ordering::Relaxed) == 18 {
+                        r.appended_ops = Some(p(P_SEQ) as u32 as i32);
+                    }
+                }
+            }
+            Event::Proxy(r)
+        }
+        _ => return, // API events: links only, no rows
+    };
+    // The slot may have been reused while we read it: then the row could mix events.
+    if s.gen_.load(Ordering::Acquire) != gen_ {
+        lost();
+        return;
+    }
+    state::emit(ev);
+}
+
+fn empty_proxy(
+    kind: ProxyKind,
+    op_id: Option<u64>,
+    comm_hash: Option<u64>,
+    rank: Option<i32>,
+    start_ns: i64,
+    stop_ns: i64,
+) -> ProxyRecord {
+    ProxyRecord {
+        kind,
+        op_id,
+        comm_hash,
+        rank,
+        pid: None,
+        channel: None,
+        peer: None,
+        n_steps: None,
+        chunk_size: None,
+        is_send: None,
+        step: None,
+        start_ns,
+        stop_ns: Some(stop_ns),
+        in_progress_ns: None,
+        send_gpu_wait_ns: None,
+        send_peer_wait_ns: None,
+        send_wait_ns: None,
+        recv_wait_ns: None,
+        recv_flush_wait_ns: None,
+        recv_gpu_wait_ns: None,
+        trans_size: None,
+        ctrl_first_state: None,
+        ctrl_first_ns: None,
+        ctrl_last_state: None,
+        ctrl_last_ns: None,
+        appended_ops: None,
+        gpu_timer_start: None,
+        gpu_timer_stop: None,
+        tid: ffi::sys::gettid(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_detect_reuse() {
+        let h = start(0, 0, 0, Start::ProxyStep { step: 3 });
+        assert!(lookup(h).is_some());
+        for _ in 0..SLOTS {
+            start(0, 0, 0, Start::ProxyCtrl);
+        }
+        assert!(
+            lookup(h).is_none(),
+            "slot reused: the old handle must not resolve"
+        );
+        assert!(lookup(0).is_none());
+    }
+}
