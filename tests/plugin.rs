@@ -1,0 +1,303 @@
+//! The shim as NCCL's profiler plugin, driven by the stand-in NCCL, which loads and
+//! calls plugins the way NCCL 2.28.9 does (tests/fixtures/fake_nccl.c): dlopen of
+//! `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v5`, `init` per communicator, v5 event
+//! descriptors from the calling thread and from a proxy thread.
+
+mod common;
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Output, Stdio};
+
+use support::{Row, Run, comm_id_of, read_id};
+
+/// Our activation mask: Coll, P2p, ProxyOp, ProxyStep, ProxyCtrl, CollApi, P2pApi.
+const MASK: i32 = 2 | 4 | 8 | 16 | 32 | 512 | 1024;
+
+/// Runs `plugin RANK 2 ID ITERS` for both ranks at once, with extra env.
+fn two_ranks(run: &Run, iters: u32, env: &[(&str, &str)]) -> Vec<Output> {
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let children: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            let mut c = run.host(&["plugin", r, "2", idf.to_str().unwrap(), &iters.to_string()]);
+            c.envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+            out
+        })
+        .collect()
+}
+
+fn stdout_field(out: &Output, key: &str) -> i64 {
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(|v| v.parse().unwrap()))
+        .unwrap_or_else(|| panic!("no {key}= in {s:?}"))
+}
+
+/// ops rows by (pid, op_id).
+fn ops_by_id(run: &Run) -> BTreeMap<(i32, u64), Row> {
+    run.rows("ops")
+        .into_iter()
+        .map(|o| ((o.req_i32("pid"), o.req_u64("op_id")), o))
+        .collect()
+}
+
+#[test]
+fn nccl_view_joins_every_op() {
+    let run = Run::new("plugin");
+    let outs = two_ranks(&run, 3, &[]);
+    for out in &outs {
+        // Loaded, used, then unloaded at the last CommDestroy (state back to 0).
+        assert!(
+            stdout_field(out, "events") > 0,
+            "the stand-in NCCL drove the shim's plugin"
+        );
+        assert_eq!(stdout_field(out, "state"), 0);
+        assert_eq!(stdout_field(out, "mask") as i32, MASK);
+    }
+    let procs = run.rows("process");
+    assert_eq!(procs.len(), 2);
+    for p in &procs {
+        assert_eq!(p.str("profiler_plugin"), Some("zcta"));
+        assert_eq!(p.u64("plugin_comms"), Some(1));
+    }
+
+    // nccl_comms: NCCL's commHash on both ranks, joined to our comm_id.
+    let comm_id = comm_id_of(&read_id(&run.scratch("id")));
+    let nc = run.rows("nccl_comms");
+    assert_eq!(nc.len(), 2);
+    let hashes: BTreeSet<u64> = nc.iter().map(|r| r.req_u64("comm_hash")).collect();
+    assert_eq!(hashes.len(), 1, "same commHash on every rank");
+    for r in &nc {
+        assert_eq!(r.u64("comm_id"), Some(comm_id));
+        assert_eq!((r.req_i32("nranks"), r.req_i32("n_nodes")), (2, 1));
+    }
+    let ranks: BTreeSet<i32> = nc.iter().map(|r| r.req_i32("rank")).collect();
+    assert_eq!(ranks, BTreeSet::from([0, 1]));
+
+    // Every nccl_ops row belongs to an ops row; every op has its events.
+    let ops = ops_by_id(&run);
+    let nops = run.rows("nccl_ops");
+    let mut per_op: BTreeMap<(i32, u64), Vec<&Row>> = BTreeMap::new();
+    for e in &nops {
+        let id = e
+            .u64("op_id")
+            .unwrap_or_else(|| panic!("unjoined plugin event {e:?}"));
+        per_op.entry((e.req_i32("pid"), id)).or_default().push(e);
+        assert_eq!(e.u64("comm_hash"), hashes.first().copied());
+    }
+    let mut seq_by_rank: BTreeMap<(i32, &str), Vec<u64>> = BTreeMap::new();
+    for (key, o) in &ops {
+        let evs = per_op.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        let op = o.req_str("op");
+        match op {
+            "AllReduce" | "Broadcast" => {
+                assert_eq!(evs.len(), 1, "{op}: one Coll event: {evs:?}");
+                let e = evs[0];
+                assert_eq!(e.str("event"), Some("Coll"));
+                assert_eq!(e.str("func"), Some(op));
+                assert_eq!((e.str("algo"), e.str("proto")), (Some("RING"), Some("LL")));
+                assert_eq!((e.req_i32("n_channels"), e.i32("n_warps")), (2, Some(16)));
+                assert_eq!(e.i32("rank"), o.i32("rank"));
+                if op == "Broadcast" {
+                    // NCCL reports Broadcast in bytes of int8.
+                    assert_eq!((e.req_u64("count"), e.i32("dtype")), (4096, Some(0)));
+                } else {
+                    assert_eq!((e.req_u64("count"), e.i32("dtype")), (1024, Some(7)));
+                }
+                seq_by_rank
+                    .entry((o.req_i32("rank"), op))
+                    .or_default()
+                    .push(e.req_u64("seq_number"));
+                assert!(e.req_i64("stop_ns") >= e.req_i64("start_ns"));
+            }
+            "AlltoAll" => {
+                // One P2p per peer and direction (self included).
+                assert_eq!(evs.len(), 4, "{evs:?}");
+                assert!(evs.iter().all(|e| e.str("event") == Some("P2p")));
+                let peers: BTreeSet<(Option<&str>, i32)> =
+                    evs.iter().map(|e| (e.str("func"), e.req_i32("peer"))).collect();
+                assert_eq!(
+                    peers,
+                    BTreeSet::from([
+                        (Some("Send"), 0),
+                        (Some("Send"), 1),
+                        (Some("Recv"), 0),
+                        (Some("Recv"), 1)
+                    ])
+                );
+            }
+            "Send" | "Recv" => {
+                assert_eq!(evs.len(), 1, "{op}: {evs:?}");
+                assert_eq!(evs[0].str("func"), Some(op));
+                assert_eq!(evs[0].i32("peer"), o.i32("peer"));
+                assert_eq!(evs[0].req_i32("n_channels"), 2);
+            }
+            other => panic!("unexpected op {other}"),
+        }
+    }
+    assert_eq!(per_op.len(), ops.len(), "no event without its op");
+    for ((rank, op), seqs) in seq_by_rank {
+        assert_eq!(
+            seqs,
+            vec![0, 1, 2],
+            "rank {rank} {op}: NCCL's per-function counter"
+        );
+    }
+    // NVLink-like path (no FAKE_NCCL_PROXY): no proxy work at all.
+    assert!(run.rows("proxy").is_empty());
+}
+
+#[test]
+fn proxy_steps_carry_their_op_and_wait_states() {
+    let run = Run::new("proxy");
+    two_ranks(&run, 2, &[("FAKE_NCCL_PROXY", "1")]);
+    let ops = ops_by_id(&run);
+    let proxy = run.rows("proxy");
+    let by = |kind: &str| {
+        proxy
+            .iter()
+            .filter(|p| p.str("event") == Some(kind))
+            .collect::<Vec<_>>()
+    };
+    let (pops, steps, ctrl) = (by("ProxyOp"), by("ProxyStep"), by("ProxyCtrl"));
+    assert!(!pops.is_empty() && !steps.is_empty() && !ctrl.is_empty());
+
+    // Every op that crosses to the other rank has ProxyOps on both channels and steps.
+    let key = |r: &Row| (r.req_i32("pid"), r.u64("op_id").expect("joined"));
+    let with_ops: BTreeMap<(i32, u64), BTreeSet<i32>> = pops.iter().fold(BTreeMap::new(), |mut m, p| {
+        m.entry(key(p)).or_default().insert(p.req_i32("channel"));
+        m
+    });
+    let with_steps: BTreeSet<(i32, u64)> = steps.iter().map(|s| key(s)).collect();
+    for (k, o) in &ops {
+        let to_self = matches!(o.req_str("op"), "Send" | "Recv") && o.i32("peer") == o.i32("rank");
+        if to_self {
+            continue;
+        }
+        assert_eq!(with_ops.get(k), Some(&BTreeSet::from([0, 1])), "{o:?}");
+        assert!(with_steps.contains(k), "{o:?}");
+    }
+    for p in &pops {
+        assert_eq!((p.i32("n_steps"), p.i32("chunk_size")), (Some(2), Some(131072)));
+        assert!(p.i64("in_progress_ns").is_some());
+        assert!(p.req_i64("stop_ns") >= p.req_i64("start_ns"));
+    }
+    // Each wait state starts in NCCL's order, inside the step.
+    for s in &steps {
+        let t = |c: &str| s.i64(c);
+        let (start, stop) = (s.req_i64("start_ns"), s.req_i64("stop_ns"));
+        let chain: Vec<i64> = if t("send_gpu_wait_ns").is_some() {
+            ["send_gpu_wait_ns", "send_peer_wait_ns", "send_wait_ns"]
+                .iter()
+                .map(|c| t(c).unwrap_or_else(|| panic!("{c} missing: {s:?}")))
+                .collect()
+        } else {
+            ["recv_wait_ns", "recv_flush_wait_ns", "recv_gpu_wait_ns"]
+                .iter()
+                .map(|c| t(c).unwrap_or_else(|| panic!("{c} missing: {s:?}")))
+                .collect()
+        };
+        assert!(
+            start <= chain[0] && chain.windows(2).all(|w| w[0] <= w[1]) && chain[2] <= stop,
+            "{s:?}"
+        );
+        assert!(stop > start, "steps take time: {s:?}");
+    }
+    assert!(steps.iter().any(|s| s.u64("trans_size").is_some_and(|v| v > 0)));
+    // ProxyCtrl: the Append batches report how many ops they appended.
+    assert!(
+        ctrl.iter()
+            .any(|c| c.i32("ctrl_last_state") == Some(18) && c.i32("appended_ops") > Some(0))
+    );
+    assert!(ctrl.iter().all(|c| c.is_null("op_id")));
+}
+
+#[test]
+fn kernel_channel_timers_on_request() {
+    let run = Run::new("kch");
+    let outs = two_ranks(&run, 1, &[("ZCTA_NCCL_KERNEL_CH", "1")]);
+    assert_eq!(stdout_field(&outs[0], "mask") as i32, MASK | 64);
+    let ops = ops_by_id(&run);
+    let kch: Vec<Row> = run
+        .rows("proxy")
+        .into_iter()
+        .filter(|p| p.str("event") == Some("KernelCh"))
+        .collect();
+    for (k, o) in &ops {
+        if matches!(o.req_str("op"), "AllReduce" | "Broadcast") {
+            let mine: Vec<&Row> = kch
+                .iter()
+                .filter(|r| (r.req_i32("pid"), r.u64("op_id").unwrap_or(0)) == *k)
+                .collect();
+            assert_eq!(mine.len(), 2, "one per channel: {o:?}");
+            for r in mine {
+                let (a, b) = (r.req_u64("gpu_timer_start"), r.req_u64("gpu_timer_stop"));
+                assert!(a > 0 && b >= a, "{r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_users_plugin_is_left_alone() {
+    let run = Run::new("userplugin");
+    let outs = two_ranks(
+        &run,
+        1,
+        &[("NCCL_PROFILER_PLUGIN", "/nonexistent/libnccl-profiler-user.so")],
+    );
+    for out in &outs {
+        assert_eq!(
+            stdout_field(out, "state"),
+            2,
+            "NCCL tried the user's plugin (and failed)"
+        );
+    }
+    for p in run.rows("process") {
+        assert_eq!(
+            p.str("profiler_plugin"),
+            Some("user: /nonexistent/libnccl-profiler-user.so")
+        );
+        assert_eq!(p.u64("plugin_comms"), Some(0));
+    }
+    assert!(!run.rows("ops").is_empty());
+    let files = support::list_files(&run.dir());
+    assert!(
+        files
+            .iter()
+            .all(|f| !f.starts_with("nccl_") && !f.starts_with("proxy")),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn zcta_nccl_plugin_0_turns_it_off() {
+    let run = Run::new("noplugin");
+    let outs = two_ranks(&run, 1, &[("ZCTA_NCCL_PLUGIN", "0")]);
+    for out in &outs {
+        assert_eq!(stdout_field(out, "events"), 0, "no plugin loaded");
+    }
+    for p in run.rows("process") {
+        assert_eq!(p.str("profiler_plugin"), Some("off: ZCTA_NCCL_PLUGIN=0"));
+    }
+    let files = support::list_files(&run.dir());
+    assert!(
+        files
+            .iter()
+            .all(|f| !f.starts_with("nccl_") && !f.starts_with("proxy")),
+        "{files:?}"
+    );
+}
