@@ -116,11 +116,113 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn strings<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a StringArray> {
+    b.column_by_name(name)?.as_any().downcast_ref::<StringArray>()
+}
+fn u64s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a UInt64Array> {
+    b.column_by_name(name)?.as_any().downcast_ref::<UInt64Array>()
+}
+fn i32s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a Int32Array> {
+    b.column_by_name(name)?.as_any().downcast_ref::<Int32Array>()
+}
+fn opt<T: Array>(a: &T, i: usize) -> Option<usize> {
+    (!a.is_null(i)).then_some(i)
+}
+
+/// NCCL's own view: whether the profiler plugin ran, which ops it reported, and the
+/// algorithm/protocol mix it chose.
+fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
+    println!("\n  NCCL's view (profiler plugin)");
+    for b in &procs.batches {
+        let (Some(plugin), Some(n), Some(pid)) = (
+            strings(b, "profiler_plugin"),
+            u64s(b, "plugin_comms"),
+            i32s(b, "pid"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            let what = plugin.value(i);
+            let line = if what == "zcta" && n.value(i) > 0 {
+                format!("loaded by NCCL for {} communicators", n.value(i))
+            } else if what == "zcta" {
+                "offered, but NCCL never called it (no communicator, or NCCL_PROFILER_PLUGIN came from nccl.conf)".into()
+            } else if let Some(user) = what.strip_prefix("user: ") {
+                format!("missing: your NCCL_PROFILER_PLUGIN={user} was left in place (NCCL loads one plugin)")
+            } else {
+                format!("missing: {what}")
+            };
+            println!("    pid {:<8} {line}", pid.value(i));
+        }
+    }
+    // (host, pid, op_id) of every op NCCL reported, and the Coll mix.
+    let mut seen = std::collections::HashSet::new();
+    let mut mix: BTreeMap<(String, String, String, i32), u64> = BTreeMap::new();
+    for b in &nops.batches {
+        let (Some(host), Some(pid), Some(id)) = (strings(b, "host"), i32s(b, "pid"), u64s(b, "op_id")) else {
+            continue;
+        };
+        let (func, algo, proto, ch) = (
+            strings(b, "func"),
+            strings(b, "algo"),
+            strings(b, "proto"),
+            i32s(b, "n_channels"),
+        );
+        for i in 0..b.num_rows() {
+            if let Some(i) = opt(id, i) {
+                seen.insert((host.value(i).to_owned(), pid.value(i), id.value(i)));
+            }
+            if let (Some(f), Some(a), Some(p), Some(c)) = (func, algo, proto, ch)
+                && !a.is_null(i)
+            {
+                let k = (
+                    f.value(i).to_owned(),
+                    a.value(i).to_owned(),
+                    p.value(i).to_owned(),
+                    c.value(i),
+                );
+                *mix.entry(k).or_default() += 1;
+            }
+        }
+    }
+    let mut cover: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for b in &ops.batches {
+        let (Some(host), Some(pid), Some(id), Some(op)) = (
+            strings(b, "host"),
+            i32s(b, "pid"),
+            u64s(b, "op_id"),
+            strings(b, "op"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            let e = cover.entry(op.value(i).to_owned()).or_default();
+            e.0 += 1;
+            e.1 += u64::from(seen.contains(&(host.value(i).to_owned(), pid.value(i), id.value(i))));
+        }
+    }
+    for (op, (n, with)) in cover {
+        let note = if with == n {
+            String::new()
+        } else {
+            format!(
+                "  ({} not reported by NCCL: copy-engine and symmetric-kernel ops, single-rank communicators and plugin-less processes have no events)",
+                n - with
+            )
+        };
+        println!("    {op:<14} {with:>8} of {n:<8} ops with NCCL's view{note}");
+    }
+    for ((func, algo, proto, ch), n) in mix {
+        println!("    {func:<14} {algo:<10} {proto:<7} {ch:>3} channels  {n:>8} events");
+    }
+}
+
 fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
     println!("run {}", run.display());
     let mut problems = 0usize;
     let mut ops: Option<TableData> = None;
+    let mut kept: BTreeMap<&str, TableData> = BTreeMap::new();
     for t in tables::ALL_TABLES {
         let data = reader::read_table(run, t).with_context(|| format!("reading table {t}"))?;
         println!(
@@ -141,7 +243,12 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
         }
         if t == "ops" {
             ops = Some(data);
+        } else if matches!(t, "nccl_ops" | "process") {
+            kept.insert(t, data);
         }
+    }
+    if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
+        nccl_view(ops, nops, procs);
     }
     if let Some(ops) = ops {
         let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();

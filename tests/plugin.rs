@@ -158,6 +158,25 @@ fn nccl_view_joins_every_op() {
     }
     // NVLink-like path (no FAKE_NCCL_PROXY): no proxy work at all.
     assert!(run.rows("proxy").is_empty());
+
+    // `zcta summary` tells the same story.
+    let out = summary(&run);
+    assert!(out.contains("loaded by NCCL for 1 communicators"), "{out}");
+    assert!(out.contains("AllReduce             6 of 6"), "{out}");
+    assert!(
+        out.contains("AllReduce      RING       LL        2 channels"),
+        "{out}"
+    );
+}
+
+fn summary(run: &Run) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .arg("summary")
+        .arg(run.dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -274,6 +293,13 @@ fn a_users_plugin_is_left_alone() {
         assert_eq!(p.u64("plugin_comms"), Some(0));
     }
     assert!(!run.rows("ops").is_empty());
+    let out = summary(&run);
+    assert!(
+        out.contains(
+            "missing: your NCCL_PROFILER_PLUGIN=/nonexistent/libnccl-profiler-user.so was left in place"
+        ),
+        "{out}"
+    );
     let files = support::list_files(&run.dir());
     assert!(
         files
