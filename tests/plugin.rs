@@ -300,13 +300,7 @@ fn a_users_plugin_is_left_alone() {
         ),
         "{out}"
     );
-    let files = support::list_files(&run.dir());
-    assert!(
-        files
-            .iter()
-            .all(|f| !f.starts_with("nccl_") && !f.starts_with("proxy")),
-        "{files:?}"
-    );
+    assert_no_plugin_tables(&run);
 }
 
 #[test]
@@ -319,6 +313,10 @@ fn zcta_nccl_plugin_0_turns_it_off() {
     for p in run.rows("process") {
         assert_eq!(p.str("profiler_plugin"), Some("off: ZCTA_NCCL_PLUGIN=0"));
     }
+    assert_no_plugin_tables(&run);
+}
+
+fn assert_no_plugin_tables(run: &Run) {
     let files = support::list_files(&run.dir());
     assert!(
         files
