@@ -325,3 +325,46 @@ fn assert_no_plugin_tables(run: &Run) {
         "{files:?}"
     );
 }
+
+#[test]
+fn a_plugin_chosen_in_nccl_conf_or_empty_is_the_users() {
+    let run = Run::new("conf");
+    let conf = run.scratch("nccl.conf");
+    std::fs::write(
+        &conf,
+        "NCCL_DEBUG=WARN\nNCCL_PROFILER_PLUGIN = /opt/other/libprof.so\n",
+    )
+    .unwrap();
+    two_ranks(&run, 1, &[("NCCL_CONF_FILE", conf.to_str().unwrap())]);
+    for p in run.rows("process") {
+        let want = format!("user: NCCL_PROFILER_PLUGIN in {}", conf.display());
+        assert_eq!(p.str("profiler_plugin"), Some(want.as_str()));
+    }
+    assert_no_plugin_tables(&run);
+
+    let run = Run::new("empty");
+    two_ranks(&run, 1, &[("NCCL_PROFILER_PLUGIN", "")]);
+    for p in run.rows("process") {
+        assert_eq!(p.str("profiler_plugin"), Some("user: "));
+    }
+    assert_no_plugin_tables(&run);
+}
+
+/// A process that inherited NCCL_PROFILER_PLUGIN but does not preload the shim: NCCL
+/// loads the library as its plugin only, which asks for no events and records nothing.
+#[test]
+fn plugin_only_load_records_nothing() {
+    let run = Run::new("pluginonly");
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let out = support::host_plain(&["plugin", "0", "1", idf.to_str().unwrap(), "2"])
+        .env("NCCL_PROFILER_PLUGIN", common::shim_path())
+        .env("ZCTA_OUT", run.out_dir())
+        .env("ZCTA_RUN_ID", &run.id)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_field(&out, "mask"), 0, "no events asked for");
+    assert!(!run.dir().exists(), "nothing written");
+}

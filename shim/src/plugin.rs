@@ -11,9 +11,12 @@
 //! host-callback threads, so nothing here blocks: event state lives in a fixed ring
 //! of slots made of atomics. Each start takes the next slot; a handle carries the
 //! slot's generation, so a handle whose slot has since been reused is recognised and
-//! its event dropped (and counted) instead of being misattributed. NCCL keeps handles
-//! after stopping them (children arrive later) and never stops some (ProxyOps off the
-//! network transport): the ring needs no freeing, so neither leaks.
+//! its event dropped (and counted) instead of being misattributed. A slot is written
+//! or read whole only under its try-lock (a BUSY bit in the generation word, taken by
+//! compare-and-swap, never waited for): a start skips a busy slot, a late state or
+//! stop on a reused slot fails its claim. NCCL keeps handles after stopping them
+//! (children arrive later) and never stops some (ProxyOps off the network transport):
+//! the ring needs no freeing, so neither leaks.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
@@ -163,6 +166,7 @@ struct Ring {
     next: AtomicU64,
     ctx_hash: Box<[AtomicU64]>,
     ctx_rank: Box<[AtomicI32]>,
+    ctx_gen: Box<[AtomicU64]>,
     next_ctx: AtomicU64,
 }
 
@@ -174,6 +178,7 @@ fn ring() -> &'static Ring {
         next: AtomicU64::new(0),
         ctx_hash: (0..CTXS).map(|_| AtomicU64::new(0)).collect(),
         ctx_rank: (0..CTXS).map(|_| AtomicI32::new(0)).collect(),
+        ctx_gen: (0..CTXS).map(|_| AtomicU64::new(0)).collect(),
         next_ctx: AtomicU64::new(0),
     })
 }
@@ -183,12 +188,33 @@ fn encode(gen_: u64, idx: usize) -> usize {
     ((gen_ << 16) | (idx as u64 + 1)) as usize
 }
 
-/// The slot of a handle, if it still holds that event.
-fn lookup(h: usize) -> Option<&'static Slot> {
+/// Set in a slot's generation word while one thread writes or reads it whole.
+const BUSY: u64 = 1 << 63;
+
+/// The slot and generation a handle names (not checked against the slot).
+fn decode(h: usize) -> Option<(&'static Slot, u64)> {
     let h = h as u64;
     let idx = (h & 0xffff).checked_sub(1)? as usize;
-    let slot = ring().slots.get(idx)?;
-    (slot.gen_.load(Ordering::Acquire) == h >> 16).then_some(slot)
+    Some((ring().slots.get(idx)?, h >> 16))
+}
+
+/// Takes the slot's try-lock if it still holds generation `g`.
+fn claim(s: &Slot, g: u64) -> bool {
+    g != 0
+        && s.gen_
+            .compare_exchange(g, g | BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+}
+
+fn release(s: &Slot, g: u64) {
+    s.gen_.store(g, Ordering::Release);
+}
+
+/// The slot of a handle, if it still holds that event (test helper).
+#[cfg(test)]
+fn lookup(h: usize) -> Option<&'static Slot> {
+    let (s, g) = decode(h)?;
+    (s.gen_.load(Ordering::Acquire) & !BUSY == g).then_some(s)
 }
 
 fn lost() {
@@ -198,9 +224,15 @@ fn lost() {
 /// `init`: a communicator. Returns the context handle.
 pub fn init(comm_hash: u64, comm_name: Option<&str>, n_nodes: i32, nranks: i32, rank: i32) -> usize {
     let r = ring();
-    let idx = (r.next_ctx.fetch_add(1, Ordering::Relaxed) as usize) % CTXS;
+    let n = r.next_ctx.fetch_add(1, Ordering::Relaxed);
+    let idx = (n % CTXS as u64) as usize;
+    let gen_ = n / CTXS as u64 + 1;
+    // A context whose entry was reused (more than CTXS communicators since) reads as
+    // unknown: generation-tagged like event handles.
+    r.ctx_gen[idx].store(0, Ordering::Release);
     r.ctx_hash[idx].store(comm_hash, Ordering::Relaxed);
     r.ctx_rank[idx].store(rank, Ordering::Relaxed);
+    r.ctx_gen[idx].store(gen_, Ordering::Release);
     state::note_plugin_comm();
     state::emit(Event::NcclComm(NcclCommRecord {
         comm_hash,
@@ -212,51 +244,97 @@ pub fn init(comm_hash: u64, comm_name: Option<&str>, n_nodes: i32, nranks: i32, 
         init_ns: now_ns(),
         tid: ffi::sys::gettid(),
     }));
-    idx + 1
+    ((gen_ << 16) | (idx as u64 + 1)) as usize
 }
 
 fn ctx_info(ctx: usize) -> (Option<u64>, Option<i32>) {
-    match ctx.checked_sub(1).filter(|&i| i < CTXS) {
-        Some(i) => {
-            let r = ring();
-            (
-                Some(r.ctx_hash[i].load(Ordering::Relaxed)),
-                Some(r.ctx_rank[i].load(Ordering::Relaxed)),
-            )
-        }
-        None => (None, None),
+    let ctx = ctx as u64;
+    let (Some(i), g) = ((ctx & 0xffff).checked_sub(1).map(|i| i as usize), ctx >> 16) else {
+        return (None, None);
+    };
+    let r = ring();
+    if i >= CTXS || g == 0 || r.ctx_gen[i].load(Ordering::Acquire) != g {
+        return (None, None);
     }
+    let v = (
+        r.ctx_hash[i].load(Ordering::Relaxed),
+        r.ctx_rank[i].load(Ordering::Relaxed),
+    );
+    std::sync::atomic::fence(Ordering::Acquire);
+    if r.ctx_gen[i].load(Ordering::Relaxed) != g {
+        return (None, None);
+    }
+    (Some(v.0), Some(v.1))
 }
 
-fn op_id_of(parent: usize) -> u64 {
-    lookup(parent).map_or(0, |p| p.op_id.load(Ordering::Relaxed))
+/// (op_id, context) of a parent event, if its slot still holds it. Both are written
+/// once, before the slot is published, so a seqlock-style read suffices here.
+fn parent_of(parent: usize) -> (u64, u64) {
+    let Some((s, g)) = decode(parent) else {
+        return (0, 0);
+    };
+    if g == 0 || s.gen_.load(Ordering::Acquire) & !BUSY != g {
+        return (0, 0);
+    }
+    let v = (s.op_id.load(Ordering::Relaxed), s.ctx.load(Ordering::Relaxed));
+    std::sync::atomic::fence(Ordering::Acquire);
+    if s.gen_.load(Ordering::Relaxed) & !BUSY != g {
+        return (0, 0);
+    }
+    v
 }
 
 /// `startEvent`. Returns the handle to give NCCL (0: not tracked).
 pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
-    let (kind, op_id) = match ev {
+    let (kind, op_id, ctx) = match ev {
         Start::Untracked => return 0,
-        Start::CollApi | Start::P2pApi => (K_API, hooks::current_op().unwrap_or(0)),
-        Start::Coll { .. } => (K_COLL, op_id_of(parent)),
-        Start::P2p { .. } => (K_P2P, op_id_of(parent)),
+        Start::CollApi | Start::P2pApi => (K_API, hooks::current_op().unwrap_or(0), ctx as u64),
+        Start::Coll { .. } => (K_COLL, parent_of(parent).0, ctx as u64),
+        Start::P2p { .. } => (K_P2P, parent_of(parent).0, ctx as u64),
         Start::ProxyOp { pid, .. } => {
-            // PXN: the op belongs to another process; its parent handle is not ours.
-            let own = pid == std::process::id() as i32;
-            (K_PROXY_OP, if own { op_id_of(parent) } else { 0 })
+            // PXN: the op belongs to another process; its parent handle and context
+            // are that process's, not ours: neither is looked up.
+            if pid == std::process::id() as i32 {
+                (K_PROXY_OP, parent_of(parent).0, ctx as u64)
+            } else {
+                (K_PROXY_OP, 0, 0)
+            }
         }
-        Start::ProxyStep { .. } => (K_PROXY_STEP, op_id_of(parent)),
-        Start::ProxyCtrl => (K_PROXY_CTRL, 0),
-        Start::KernelCh { .. } => (K_KERNEL_CH, op_id_of(parent)),
+        Start::ProxyStep { .. } => {
+            // A step of a foreign (PXN) ProxyOp: its parent slot has no context.
+            let (op_id, pctx) = parent_of(parent);
+            (K_PROXY_STEP, op_id, if pctx == 0 { 0 } else { ctx as u64 })
+        }
+        Start::ProxyCtrl => (K_PROXY_CTRL, 0, ctx as u64),
+        Start::KernelCh { .. } => (K_KERNEL_CH, parent_of(parent).0, ctx as u64),
     };
     let r = ring();
-    let n = r.next.fetch_add(1, Ordering::Relaxed);
-    let idx = (n % SLOTS as u64) as usize;
-    let gen_ = n / SLOTS as u64 + 1;
+    // Take the next free slot; a slot busy in another thread is skipped, not waited for.
+    let mut claimed = None;
+    for _ in 0..4 {
+        let n = r.next.fetch_add(1, Ordering::Relaxed);
+        let idx = (n % SLOTS as u64) as usize;
+        let s = &r.slots[idx];
+        let cur = s.gen_.load(Ordering::Relaxed);
+        if cur & BUSY == 0
+            && s.gen_
+                .compare_exchange(cur, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // Readers that saw the old generation must see BUSY before our writes.
+            std::sync::atomic::fence(Ordering::Release);
+            claimed = Some((idx, n / SLOTS as u64 + 1));
+            break;
+        }
+    }
+    let Some((idx, gen_)) = claimed else {
+        lost();
+        return 0;
+    };
     let s = &r.slots[idx];
-    s.gen_.store(0, Ordering::Release); // invalidate while rewriting
     s.kind.store(kind, Ordering::Relaxed);
     s.op_id.store(op_id, Ordering::Relaxed);
-    s.ctx.store(ctx as u64, Ordering::Relaxed);
+    s.ctx.store(ctx, Ordering::Relaxed);
     s.rank.store(rank, Ordering::Relaxed);
     s.start_ns.store(now_ns(), Ordering::Relaxed);
     for p in &s.p {
@@ -325,7 +403,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
         }
         _ => {}
     }
-    s.gen_.store(gen_, Ordering::Release);
+    release(s, gen_);
     encode(gen_, idx)
 }
 
@@ -335,12 +413,17 @@ fn dtype_code(name: &str) -> u64 {
 
 /// `recordEventState`. `arg`: transSize (states 9, 11) or appendedProxyOps (18).
 pub fn record_state(h: usize, state: i32, arg: u64) {
-    let Some(s) = lookup(h) else {
-        if h != 0 {
-            lost();
-        }
+    // A state for an event whose slot is gone or busy is dropped; the event itself is
+    // counted as lost once, at its stop.
+    let Some((s, g)) = decode(h) else { return };
+    if !claim(s, g) {
         return;
-    };
+    }
+    record_claimed(s, state, arg);
+    release(s, g);
+}
+
+fn record_claimed(s: &Slot, state: i32, arg: u64) {
     let now = now_ns();
     let first = |i: usize| {
         let _ = s.t[i].compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
@@ -386,22 +469,32 @@ fn ts(v: i64) -> Option<i64> {
 
 /// `stopEvent`: emits the finished event's row.
 pub fn stop(h: usize) {
-    let Some(s) = lookup(h) else {
-        if h != 0 {
-            lost();
-        }
+    let Some((s, g)) = decode(h) else { return };
+    if !claim(s, g) {
+        lost();
         return;
-    };
+    }
+    let ev = read_claimed(s);
+    release(s, g);
+    if let Some(ev) = ev {
+        state::emit(ev);
+    }
+}
+
+/// The row of a stopped event, read while its slot is claimed.
+fn read_claimed(s: &Slot) -> Option<Event> {
     let stop_ns = now_ns();
-    let gen_ = (h as u64) >> 16;
     let p = |i: usize| s.p[i].load(Ordering::Relaxed);
     let t = |i: usize| ts(s.t[i].load(Ordering::Relaxed));
     let op_id = Some(s.op_id.load(Ordering::Relaxed)).filter(|&v| v != 0);
     let (comm_hash, ctx_rank) = ctx_info(s.ctx.load(Ordering::Relaxed) as usize);
-    // The context's rank: NCCL leaves the descriptor's rank 0 for some event types.
-    let rank = ctx_rank.or(Some(s.rank.load(Ordering::Relaxed)));
-    let start_ns = s.start_ns.load(Ordering::Relaxed);
     let kind = s.kind.load(Ordering::Relaxed);
+    // The context's rank; else the descriptor's, which NCCL leaves unset (0) for
+    // ProxyCtrl and KernelCh: NULL for those.
+    let rank = ctx_rank.or_else(|| {
+        matches!(kind, K_COLL | K_P2P | K_PROXY_OP | K_PROXY_STEP).then(|| s.rank.load(Ordering::Relaxed))
+    });
+    let start_ns = s.start_ns.load(Ordering::Relaxed);
     let ev = match kind {
         K_COLL | K_P2P => {
             let coll = kind == K_COLL;
@@ -475,14 +568,9 @@ pub fn stop(h: usize) {
             }
             Event::Proxy(r)
         }
-        _ => return, // API events: links only, no rows
+        _ => return None, // API events: links only, no rows
     };
-    // The slot may have been reused while we read it: then the row could mix events.
-    if s.gen_.load(Ordering::Acquire) != gen_ {
-        lost();
-        return;
-    }
-    state::emit(ev);
+    Some(ev)
 }
 
 fn empty_proxy(

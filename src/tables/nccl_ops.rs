@@ -21,8 +21,8 @@ crate::define_table! {
     count: U64, required, default, "count as NCCL reports it (for AllGather and Broadcast NCCL converts it to bytes)" => |r, c| Some(r.count);
     dtype: I32, nullable, default, "ncclDataType_t code of the datatype NCCL reports" => |r, c| r.dtype;
     start_ns: I64, required, default, "plugin start of the event (the launch of its plan), ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.start_ns);
-    stop_ns: I64, nullable, default, "plugin stop: the op was enqueued (not completed), same clock" => |r, c| r.stop_ns;
+    stop_ns: I64, nullable, default, "plugin stop: the op was enqueued (not completed), same clock; rows are written at the stop" => |r, c| r.stop_ns;
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
-    tid: I32, required, default, "Linux thread id that started the event" => |r, c| Some(r.tid);
+    tid: I32, required, default, "Linux thread id that stopped the event (the launching thread, or a CUDA host-callback thread)" => |r, c| Some(r.tid);
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
 }

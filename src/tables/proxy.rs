@@ -18,7 +18,7 @@ crate::define_table! {
     is_send: Bool, nullable, default, "ProxyOp: send side" => |r, c| r.is_send;
     step: I32, nullable, default, "ProxyStep: step index" => |r, c| r.step;
     start_ns: I64, required, default, "event start, ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.start_ns);
-    stop_ns: I64, nullable, default, "event stop; NULL when NCCL never stopped it" => |r, c| r.stop_ns;
+    stop_ns: I64, nullable, default, "event stop (rows are written at the stop: an event NCCL never stops, such as a ProxyOp off the network transport, has no row)" => |r, c| r.stop_ns;
     in_progress_ns: I64, nullable, default, "ProxyOp: progress began (state 19)" => |r, c| r.in_progress_ns;
     send_gpu_wait_ns: I64, nullable, default, "ProxyStep: start of the wait for the GPU to fill the send buffer (state 8)" => |r, c| r.send_gpu_wait_ns;
     send_peer_wait_ns: I64, nullable, default, "ProxyStep: start of the wait for the peer's credit (state 20, first time)" => |r, c| r.send_peer_wait_ns;
@@ -35,6 +35,6 @@ crate::define_table! {
     gpu_timer_start: U64, nullable, default, "KernelCh: the GPU's %globaltimer (ns) when the channel started the op; its offset to CLOCK_REALTIME is not calibrated" => |r, c| r.gpu_timer_start;
     gpu_timer_stop: U64, nullable, default, "KernelCh: %globaltimer when the channel finished it" => |r, c| r.gpu_timer_stop;
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
-    tid: I32, required, default, "Linux thread id that stopped the event (the proxy thread)" => |r, c| Some(r.tid);
+    tid: I32, required, default, "Linux thread id that stopped the event (usually NCCL's proxy thread)" => |r, c| Some(r.tid);
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
 }

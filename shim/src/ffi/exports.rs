@@ -122,6 +122,27 @@ nccl_export! {
     fn ncclCommWindowDeregister(comm: Comm, win: *mut c_void) => |real| hooks::registration(dereg(CallKind::CommWindowDeregister, comm, win), real, || None);
 }
 
+/// Whether this copy's exports are the ones the process resolves `ncclAllReduce` to
+/// (true when LD_PRELOADed; false when NCCL merely dlopened us as its plugin).
+pub fn interposing() -> bool {
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        // The main program's handle searches the global scope (where LD_PRELOAD puts
+        // us), not the local scope of a library that NCCL dlopened (RTLD_DEFAULT from
+        // inside a library would find our own symbol either way).
+        // SAFETY: dlopen(NULL) returns the main program's handle; dlsym with a
+        // NUL-terminated name.
+        let p = unsafe {
+            let main = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY);
+            if main.is_null() {
+                return false;
+            }
+            libc::dlsym(main, c"ncclAllReduce".as_ptr())
+        };
+        std::ptr::eq(p.cast_const(), ncclAllReduce as *const c_void)
+    })
+}
+
 fn unique(ids: &[NcclUniqueId]) -> IdRule {
     IdRule::Unique(hash::comm_id_from_unique_ids(ids.iter().map(|i| &i.internal[..])))
 }

@@ -161,7 +161,10 @@ unsafe extern "C" fn init(
     // SAFETY: NCCL passes a valid C string or NULL.
     let name = unsafe { (!comm_name.is_null()).then(|| str_at(comm_name)) };
     let handle = protect(|| {
-        if !crate::state::recording() {
+        // Only the copy that interposes NCCL records: a process that inherited
+        // NCCL_PROFILER_PLUGIN without LD_PRELOAD (or preloads another copy) gets a
+        // plugin that asks for no events.
+        if !super::exports::interposing() || !crate::state::recording() {
             return 0;
         }
         plugin::init(comm_id, name, n_nodes, nranks, rank)

@@ -52,12 +52,15 @@ fn offer_profiler_plugin() {
         "off: ZCTA_ENABLE=0".to_string()
     } else if off(std::env::var("ZCTA_NCCL_PLUGIN").ok()) {
         "off: ZCTA_NCCL_PLUGIN=0".to_string()
-    } else if let Some(user) = std::env::var_os("NCCL_PROFILER_PLUGIN").filter(|v| !v.is_empty()) {
+    } else if let Some(user) = std::env::var_os("NCCL_PROFILER_PLUGIN") {
+        // Set, even empty, is the user's choice (empty: NCCL's default plugin search).
         let user = user.to_string_lossy().into_owned();
         match own_path() {
-            Some(own) if own == user => "zcta".to_string(),
+            Some(own) if same_file(&own, &user) => "zcta".to_string(),
             _ => format!("user: {user}"),
         }
+    } else if let Some(conf) = conf_sets_plugin() {
+        format!("user: NCCL_PROFILER_PLUGIN in {conf}")
     } else {
         match own_path().and_then(|p| std::ffi::CString::new(p).ok()) {
             Some(path) => {
@@ -74,6 +77,38 @@ fn offer_profiler_plugin() {
 
 fn own_path() -> Option<String> {
     super::real::own_path()
+}
+
+/// Same file (device and inode), whatever the path strings.
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
+    }
+}
+
+/// NCCL also takes its variables from `NCCL_CONF_FILE`, `~/.nccl.conf` and
+/// `/etc/nccl.conf` (without overriding the environment): a plugin chosen there is
+/// the user's too. Returns the file that sets it.
+fn conf_sets_plugin() -> Option<String> {
+    let home = std::env::var("HOME").ok().map(|h| format!("{h}/.nccl.conf"));
+    [
+        std::env::var("NCCL_CONF_FILE").ok(),
+        home,
+        Some("/etc/nccl.conf".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|path| {
+        std::fs::read_to_string(path).is_ok_and(|text| {
+            text.lines().any(|l| {
+                l.trim_start()
+                    .strip_prefix("NCCL_PROFILER_PLUGIN")
+                    .is_some_and(|r| r.trim_start().starts_with('='))
+            })
+        })
+    })
 }
 
 extern "C" fn after_fork_child() {
