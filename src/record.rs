@@ -213,12 +213,23 @@ pub struct NcclCommRecord {
     pub tid: i32,
 }
 
-/// Everything that travels through the shim's bounded queue.
+/// What travels through the shim's main bounded queue (our own records).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Event {
     Op(OpRecord),
     Call(CallRecord),
     Comm(CommRecord),
+}
+
+/// What travels through the second queue: NCCL's profiler-plugin events. Separate so
+/// that a flood of proxy events can neither crowd out `ops` rows nor make every
+/// queue slot (copied on the NCCL hot path) as large as a proxy record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "records stay heap-free: no allocation per event"
+)]
+pub enum PluginEvent {
     NcclOp(NcclOpRecord),
     Proxy(ProxyRecord),
     NcclComm(NcclCommRecord),

@@ -35,7 +35,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
-use crate::record::Event;
+use crate::record::{Event, PluginEvent};
 use crate::tables::{
     CallsTable, CommsTable, Ctx, Encoding, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow, ProcessTable,
     ProxyTable, RowBuilder, Table,
@@ -529,9 +529,16 @@ impl Writer {
             Event::Op(r) => self.ops.append(r, ctx),
             Event::Call(r) => self.calls.append(r, ctx),
             Event::Comm(r) => self.comms.append(r, ctx),
-            Event::NcclOp(r) => self.nccl_ops.append(r, ctx),
-            Event::Proxy(r) => self.proxy.append(r, ctx),
-            Event::NcclComm(r) => self.nccl_comms.append(r, ctx),
+        }
+    }
+
+    #[inline]
+    pub fn handle_plugin(&mut self, ev: &PluginEvent) -> Result<(), SinkError> {
+        let ctx = &self.info.ctx;
+        match ev {
+            PluginEvent::NcclOp(r) => self.nccl_ops.append(r, ctx),
+            PluginEvent::Proxy(r) => self.proxy.append(r, ctx),
+            PluginEvent::NcclComm(r) => self.nccl_comms.append(r, ctx),
         }
     }
 
@@ -634,7 +641,12 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// The writer thread's body: drains `rx` until asked to stop, then closes everything.
 /// Never panics on I/O errors: it reports the first one on stderr (with the path),
 /// marks `ctl.failed` so producers stop, and keeps draining so nobody blocks.
-pub fn run_writer(rx: crossbeam_channel::Receiver<Event>, mut writer: Writer, ctl: Arc<WriterControl>) {
+pub fn run_writer(
+    rx: crossbeam_channel::Receiver<Event>,
+    prx: crossbeam_channel::Receiver<PluginEvent>,
+    mut writer: Writer,
+    ctl: Arc<WriterControl>,
+) {
     let mut failed = match writer.start() {
         Ok(()) => false,
         Err(e) => {
@@ -660,12 +672,29 @@ pub fn run_writer(rx: crossbeam_channel::Receiver<Event>, mut writer: Writer, ct
                 break; // give tick() a chance under sustained load
             }
         }
+        let mut m = 0usize;
+        while let Ok(ev) = prx.try_recv() {
+            m += 1;
+            if !failed {
+                if let Err(e) = writer.handle_plugin(&ev) {
+                    writer.note_error(&e);
+                    report_failure(&ctl, &e);
+                    failed = true;
+                }
+            } else {
+                ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            if m >= 65536 && !stopping {
+                break;
+            }
+        }
+        n += m;
         if !failed && let Err(e) = writer.tick(Instant::now()) {
             writer.note_error(&e);
             report_failure(&ctl, &e);
             failed = true;
         }
-        if stopping && rx.is_empty() {
+        if stopping && rx.is_empty() && prx.is_empty() {
             break;
         }
         if n == 0 {

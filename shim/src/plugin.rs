@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 use zcta::clock::now_ns;
 use zcta::nccl::{self, PLUGIN_ALGOS, PLUGIN_FUNCS, PLUGIN_PROTOS, name_code};
-use zcta::record::{Event, NcclCommRecord, NcclOpRecord, ProxyKind, ProxyRecord, SmallStr};
+use zcta::record::{NcclCommRecord, NcclOpRecord, PluginEvent, ProxyKind, ProxyRecord, SmallStr};
 
 use crate::{ffi, hooks, state};
 
@@ -234,7 +234,7 @@ pub fn init(comm_hash: u64, comm_name: Option<&str>, n_nodes: i32, nranks: i32, 
     r.ctx_rank[idx].store(rank, Ordering::Relaxed);
     r.ctx_gen[idx].store(gen_, Ordering::Release);
     state::note_plugin_comm();
-    state::emit(Event::NcclComm(NcclCommRecord {
+    state::emit_plugin(PluginEvent::NcclComm(NcclCommRecord {
         comm_hash,
         comm_id: hooks::current_init(),
         comm_name: comm_name.map(SmallStr::new),
@@ -337,14 +337,17 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
     s.ctx.store(ctx, Ordering::Relaxed);
     s.rank.store(rank, Ordering::Relaxed);
     s.start_ns.store(now_ns(), Ordering::Relaxed);
-    for p in &s.p {
-        p.store(0, Ordering::Relaxed);
+    // API events only link children to the op: their payload is never read.
+    if kind != K_API {
+        for p in &s.p {
+            p.store(0, Ordering::Relaxed);
+        }
+        for t in &s.t {
+            t.store(0, Ordering::Relaxed);
+        }
+        s.ctrl_first.store(0, Ordering::Relaxed);
+        s.ctrl_last.store(0, Ordering::Relaxed);
     }
-    for t in &s.t {
-        t.store(0, Ordering::Relaxed);
-    }
-    s.ctrl_first.store(0, Ordering::Relaxed);
-    s.ctrl_last.store(0, Ordering::Relaxed);
     let set = |i: usize, v: u64| s.p[i].store(v, Ordering::Relaxed);
     match ev {
         Start::Coll {
@@ -477,12 +480,12 @@ pub fn stop(h: usize) {
     let ev = read_claimed(s);
     release(s, g);
     if let Some(ev) = ev {
-        state::emit(ev);
+        state::emit_plugin(ev);
     }
 }
 
 /// The row of a stopped event, read while its slot is claimed.
-fn read_claimed(s: &Slot) -> Option<Event> {
+fn read_claimed(s: &Slot) -> Option<PluginEvent> {
     let stop_ns = now_ns();
     let p = |i: usize| s.p[i].load(Ordering::Relaxed);
     let t = |i: usize| ts(s.t[i].load(Ordering::Relaxed));
@@ -499,7 +502,7 @@ fn read_claimed(s: &Slot) -> Option<Event> {
         K_COLL | K_P2P => {
             let coll = kind == K_COLL;
             let algo = p(P_ALGO);
-            Event::NcclOp(NcclOpRecord {
+            PluginEvent::NcclOp(NcclOpRecord {
                 op_id,
                 comm_hash,
                 rank,
@@ -566,7 +569,7 @@ fn read_claimed(s: &Slot) -> Option<Event> {
                     }
                 }
             }
-            Event::Proxy(r)
+            PluginEvent::Proxy(r)
         }
         _ => return None, // API events: links only, no rows
     };

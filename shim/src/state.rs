@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Sender, TrySendError, bounded};
 use zcta::config::{self, Config, ProcFacts};
-use zcta::record::Event;
+use zcta::record::{Event, PluginEvent};
 use zcta::sink::{self, EndReason, ProcessInfo, Writer, WriterControl};
 use zcta::tables::{Ctx, ProcessRow};
 
@@ -35,6 +35,7 @@ static PANIC_REPORTED: AtomicBool = AtomicBool::new(false);
 /// The producer side of the queue to the writer thread.
 pub struct Recorder {
     tx: Sender<Event>,
+    ptx: Sender<PluginEvent>,
     ctl: Arc<WriterControl>,
     wake_at: usize,
     owner_pid: u32,
@@ -161,6 +162,9 @@ fn activate() -> Option<Recorder> {
         row,
     };
     let (tx, rx) = bounded(cfg.queue_capacity);
+    // Plugin records are larger (up to 344 B): half as many slots keeps the memory
+    // preallocated for them close to the main queue's.
+    let (ptx, prx) = bounded((cfg.queue_capacity / 2).max(1024));
     let ctl = WriterControl::new();
     let writer = Writer::new(info, cfg.policy);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
@@ -172,7 +176,7 @@ fn activate() -> Option<Recorder> {
             // must never run on the writer, which would then wait for itself.
             ffi::sys::block_all_signals();
             if catch_unwind(AssertUnwindSafe(|| {
-                sink::run_writer(rx, writer, Arc::clone(&ctl2))
+                sink::run_writer(rx, prx, writer, Arc::clone(&ctl2))
             }))
             .is_err()
             {
@@ -194,6 +198,7 @@ fn activate() -> Option<Recorder> {
     ffi::process::register_atexit();
     Some(Recorder {
         tx,
+        ptx,
         ctl,
         wake_at: cfg.queue_capacity / 2,
         owner_pid: pid,
@@ -227,13 +232,18 @@ impl Recorder {
     /// is dropped and counted.
     #[inline]
     pub fn emit(&self, ev: Event) {
+        self.send(&self.tx, ev);
+    }
+
+    #[inline]
+    fn send<T>(&self, tx: &Sender<T>, ev: T) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match self.tx.try_send(ev) {
+        match tx.try_send(ev) {
             Ok(()) => {
-                if self.tx.len() >= self.wake_at {
+                if tx.len() >= self.wake_at {
                     self.ctl.wake();
                 }
             }
@@ -256,6 +266,14 @@ pub fn note_lost() {
 pub fn note_plugin_comm() {
     if let Some(r) = RECORDER.get() {
         r.plugin_comms.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Records a profiler-plugin event if recording is on (its own queue).
+#[inline]
+pub fn emit_plugin(ev: PluginEvent) {
+    if let Some(r) = recorder() {
+        r.send(&r.ptx, ev);
     }
 }
 
