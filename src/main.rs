@@ -253,23 +253,17 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     if let Some(ops) = ops {
         let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();
         for b in &ops.batches {
-            let op = b
-                .column_by_name("op")
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
-            let rank = b
-                .column_by_name("rank")
-                .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned());
-            let bytes = b
-                .column_by_name("bytes")
-                .and_then(|c| c.as_any().downcast_ref::<UInt64Array>().cloned());
-            let result = b
-                .column_by_name("result")
-                .and_then(|c| c.as_any().downcast_ref::<Int32Array>().cloned());
+            let (op, rank, bytes, result) = (
+                strings(b, "op"),
+                i32s(b, "rank"),
+                u64s(b, "bytes"),
+                i32s(b, "result"),
+            );
             let (Some(op), Some(rank), Some(bytes), Some(result)) = (op, rank, bytes, result) else {
                 continue;
             };
             for i in 0..b.num_rows() {
-                let r = (!rank.is_null(i)).then(|| rank.value(i));
+                let r = opt(rank, i).map(|i| rank.value(i));
                 let e = by.entry((r, op.value(i).to_owned())).or_default();
                 e.0 += 1;
                 e.1 += if bytes.is_null(i) { 0 } else { bytes.value(i) };
