@@ -656,39 +656,10 @@ pub fn run_writer(
     };
     loop {
         let stopping = ctl.stop_requested();
-        let mut n = 0usize;
-        while let Ok(ev) = rx.try_recv() {
-            n += 1;
-            if !failed {
-                if let Err(e) = writer.handle(&ev) {
-                    writer.note_error(&e);
-                    report_failure(&ctl, &e);
-                    failed = true;
-                }
-            } else {
-                ctl.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            if n >= 65536 && !stopping {
-                break; // give tick() a chance under sustained load
-            }
-        }
-        let mut m = 0usize;
-        while let Ok(ev) = prx.try_recv() {
-            m += 1;
-            if !failed {
-                if let Err(e) = writer.handle_plugin(&ev) {
-                    writer.note_error(&e);
-                    report_failure(&ctl, &e);
-                    failed = true;
-                }
-            } else {
-                ctl.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            if m >= 65536 && !stopping {
-                break;
-            }
-        }
-        n += m;
+        // A bounded batch from each queue, so tick() runs under sustained load.
+        let limit = if stopping { usize::MAX } else { 65536 };
+        let n = drain(&rx, limit, &mut failed, &mut writer, &ctl, Writer::handle)
+            + drain(&prx, limit, &mut failed, &mut writer, &ctl, Writer::handle_plugin);
         if !failed && let Err(e) = writer.tick(Instant::now()) {
             writer.note_error(&e);
             report_failure(&ctl, &e);
@@ -719,6 +690,31 @@ pub fn run_writer(
         report_failure(&ctl, &e);
     }
     ctl.mark_done();
+}
+
+/// Hands up to `limit` queued records to the writer; once it has failed, counts them
+/// as dropped instead. Returns how many were taken off the queue.
+fn drain<T>(
+    rx: &crossbeam_channel::Receiver<T>,
+    limit: usize,
+    failed: &mut bool,
+    writer: &mut Writer,
+    ctl: &WriterControl,
+    handle: fn(&mut Writer, &T) -> Result<(), SinkError>,
+) -> usize {
+    let mut n = 0usize;
+    while n < limit {
+        let Ok(ev) = rx.try_recv() else { break };
+        n += 1;
+        if *failed {
+            ctl.dropped.fetch_add(1, Ordering::Relaxed);
+        } else if let Err(e) = handle(writer, &ev) {
+            writer.note_error(&e);
+            report_failure(ctl, &e);
+            *failed = true;
+        }
+    }
+    n
 }
 
 fn report_failure(ctl: &WriterControl, e: &SinkError) {
