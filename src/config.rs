@@ -39,7 +39,7 @@ impl Config {
         let mut warnings = Vec::new();
         let enabled = match env("ZCTA_ENABLE").as_deref().map(str::trim) {
             None | Some("") => true,
-            Some(v) => !matches!(v.to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"),
+            Some(v) => !is_off(v),
         };
         let mut num = |name: &str, default: u64, min: u64, max: u64| -> u64 {
             match env(name) {
@@ -79,6 +79,14 @@ impl Config {
             warnings,
         }
     }
+}
+
+/// Whether a switch variable's value turns something off (`0`, `false`, `off`, `no`).
+pub fn is_off(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "0" | "false" | "off" | "no"
+    )
 }
 
 /// Where a run id came from.

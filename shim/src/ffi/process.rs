@@ -47,7 +47,7 @@ pub fn plugin_mode() -> String {
 /// long after this constructor. Runs before `main`, while the process is still
 /// single-threaded (for an LD_PRELOADed library), so `setenv` is safe here.
 fn offer_profiler_plugin() {
-    let off = |v: Option<String>| v.is_some_and(|v| matches!(v.trim(), "0" | "false" | "off" | "no"));
+    let off = |v: Option<String>| v.is_some_and(|v| zcta::config::is_off(&v));
     let mode = if off(std::env::var("ZCTA_ENABLE").ok()) {
         "off: ZCTA_ENABLE=0".to_string()
     } else if off(std::env::var("ZCTA_NCCL_PLUGIN").ok()) {
