@@ -12,11 +12,14 @@
 //! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
+//! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: no GPU capture (host-only rows, GPU columns NULL) |
+//! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
+//! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::sink::SinkPolicy;
+use crate::sink::{GpuPolicy, SinkPolicy};
 
 /// Reads one environment variable (injected in tests).
 pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -30,6 +33,9 @@ pub struct Config {
     pub queue_capacity: usize,
     pub exit_timeout: Duration,
     pub policy: SinkPolicy,
+    /// GPU capture through CUPTI (`ZCTA_CUPTI`).
+    pub cupti: bool,
+    pub gpu: GpuPolicy,
     /// Problems with the settings, each to be printed once.
     pub warnings: Vec<String>,
 }
@@ -60,6 +66,8 @@ impl Config {
         let exit_ms = num("ZCTA_EXIT_TIMEOUT_MS", 5_000, 0, 600_000);
         let segment_rows = num("ZCTA_SEGMENT_ROWS", 4 << 20, 1, u64::MAX);
         let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
+        let hold_ms = num("ZCTA_GPU_HOLD_MS", 1_000, 10, 60_000);
+        let cupti = env("ZCTA_CUPTI").is_none_or(|v| v.trim().is_empty() || !is_off(&v));
         let out_dir = env("ZCTA_OUT")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
@@ -75,6 +83,11 @@ impl Config {
                 segment_rows,
                 segment_age: Duration::from_secs(segment_secs),
                 ..SinkPolicy::default()
+            },
+            cupti,
+            gpu: GpuPolicy {
+                hold: Duration::from_millis(hold_ms),
+                ..GpuPolicy::default()
             },
             warnings,
         }

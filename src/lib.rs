@@ -1,6 +1,8 @@
 //! zcta core: everything of zcta-prof that is safe Rust.
 //!
 //! - [`record`]: the fixed-size records the shim produces on the hot path;
+//! - [`cupti`]: CUPTI activity record layouts and their safe decoder;
+//! - [`gpu`]: joining GPU activities to ops (external correlation, proxy rule);
 //! - [`tables`]: one module per output table (row struct + Arrow schema + builder);
 //! - [`sink`]: the writer side — a crash-safe Parquet dataset writer (WAL + rolling
 //!   segments) and the writer loop that drains the shim's bounded queue;
@@ -12,6 +14,8 @@
 
 pub mod clock;
 pub mod config;
+pub mod cupti;
+pub mod gpu;
 pub mod hash;
 pub mod nccl;
 pub mod reader;
@@ -30,7 +34,9 @@ pub fn warn(args: std::fmt::Arguments<'_>) {
 /// Version of the on-disk layout (tables, columns, units). Stored in every Parquet
 /// file's key-value metadata under [`SCHEMA_VERSION_KEY`]. Bump on any incompatible
 /// change and teach [`reader`] about the old one.
-pub const SCHEMA_VERSION: u32 = 1;
+/// History: 1 — first release; 2 — `gpu` table, GPU columns in `ops`, CUPTI columns
+/// in `process` (files of version 1 read with those columns NULL).
+pub const SCHEMA_VERSION: u32 = 2;
 /// Parquet key-value metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "zcta.schema_version";
 /// Parquet key-value metadata key holding the table name.

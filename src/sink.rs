@@ -35,10 +35,11 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
+use crate::gpu::{Attributor, GpuItem, GpuRow, OpRow};
 use crate::record::{Event, PluginEvent};
 use crate::tables::{
-    CallsTable, CommsTable, Ctx, Encoding, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow, ProcessTable,
-    ProxyTable, RowBuilder, Table,
+    CallsTable, CommsTable, Ctx, Encoding, GpuTable, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow,
+    ProcessTable, ProxyTable, RowBuilder, Table,
 };
 
 /// An I/O or encoding failure, with the path it concerns.
@@ -462,10 +463,66 @@ pub fn file_prefix(host: &str, rank_env: Option<i32>, pid: i32) -> String {
     }
 }
 
+/// What the shim's CUPTI side reports in the `process` row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuStatus {
+    /// `on`, `off: <why>` or `stopped: <why>` (see the `process.cupti` column).
+    pub cupti: String,
+    pub lib: Option<String>,
+    pub version: Option<u32>,
+    pub clock: Option<String>,
+    pub clock_offset_ns: Option<i64>,
+    pub dropped: Option<u64>,
+}
+
+/// The shim's CUPTI side as the writer sees it (implemented over libcupti in the
+/// shim; by synthetic sources in tests).
+pub trait GpuSource: Send {
+    /// Moves what CUPTI delivered since the last call into `out`; with `flush`, first
+    /// asks CUPTI to hand over its completed buffers.
+    fn poll(&mut self, flush: bool, out: &mut Vec<GpuItem>);
+    /// At the end: a forced flush, then everything left.
+    fn finish(&mut self, out: &mut Vec<GpuItem>);
+    /// Whether capture was running at `t_ns` (CLOCK_REALTIME), i.e. whether an op
+    /// called then is held for its GPU side; otherwise its GPU columns are NULL.
+    fn captured(&self, t_ns: i64) -> bool;
+    fn status(&self) -> GpuStatus;
+}
+
+/// How GPU data is joined (see [`crate::gpu`]).
+#[derive(Clone, Copy, Debug)]
+pub struct GpuPolicy {
+    /// How long an op waits for its GPU side before its row is written.
+    pub hold: Duration,
+    /// How often CUPTI is asked to flush (keep ≤ 1 s: the 2-second durability bound).
+    pub flush_every: Duration,
+}
+
+impl Default for GpuPolicy {
+    fn default() -> Self {
+        Self {
+            hold: Duration::from_millis(1000),
+            flush_every: Duration::from_millis(500),
+        }
+    }
+}
+
+struct GpuPipe {
+    src: Box<dyn GpuSource>,
+    policy: GpuPolicy,
+    attrib: Attributor,
+    last_flush: Instant,
+    items: Vec<GpuItem>,
+    rows: Vec<GpuRow>,
+    ops: Vec<OpRow>,
+}
+
 /// Owns every table writer of the process.
 pub struct Writer {
     info: ProcessInfo,
     ops: DatasetWriter<OpsTable>,
+    gpu: DatasetWriter<GpuTable>,
+    gpu_pipe: Option<GpuPipe>,
     calls: DatasetWriter<CallsTable>,
     comms: DatasetWriter<CommsTable>,
     nccl_ops: DatasetWriter<NcclOpsTable>,
@@ -482,6 +539,8 @@ impl Writer {
     pub fn new(info: ProcessInfo, policy: SinkPolicy) -> Self {
         Self {
             ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            gpu: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            gpu_pipe: None,
             calls: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             comms: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             nccl_ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
@@ -522,11 +581,31 @@ impl Writer {
         Ok(())
     }
 
+    /// Attaches the CUPTI side: from now on ops are held for their GPU data while
+    /// `src` is active.
+    pub fn set_gpu_source(&mut self, src: Box<dyn GpuSource>, policy: GpuPolicy) {
+        self.gpu_pipe = Some(GpuPipe {
+            src,
+            policy,
+            attrib: Attributor::new(policy.hold.as_nanos() as i64),
+            last_flush: Instant::now(),
+            items: Vec::new(),
+            rows: Vec::new(),
+            ops: Vec::new(),
+        });
+    }
+
     #[inline]
     pub fn handle(&mut self, ev: &Event) -> Result<(), SinkError> {
         let ctx = &self.info.ctx;
         match ev {
-            Event::Op(r) => self.ops.append(r, ctx),
+            Event::Op(r) => match &mut self.gpu_pipe {
+                Some(p) if p.src.captured(r.api_start_ns) => {
+                    p.attrib.hold(*r, crate::clock::now_ns());
+                    Ok(())
+                }
+                _ => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
+            },
             Event::Call(r) => self.calls.append(r, ctx),
             Event::Comm(r) => self.comms.append(r, ctx),
         }
@@ -540,6 +619,43 @@ impl Writer {
             PluginEvent::Proxy(r) => self.proxy.append(r, ctx),
             PluginEvent::NcclComm(r) => self.nccl_comms.append(r, ctx),
         }
+    }
+
+    /// Takes what CUPTI delivered, joins it to held ops, and writes the `gpu` rows and
+    /// the ops whose hold is over (every held op with `last`).
+    pub fn pump_gpu(&mut self, now: Instant, last: bool) -> Result<(), SinkError> {
+        let Some(p) = &mut self.gpu_pipe else {
+            return Ok(());
+        };
+        if last {
+            p.src.finish(&mut p.items);
+        } else {
+            let flush = now.duration_since(p.last_flush) >= p.policy.flush_every;
+            if flush {
+                p.last_flush = now;
+            }
+            p.src.poll(flush, &mut p.items);
+        }
+        let t = crate::clock::now_ns();
+        for it in p.items.drain(..) {
+            p.attrib.item(it, t, &mut p.rows);
+        }
+        let grace = if last { 0 } else { p.policy.hold.as_nanos() as i64 };
+        p.attrib.settle(t, grace, &mut p.rows);
+        p.attrib.release(t, last, &mut p.ops);
+        let ctx = &self.info.ctx;
+        let mut res = Ok(());
+        for r in p.rows.drain(..) {
+            if res.is_ok() {
+                res = self.gpu.append(&r, ctx);
+            }
+        }
+        for o in p.ops.drain(..) {
+            if res.is_ok() {
+                res = self.ops.append(&o, ctx);
+            }
+        }
+        res
     }
 
     /// Every table's log first (durability), then the Parquet encoding and rolls, so
@@ -556,7 +672,7 @@ impl Writer {
 
     /// Closes every table and writes the final `process` row.
     pub fn finish(&mut self, reason: &str, dropped: u64) -> Result<(), SinkError> {
-        let mut first_err = None;
+        let mut first_err = self.pump_gpu(Instant::now(), true).err();
         for t in self.datasets() {
             if let Err(e) = t.close() {
                 first_err.get_or_insert(e);
@@ -584,6 +700,21 @@ impl Writer {
         row.plugin_comms = self.plugin_comms.load(Ordering::Relaxed);
         row.records_dropped = Some(dropped);
         row.write_errors = self.error.clone();
+        if let Some(p) = &self.gpu_pipe {
+            let st = p.src.status();
+            row.cupti = st.cupti;
+            row.cupti_lib = st.lib;
+            row.cupti_version = st.version;
+            row.gpu_clock = st.clock;
+            row.gpu_clock_offset_ns = st.clock_offset_ns;
+            row.cupti_dropped = st.dropped;
+            if row.cupti.starts_with("on") || row.cupti.starts_with("stopped") {
+                let s = p.attrib.stats;
+                row.gpu_rows = Some(s.gpu_rows);
+                row.gpu_foreign = Some(s.foreign);
+                row.ops_without_gpu = Some(s.ops_without_gpu);
+            }
+        }
         let final_path = self.process_final_path();
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&final_path, e))?;
         write_parquet_file::<ProcessTable>(&final_path, &[batch])?;
@@ -615,9 +746,10 @@ impl<T: Table> Dataset for DatasetWriter<T> {
 }
 
 impl Writer {
-    fn datasets(&mut self) -> [&mut dyn Dataset; 6] {
+    fn datasets(&mut self) -> [&mut dyn Dataset; 7] {
         [
             &mut self.ops,
+            &mut self.gpu,
             &mut self.calls,
             &mut self.comms,
             &mut self.nccl_ops,
@@ -660,6 +792,11 @@ pub fn run_writer(
         let limit = if stopping { usize::MAX } else { 65536 };
         let n = drain(&rx, limit, &mut failed, &mut writer, &ctl, Writer::handle)
             + drain(&prx, limit, &mut failed, &mut writer, &ctl, Writer::handle_plugin);
+        if !failed && let Err(e) = writer.pump_gpu(Instant::now(), false) {
+            writer.note_error(&e);
+            report_failure(&ctl, &e);
+            failed = true;
+        }
         if !failed && let Err(e) = writer.tick(Instant::now()) {
             writer.note_error(&e);
             report_failure(&ctl, &e);

@@ -349,7 +349,7 @@ fn damaged_logs_never_panic() {
             result: 0,
             tid: 42,
         };
-        w.append(&r, &ctx).unwrap();
+        w.append(&zcta::gpu::OpRow { rec: r, gpu: None }, &ctx).unwrap();
         if i % 100 == 99 {
             w.cut().unwrap();
         }

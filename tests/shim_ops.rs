@@ -340,7 +340,7 @@ fn ops_two_ranks_rows_bytes_and_joins() {
         assert_eq!(p.u64("comms_rows"), Some(1));
         assert_eq!(p.u64("records_dropped"), Some(0));
         assert_eq!(p.i32("nccl_version"), Some(NCCL_VERSION));
-        assert_eq!(p.u64("schema_version"), Some(1));
+        assert_eq!(p.u64("schema_version"), Some(zcta::SCHEMA_VERSION as u64));
         assert_eq!(p.str("clock"), Some("CLOCK_REALTIME"));
         assert_eq!(p.str("run_id"), Some("ops2"));
         assert_eq!(p.str("run_id_source"), Some("ZCTA_RUN_ID"));

@@ -18,6 +18,7 @@ use zcta::record::{CallRecord, CommRecord, Event, OpRecord, SmallStr};
 
 use crate::comms::{self, CommState};
 use crate::ffi;
+use crate::gpu;
 use crate::state::{self, protect};
 
 thread_local! {
@@ -187,9 +188,12 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let Some(g) = enter() else { return real() };
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
     let _ = CURRENT_OP.try_with(|c| c.set(op_id));
+    // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
+    let pushed = current_group().is_none() && gpu::push(op_id);
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
+    gpu::pop(pushed);
     let _ = CURRENT_OP.try_with(|c| c.set(0));
     protect(|| {
         let ok = nccl::accepted(rc);
@@ -316,9 +320,19 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
 /// `ncclGroupEnd` and `ncclGroupSimulateEnd` (both close the innermost group).
 pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
     let Some(g) = enter() else { return real() };
+    // The outermost ncclGroupEnd launches the group's work: tag it with the group.
+    let outermost = GROUP
+        .try_with(|gr| {
+            let (d, id, _) = gr.get();
+            (d == 1).then_some(id)
+        })
+        .ok()
+        .flatten();
+    let pushed = outermost.is_some_and(|id| gpu::push(zcta::gpu::ext_id(0, Some(id))));
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
+    gpu::pop(pushed);
     protect(|| {
         let (id, n_ops) = GROUP
             .try_with(|gr| {
@@ -389,6 +403,10 @@ pub fn comm_init(
     created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
 ) -> i32 {
     let Some(g) = enter() else { return real() };
+    if let Some(r) = state::recorder() {
+        let on = r.cupti;
+        protect(|| gpu::start(on));
+    }
     // Derivation indices are taken before the call, on every rank, success or not,
     // so that all ranks of the parent agree.
     let pre = protect(|| match a.rule {

@@ -292,6 +292,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
         Start::Coll { .. } => (K_COLL, parent_of(parent).0, ctx as u64),
         Start::P2p { .. } => (K_P2P, parent_of(parent).0, ctx as u64),
         Start::ProxyOp { pid, .. } => {
+            crate::gpu::note_proxy_thread();
             // PXN: the op belongs to another process; its parent handle and context
             // are that process's, not ours: neither is looked up.
             if pid == std::process::id() as i32 {
@@ -301,6 +302,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             }
         }
         Start::ProxyStep { .. } => {
+            crate::gpu::note_proxy_thread();
             // A step of a foreign (PXN) ProxyOp: its parent slot has no context.
             let (op_id, pctx) = parent_of(parent);
             (K_PROXY_STEP, op_id, if pctx == 0 { 0 } else { ctx as u64 })

@@ -42,6 +42,8 @@ pub struct Recorder {
     exit_timeout: Duration,
     writer_thread: Option<std::thread::ThreadId>,
     plugin_comms: Arc<std::sync::atomic::AtomicU64>,
+    /// ZCTA_CUPTI: GPU capture starts with the first communicator.
+    pub cupti: bool,
 }
 
 /// The recorder, if recording is on. Activates it on first use.
@@ -150,6 +152,7 @@ fn activate() -> Option<Recorder> {
         end_reason: "running".into(),
         env_json: env_json(),
         profiler_plugin: ffi::process::plugin_mode(),
+        cupti: "unknown: the process did not reach its end".into(),
         ..ProcessRow::default()
     };
     let info = ProcessInfo {
@@ -166,7 +169,8 @@ fn activate() -> Option<Recorder> {
     // preallocated for them close to the main queue's.
     let (ptx, prx) = bounded((cfg.queue_capacity / 2).max(1024));
     let ctl = WriterControl::new();
-    let writer = Writer::new(info, cfg.policy);
+    let mut writer = Writer::new(info, cfg.policy);
+    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()
@@ -205,6 +209,7 @@ fn activate() -> Option<Recorder> {
         exit_timeout: cfg.exit_timeout,
         writer_thread: Some(handle.thread().id()),
         plugin_comms,
+        cupti: cfg.cupti,
     })
 }
 

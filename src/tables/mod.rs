@@ -10,6 +10,7 @@ use arrow_schema::{DataType, SchemaRef};
 
 pub mod calls;
 pub mod comms;
+pub mod gpu;
 pub mod nccl_comms;
 pub mod nccl_ops;
 pub mod ops;
@@ -18,6 +19,7 @@ pub mod proxy;
 
 pub use calls::CallsTable;
 pub use comms::CommsTable;
+pub use gpu::GpuTable;
 pub use nccl_comms::NcclCommsTable;
 pub use nccl_ops::NcclOpsTable;
 pub use ops::OpsTable;
@@ -88,8 +90,9 @@ const fn info<T: Table>() -> TableInfo {
 }
 
 /// Every table, in documentation order. Adding a table: one line here.
-pub const TABLES: [TableInfo; 7] = [
+pub const TABLES: [TableInfo; 8] = [
     info::<OpsTable>(),
+    info::<GpuTable>(),
     info::<CommsTable>(),
     info::<CallsTable>(),
     info::<NcclOpsTable>(),
@@ -99,7 +102,7 @@ pub const TABLES: [TableInfo; 7] = [
 ];
 
 /// Names of every table, in documentation order (`process` last: recovery relies on it).
-pub const ALL_TABLES: [&str; 7] = [
+pub const ALL_TABLES: [&str; 8] = [
     TABLES[0].name,
     TABLES[1].name,
     TABLES[2].name,
@@ -107,6 +110,7 @@ pub const ALL_TABLES: [&str; 7] = [
     TABLES[4].name,
     TABLES[5].name,
     TABLES[6].name,
+    TABLES[7].name,
 ];
 
 /// A table by name.
@@ -317,7 +321,7 @@ mod tests {
             let s = schema_of(t).unwrap();
             assert_eq!(
                 s.metadata().get(crate::SCHEMA_VERSION_KEY).map(String::as_str),
-                Some("1")
+                Some(crate::SCHEMA_VERSION.to_string().as_str())
             );
             let cols = columns_of(t).unwrap();
             assert_eq!(s.fields().len(), cols.len());

@@ -1,11 +1,11 @@
 //! `ops`: one row per NCCL data-moving call (collective or point-to-point) per rank.
 
+use crate::gpu::OpRow;
 use crate::nccl::OpKind;
-use crate::record::OpRecord;
 
 crate::define_table! {
     /// One row per NCCL operation call on one rank.
-    pub struct OpsTable, OpsBuilder: "ops", row = OpRecord;
+    pub struct OpsTable, OpsBuilder: "ops", row = OpRow;
     op_id: U64, required, delta, "id of this call, unique within the process (host, pid); joins `nccl_ops.op_id` and `proxy.op_id`" => |r, c| Some(r.op_id);
     op: Utf8, required, default, "NCCL function without the `nccl` prefix: AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, Scatter, Send, Recv" => |r, c| Some(r.op.name());
     rank: I32, nullable, default, "rank of this process in the communicator (NULL: communicator unknown, e.g. a NULL comm)" => |r, c| r.rank;
@@ -28,6 +28,14 @@ crate::define_table! {
     api_start_ns: I64, required, delta, "entry into the NCCL call, ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.api_start_ns);
     api_end_ns: I64, required, delta, "return from the NCCL call, same clock" => |r, c| Some(r.api_end_ns);
     result: I32, required, default, "ncclResult_t returned to the caller (0 success, 4 invalid argument, 5 invalid usage, 7 in progress, ...)" => |r, c| Some(r.result);
+    launch_ns: I64, nullable, default, "start of the CUDA call that launched the op's GPU work (cuLaunchKernelEx; cudaMemcpyBatchAsync on the copy-engine path), CUPTI's clock (= CLOCK_REALTIME, see process.gpu_clock); NULL when CUPTI was off or no launch was traced" => |r, c| r.gpu.as_ref().and_then(|g| g.launch_ns);
+    gpu_start_ns: I64, nullable, default, "start of the op's GPU work: its NCCL kernels; without a kernel, its DtoD/PtoP copies; ops of one group share the group's. NULL when CUPTI was off or nothing arrived in time (see engine)" => |r, c| r.gpu.as_ref().and_then(|g| g.gpu_start_ns);
+    gpu_end_ns: I64, nullable, default, "end of that GPU work, same clock" => |r, c| r.gpu.as_ref().and_then(|g| g.gpu_end_ns);
+    engine: Utf8, nullable, default, "what moved the bytes: sm_kernel, symmetric_kernel (ncclSymk kernels), copy_engine (no kernel; copy-engine DtoD/PtoP copies), proxy_memcpy (kernels plus copies issued by NCCL's proxy thread), none (CUPTI on, but nothing attributed by the time the row was written: a failed call, an empty group, or GPU work that ended more than ZCTA_GPU_HOLD_MS later). NULL: CUPTI off (process.cupti says why)" => |r, c| r.gpu.as_ref().map(|g| g.engine.name());
+    kernel: Utf8, nullable, default, "first NCCL kernel of the op (demangled name)" => |r, c| r.gpu.as_ref().and_then(|g| g.kernel.as_deref());
+    n_kernels: U32, nullable, default, "NCCL kernels attributed to the op (its group's, for a grouped op); NULL when CUPTI was off" => |r, c| r.gpu.as_ref().map(|g| g.n_kernels);
+    n_memcpy: U32, nullable, default, "copies attributed to it (copy-engine, proxy and communicator-setup copies); NULL when CUPTI was off" => |r, c| r.gpu.as_ref().map(|g| g.n_memcpy);
+    memcpy_bytes: U64, nullable, default, "bytes of those copies; NULL when CUPTI was off" => |r, c| r.gpu.as_ref().map(|g| g.memcpy_bytes);
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
     tid: I32, required, default, "Linux thread id (gettid) of the calling thread" => |r, c| Some(r.tid);
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);

@@ -27,6 +27,15 @@ crate::define_table! {
     records_dropped: U64, nullable, default, "records not written because the queue was full, the writer failed, or recording stopped after an internal error (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
     profiler_plugin: Utf8, required, default, "NCCL profiler plugin: zcta (the shim set NCCL_PROFILER_PLUGIN to itself), user:<value> (the user's plugin was left in place: no NCCL view), off (ZCTA_NCCL_PLUGIN=0)" => |r, c| Some(r.profiler_plugin.as_str());
     plugin_comms: U64, required, default, "communicators for which NCCL initialised our plugin (0 with profiler_plugin = zcta: NCCL did not load it)" => |r, c| Some(r.plugin_comms);
+    cupti: Utf8, required, default, "GPU capture: on (CUPTI activity records joined to ops), off: <why> (ZCTA_CUPTI=0, libcupti not found, no communicator created, another CUPTI client such as torch.profiler or Nsight was active, CUPTI error …), or stopped: <why> (capture ended early; rows after that have NULL GPU columns)" => |r, c| Some(r.cupti.as_str());
+    cupti_lib: Utf8, nullable, default, "path of the libcupti used (the copy already loaded in the process when there was one)" => |r, c| r.cupti_lib.as_deref();
+    cupti_version: U32, nullable, default, "cuptiGetVersion (CUPTI API version, e.g. 130001)" => |r, c| r.cupti_version;
+    gpu_clock: Utf8, nullable, default, "clock of GPU timestamps: CLOCK_REALTIME when cuptiGetTimestamp agreed with it at start (offset in gpu_clock_offset_ns); NULL when CUPTI was off" => |r, c| r.gpu_clock.as_deref();
+    gpu_clock_offset_ns: I64, nullable, default, "cuptiGetTimestamp minus CLOCK_REALTIME measured at start (ns)" => |r, c| r.gpu_clock_offset_ns;
+    gpu_rows: U64, nullable, default, "gpu rows written; NULL when CUPTI was off" => |r, c| r.gpu_rows;
+    cupti_dropped: U64, nullable, default, "activity records CUPTI dropped (cuptiActivityGetNumDroppedRecords, plus buffers refused when zcta's buffer memory was at its limit); NULL when CUPTI was off" => |r, c| r.cupti_dropped;
+    gpu_foreign: U64, nullable, default, "GPU activities seen that were not NCCL's (the program's own kernels and copies; dropped)" => |r, c| r.gpu_foreign;
+    ops_without_gpu: U64, nullable, default, "ops written with engine none: no GPU activity had arrived for them when their row was written" => |r, c| r.ops_without_gpu;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 
@@ -53,6 +62,15 @@ pub struct ProcessRow {
     pub comms_rows: u64,
     pub records_dropped: Option<u64>,
     pub write_errors: Option<String>,
+    pub cupti: String,
+    pub cupti_lib: Option<String>,
+    pub cupti_version: Option<u32>,
+    pub gpu_clock: Option<String>,
+    pub gpu_clock_offset_ns: Option<i64>,
+    pub gpu_rows: Option<u64>,
+    pub cupti_dropped: Option<u64>,
+    pub gpu_foreign: Option<u64>,
+    pub ops_without_gpu: Option<u64>,
     pub profiler_plugin: String,
     pub plugin_comms: u64,
 }

@@ -9,6 +9,9 @@
 //!   through the PLT, as NCCL does. Test-only exports: see `tests/fixtures/fake_nccl.h`.
 //! * `libglue.so`: links `libnccl.so.2` (RUNPATH `$ORIGIN`), exports `glue_main`; the
 //!   stand-in for `libtorch_cuda.so`.
+//! * `cupti/libcupti.so.13`: a stand-in CUPTI (the activity API subset zcta uses,
+//!   records in the exact CUPTI 13.0 layouts); the stand-in NCCL makes it emit GPU
+//!   records where real NCCL launches work (`tests/fixtures/fake_cupti.c`).
 //! * `host`: dlopens `libglue.so` `RTLD_LOCAL` (as python loads torch) and runs a
 //!   scenario: `host ops RANK NRANKS IDFILE ITERS`, `errors`, `threads N ITERS`,
 //!   `fork`, `exec HOSTPATH ARGS...`, `loop IDFILE`, `nonccl`, `split`, `register`,
@@ -41,6 +44,9 @@ pub struct Fixtures {
     pub libnccl: PathBuf,
     /// `libglue.so` (links `libnccl.so.2` through RUNPATH `$ORIGIN`).
     pub libglue: PathBuf,
+    /// The stand-in `libcupti.so.13`, in its own folder `cupti/` so nothing finds it
+    /// unless a test asks (`HOST_CUPTI`, `ZCTA_CUPTI_LIB`).
+    pub libcupti: PathBuf,
 }
 
 impl Fixtures {
@@ -50,7 +56,8 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 6] = [
+const SOURCES: [&str; 7] = [
+    "fake_cupti.c",
     "nccl_min.h",
     "profiler_v5_min.h",
     "fake_nccl.h",
@@ -148,17 +155,29 @@ fn paths_in(dir: &Path) -> Fixtures {
         host: dir.join("host"),
         libnccl: dir.join("libnccl.so.2"),
         libglue: dir.join("libglue.so"),
+        libcupti: dir.join("cupti").join("libcupti.so.13"),
     }
 }
 
 fn is_complete(fx: &Fixtures) -> bool {
-    fx.host.is_file() && fx.libnccl.is_file() && fx.libglue.is_file()
+    fx.host.is_file() && fx.libnccl.is_file() && fx.libglue.is_file() && fx.libcupti.is_file()
 }
 
 fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
     let mut lib_dir_arg = OsString::from("-L");
     lib_dir_arg.push(out);
-    let steps: [(&str, Vec<OsString>); 3] = [
+    fs::create_dir_all(out.join("cupti")).map_err(|e| format!("creating cupti/: {e}"))?;
+    let steps: [(&str, Vec<OsString>); 4] = [
+        (
+            "libcupti.so.13",
+            vec![
+                "-shared".into(),
+                "-Wl,-soname,libcupti.so.13".into(),
+                "-o".into(),
+                out.join("cupti").join("libcupti.so.13").into(),
+                src.join("fake_cupti.c").into(),
+            ],
+        ),
         (
             "libnccl.so.2",
             vec![

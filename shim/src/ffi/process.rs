@@ -127,6 +127,19 @@ pub fn register_atexit() {
     }
 }
 
+extern "C" fn gpu_at_exit() {
+    let _ = catch_unwind(crate::gpu::exit_flush);
+}
+
+/// Registers the GPU capture's exit flush. Called when capture starts, after CUDA
+/// initialised, so it runs before CUDA's own exit handlers (atexit is LIFO).
+pub fn register_gpu_atexit() {
+    // SAFETY: gpu_at_exit is an extern "C" fn with no arguments that cannot unwind.
+    unsafe {
+        libc::atexit(gpu_at_exit);
+    }
+}
+
 /// `_exit(2)` interposer: closes our files (bounded wait) when this process owns the
 /// writer, then exits exactly as the real `_exit` would.
 ///

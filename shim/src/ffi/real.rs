@@ -40,31 +40,38 @@ pub fn own_path() -> Option<String> {
     object_of(own_path as *mut c_void)
 }
 
-/// Paths of the mapped objects whose file name starts with `libnccl.so`.
-fn mapped_nccl() -> Vec<String> {
+/// Paths of the mapped objects whose file name starts with `prefix` (e.g. `libnccl.so`).
+pub fn mapped_libs(prefix: &str) -> Vec<String> {
+    struct Search<'a> {
+        prefix: &'a str,
+        out: Vec<String>,
+    }
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid dl_phdr_info; data is the &mut Vec we
+        // SAFETY: the loader passes a valid dl_phdr_info; data is the &mut Search we
         // passed to dl_iterate_phdr below, alive for the whole iteration.
         unsafe {
-            let out = &mut *(data as *mut Vec<String>);
+            let search = &mut *(data as *mut Search<'_>);
             let name = (*info).dlpi_name;
             if !name.is_null() {
                 let s = CStr::from_ptr(name).to_string_lossy();
                 let base = s.rsplit('/').next().unwrap_or("");
-                if base.starts_with("libnccl.so") {
-                    out.push(s.into_owned());
+                if base.starts_with(search.prefix) {
+                    search.out.push(s.into_owned());
                 }
             }
         }
         0
     }
-    let mut out: Vec<String> = Vec::new();
-    // SAFETY: cb matches the expected signature and only touches `out`.
-    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut out as *mut Vec<String>).cast()) };
-    out
+    let mut search = Search {
+        prefix,
+        out: Vec::new(),
+    };
+    // SAFETY: cb matches the expected signature and only touches `search`.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&mut search as *mut Search<'_>).cast()) };
+    search.out
 }
 
-fn dlopen(path: &str, flags: c_int) -> usize {
+pub fn dlopen(path: &str, flags: c_int) -> usize {
     let Ok(c) = CString::new(path) else { return 0 };
     // SAFETY: c is a valid NUL-terminated string.
     unsafe { libc::dlopen(c.as_ptr(), flags) as usize }
@@ -87,7 +94,7 @@ fn find_lib() -> Lib {
             "ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead"
         ));
     }
-    let mut mapped = mapped_nccl();
+    let mut mapped = mapped_libs("libnccl.so");
     mapped.retain(|p| Some(p) != own.as_ref());
     mapped.dedup();
     if mapped.len() > 1 {

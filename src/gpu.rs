@@ -1,0 +1,731 @@
+//! The GPU side of each operation: joining CUPTI's activity records to `ops` rows.
+//!
+//! # How a GPU activity finds its op
+//! 1. **External id.** Around every interposed call that can launch GPU work (an
+//!    ungrouped collective or Send/Recv, or the outermost `ncclGroupEnd`) the shim
+//!    pushes an external correlation id ([`ext_id`]: the op's `op_id`, or the group's
+//!    id with [`GROUP_BIT`] set). CUPTI then writes an EXTERNAL_CORRELATION record
+//!    linking each CUDA call made inside (kernel launch, batch copy, its setup copies)
+//!    to that id, and the activity carries the call's correlation id. Ops of one group
+//!    share the group's launch, hence its activities.
+//! 2. **Proxy thread.** Copies NCCL's proxy thread issues itself
+//!    (`NCCL_P2P_USE_CUDA_MEMCPY=1`, `NCCL_SHM_USE_CUDA_MEMCPY=1`) happen outside any
+//!    API call, so they carry no external id. The runtime API record of the copy
+//!    names the issuing thread; when that thread is one on which NCCL ran proxy events
+//!    of the profiler plugin, the copy goes to the op whose NCCL kernel on the same
+//!    device was running when the copy was issued (kernel start ≤ issue time ≤ kernel
+//!    end), or, once no such kernel can still arrive, the op whose kernel last started
+//!    before the issue time. Without the plugin these copies are not attributed.
+//! 3. Anything else (the program's own kernels and copies) is dropped here.
+//!
+//! # When an ops row is written
+//! With CUPTI active, an op is held for `hold` after the writer receives it, so the
+//! GPU side (delivered by CUPTI's buffers, flushed at least every second) can be
+//! joined; then the row is written with whatever arrived. GPU rows that arrive later
+//! still name their op in the `gpu` table.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi};
+use crate::record::OpRecord;
+
+/// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
+pub const GROUP_BIT: u64 = 1 << 63;
+
+/// The external correlation id pushed around an op's launch.
+pub fn ext_id(op_id: u64, group_id: Option<u64>) -> u64 {
+    match group_id {
+        Some(g) => GROUP_BIT | g,
+        None => op_id,
+    }
+}
+
+/// (op_id, group_id) named by an external id.
+pub fn split_ext(ext: u64) -> (Option<u64>, Option<u64>) {
+    if ext & GROUP_BIT != 0 {
+        (None, Some(ext & !GROUP_BIT))
+    } else {
+        (Some(ext), None)
+    }
+}
+
+/// Which engine moved an op's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// NCCL device kernels (SMs load/store over NVLink/PCIe, or stage for SHM/NET).
+    SmKernel,
+    /// Symmetric-memory kernels (`ncclSymkDevKernel_*`).
+    SymmetricKernel,
+    /// No kernel: the copy engine moved the bytes (`cudaMemcpyBatchAsync` DtoD/PtoP).
+    CopyEngine,
+    /// Kernels ran, and NCCL's proxy thread moved bytes with `cudaMemcpyAsync`.
+    ProxyMemcpy,
+    /// CUPTI was on but nothing was attributed by the time the row was written.
+    None,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::SmKernel => "sm_kernel",
+            Engine::SymmetricKernel => "symmetric_kernel",
+            Engine::CopyEngine => "copy_engine",
+            Engine::ProxyMemcpy => "proxy_memcpy",
+            Engine::None => "none",
+        }
+    }
+}
+
+/// GPU columns of one ops row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpGpu {
+    pub launch_ns: Option<i64>,
+    pub gpu_start_ns: Option<i64>,
+    pub gpu_end_ns: Option<i64>,
+    pub engine: Engine,
+    pub kernel: Option<Arc<str>>,
+    pub n_kernels: u32,
+    pub n_memcpy: u32,
+    pub memcpy_bytes: u64,
+}
+
+/// One `ops` row: the host record plus, when CUPTI was active, its GPU side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpRow {
+    pub rec: OpRecord,
+    pub gpu: Option<OpGpu>,
+}
+
+impl std::ops::Deref for OpRow {
+    type Target = OpRecord;
+    fn deref(&self) -> &OpRecord {
+        &self.rec
+    }
+}
+
+/// A decoded GPU activity with its kernel name resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Activity {
+    pub raw: RawActivity,
+    /// Kernels: the short name ([`cupti::short_kernel_name`]).
+    pub name: Option<Arc<str>>,
+}
+
+/// What the shim's CUPTI side hands the writer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GpuItem {
+    Activity(Activity),
+    Api(RawApi),
+    ExtCorr {
+        external_id: u64,
+        correlation_id: u32,
+    },
+    /// A thread (`pthread_self` truncated to 32 bits) on which NCCL ran proxy events.
+    ProxyThread(u32),
+}
+
+impl GpuItem {
+    /// From a decoded record; the kernel name is resolved by `name` (the shim reads
+    /// CUPTI's string). External correlations of other kinds (Kineto's) are dropped.
+    pub fn from_raw(raw: Raw, name: impl FnOnce(u64) -> Option<Arc<str>>) -> Option<Self> {
+        Some(match raw {
+            Raw::Activity(a) => GpuItem::Activity(Activity {
+                name: if a.kind == GpuKind::Kernel && a.name_ptr != 0 {
+                    name(a.name_ptr)
+                } else {
+                    None
+                },
+                raw: a,
+            }),
+            Raw::Api(a) => GpuItem::Api(a),
+            Raw::ExtCorr {
+                external_kind,
+                external_id,
+                correlation_id,
+            } => {
+                if external_kind != cupti::EXTERNAL_KIND {
+                    return None;
+                }
+                GpuItem::ExtCorr {
+                    external_id,
+                    correlation_id,
+                }
+            }
+        })
+    }
+}
+
+/// How a `gpu` row was tied to its op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attribution {
+    ExternalId,
+    ProxyThread,
+}
+
+impl Attribution {
+    pub fn name(self) -> &'static str {
+        match self {
+            Attribution::ExternalId => "external_id",
+            Attribution::ProxyThread => "proxy_thread",
+        }
+    }
+}
+
+/// One `gpu` row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuRow {
+    pub act: Activity,
+    pub op_id: Option<u64>,
+    pub group_id: Option<u64>,
+    pub attribution: Attribution,
+    /// Start of the CUDA call that issued it, when its API record was kept.
+    pub launch_ns: Option<i64>,
+    /// Issuing thread (`pthread_self` truncated), when its API record was kept.
+    pub api_thread: Option<u32>,
+}
+
+#[derive(Default)]
+struct Agg {
+    launch_ns: Option<i64>,
+    kernel_span: Option<(i64, i64)>,
+    copy_span: Option<(i64, i64)>,
+    any_span: Option<(i64, i64)>,
+    kernel: Option<Arc<str>>,
+    symmetric: bool,
+    n_kernels: u32,
+    n_memcpy: u32,
+    n_ce_copies: u32,
+    n_proxy_copies: u32,
+    memcpy_bytes: u64,
+    touched_ns: i64,
+}
+
+fn widen(span: &mut Option<(i64, i64)>, s: i64, e: i64) {
+    *span = Some(match *span {
+        Some((a, b)) => (a.min(s), b.max(e)),
+        None => (s, e),
+    });
+}
+
+impl Agg {
+    fn add(&mut self, a: &Activity, proxy: bool, now: i64) {
+        let r = &a.raw;
+        self.touched_ns = now;
+        widen(&mut self.any_span, r.start_ns, r.end_ns);
+        match r.kind {
+            GpuKind::Kernel => {
+                self.n_kernels += 1;
+                widen(&mut self.kernel_span, r.start_ns, r.end_ns);
+                if self.kernel.is_none() {
+                    self.kernel = a.name.clone();
+                }
+                if a.name.as_deref().is_some_and(|n| n.starts_with("ncclSymk")) {
+                    self.symmetric = true;
+                }
+            }
+            GpuKind::Memcpy => {
+                self.n_memcpy += 1;
+                self.memcpy_bytes += r.bytes.unwrap_or(0);
+                if proxy {
+                    self.n_proxy_copies += 1;
+                } else if matches!(r.copy_kind, Some(8 | 10)) {
+                    self.n_ce_copies += 1;
+                    widen(&mut self.copy_span, r.start_ns, r.end_ns);
+                }
+            }
+            GpuKind::Memset => {}
+        }
+    }
+
+    fn columns(&self) -> OpGpu {
+        let engine = if self.n_kernels > 0 {
+            if self.symmetric {
+                Engine::SymmetricKernel
+            } else if self.n_proxy_copies > 0 {
+                Engine::ProxyMemcpy
+            } else {
+                Engine::SmKernel
+            }
+        } else if self.n_ce_copies > 0 {
+            Engine::CopyEngine
+        } else if self.n_proxy_copies > 0 {
+            Engine::ProxyMemcpy
+        } else {
+            Engine::None
+        };
+        // The op's GPU window: its kernels; without one, the copies that moved its
+        // data; else whatever ran (setup copies of a communicator's first call).
+        let span = self.kernel_span.or(self.copy_span).or(self.any_span);
+        OpGpu {
+            launch_ns: self.launch_ns,
+            gpu_start_ns: span.map(|s| s.0),
+            gpu_end_ns: span.map(|s| s.1),
+            engine,
+            kernel: self.kernel.clone(),
+            n_kernels: self.n_kernels,
+            n_memcpy: self.n_memcpy,
+            memcpy_bytes: self.memcpy_bytes,
+        }
+    }
+}
+
+/// Counters reported in the `process` table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttribStats {
+    /// GPU rows written.
+    pub gpu_rows: u64,
+    /// Activities that were not NCCL's (dropped).
+    pub foreign: u64,
+    /// Ops written before any GPU activity of theirs arrived.
+    pub ops_without_gpu: u64,
+}
+
+/// Joins GPU activities to ops; lives on the writer thread.
+pub struct Attributor {
+    hold_ns: i64,
+    /// External correlation: CUDA call → our external id (with arrival time, pruned).
+    ext_of_corr: HashMap<u32, u64>,
+    ext_order: VecDeque<(i64, u32)>,
+    /// API records of the few calls zcta traces, by correlation id.
+    api_of_corr: HashMap<u32, RawApi>,
+    api_order: VecDeque<(i64, u32)>,
+    proxy_threads: HashSet<u32>,
+    /// NCCL kernels by (device, start) → (end, external id), for the proxy rule.
+    kernels: BTreeMap<(u32, i64), (i64, u64)>,
+    /// Activities waiting for their correlation, with their arrival time.
+    waiting: VecDeque<(i64, Activity)>,
+    agg: HashMap<u64, Agg>,
+    /// Ops held for their GPU side, with their release time.
+    held: VecDeque<(i64, OpRecord)>,
+    pub stats: AttribStats,
+    last_prune_ns: i64,
+}
+
+/// How long correlation entries are kept (an activity arrives within seconds of its
+/// call; this bounds memory, not correctness).
+const KEEP_NS: i64 = 60_000_000_000;
+
+impl Attributor {
+    /// `hold_ns`: how long an op waits for its GPU side (see the module docs).
+    pub fn new(hold_ns: i64) -> Self {
+        Self {
+            hold_ns,
+            ext_of_corr: HashMap::new(),
+            ext_order: VecDeque::new(),
+            api_of_corr: HashMap::new(),
+            api_order: VecDeque::new(),
+            proxy_threads: HashSet::new(),
+            kernels: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            agg: HashMap::new(),
+            held: VecDeque::new(),
+            stats: AttribStats::default(),
+            last_prune_ns: 0,
+        }
+    }
+
+    /// An op arrived from the hot path at `now`.
+    pub fn hold(&mut self, rec: OpRecord, now: i64) {
+        self.held.push_back((now + self.hold_ns, rec));
+    }
+
+    /// Ops held.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// One item from CUPTI at `now`; finished `gpu` rows go to `out`.
+    pub fn item(&mut self, it: GpuItem, now: i64, out: &mut Vec<GpuRow>) {
+        match it {
+            GpuItem::ExtCorr {
+                external_id,
+                correlation_id,
+            } => {
+                self.ext_of_corr.insert(correlation_id, external_id);
+                self.ext_order.push_back((now, correlation_id));
+                if let Some(api) = self.api_of_corr.get(&correlation_id) {
+                    let start = api.start_ns;
+                    self.note_launch(external_id, start, now);
+                }
+            }
+            GpuItem::Api(api) => {
+                self.api_of_corr.insert(api.correlation_id, api);
+                self.api_order.push_back((now, api.correlation_id));
+                if let Some(&ext) = self.ext_of_corr.get(&api.correlation_id) {
+                    self.note_launch(ext, api.start_ns, now);
+                }
+            }
+            GpuItem::ProxyThread(t) => {
+                self.proxy_threads.insert(t);
+            }
+            GpuItem::Activity(a) => {
+                if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
+                    self.stats.foreign += 1;
+                    return;
+                }
+                if !self.try_attribute(&a, now, false, out) {
+                    self.waiting.push_back((now, a));
+                }
+            }
+        }
+    }
+
+    fn note_launch(&mut self, ext: u64, start: i64, now: i64) {
+        let g = self.agg.entry(ext).or_default();
+        g.touched_ns = now;
+        g.launch_ns = Some(g.launch_ns.map_or(start, |l| l.min(start)));
+    }
+
+    /// Attributes `a` if its op can be known now. `expired`: no more information will
+    /// come (apply the proxy rule's fallback, or drop it). Returns whether `a` is done.
+    fn try_attribute(&mut self, a: &Activity, now: i64, expired: bool, out: &mut Vec<GpuRow>) -> bool {
+        let corr = a.raw.correlation_id;
+        let api = self.api_of_corr.get(&corr).copied();
+        if let Some(&ext) = self.ext_of_corr.get(&corr) {
+            self.emit(a, ext, Attribution::ExternalId, api, now, out);
+            return true;
+        }
+        let from_proxy =
+            a.raw.kind == GpuKind::Memcpy && api.is_some_and(|api| self.proxy_threads.contains(&api.thread));
+        if from_proxy {
+            let api = api.expect("checked");
+            if let Some(ext) = self.kernel_at(a.raw.device, api.start_ns, expired) {
+                self.emit(a, ext, Attribution::ProxyThread, Some(api), now, out);
+                return true;
+            }
+            if expired {
+                self.stats.foreign += 1;
+            }
+            return expired;
+        }
+        // A traced call that is not ours and not the proxy's: the program's own copy.
+        if api.is_some() || expired {
+            self.stats.foreign += 1;
+            return true;
+        }
+        false
+    }
+
+    /// The op whose NCCL kernel on `device` ran at host time `t`; with `fallback`,
+    /// the one whose kernel last started before `t`.
+    fn kernel_at(&self, device: u32, t: i64, fallback: bool) -> Option<u64> {
+        let (&(_, _start), &(end, ext)) = self.kernels.range((device, i64::MIN)..=(device, t)).next_back()?;
+        (end >= t || fallback).then_some(ext)
+    }
+
+    fn emit(
+        &mut self,
+        a: &Activity,
+        ext: u64,
+        how: Attribution,
+        api: Option<RawApi>,
+        now: i64,
+        out: &mut Vec<GpuRow>,
+    ) {
+        self.agg
+            .entry(ext)
+            .or_default()
+            .add(a, how == Attribution::ProxyThread, now);
+        if a.raw.kind == GpuKind::Kernel {
+            self.kernels
+                .insert((a.raw.device, a.raw.start_ns), (a.raw.end_ns, ext));
+        }
+        let (op_id, group_id) = split_ext(ext);
+        self.stats.gpu_rows += 1;
+        out.push(GpuRow {
+            act: a.clone(),
+            op_id,
+            group_id,
+            attribution: how,
+            launch_ns: api.map(|x| x.start_ns),
+            api_thread: api.map(|x| x.thread),
+        });
+    }
+
+    /// Retries waiting activities (their correlation may have arrived since) and gives
+    /// up on those older than `grace_ns`; prunes old state about once a second.
+    pub fn settle(&mut self, now: i64, grace_ns: i64, out: &mut Vec<GpuRow>) {
+        let n = self.waiting.len();
+        for _ in 0..n {
+            let Some((t, a)) = self.waiting.pop_front() else {
+                break;
+            };
+            let expired = now - t >= grace_ns;
+            if !self.try_attribute(&a, now, expired, out) {
+                self.waiting.push_back((t, a));
+            }
+        }
+        if now - self.last_prune_ns >= 1_000_000_000 {
+            self.last_prune_ns = now;
+            self.prune(now);
+        }
+    }
+
+    fn prune(&mut self, now: i64) {
+        let old = now - KEEP_NS;
+        while let Some(&(t, c)) = self.ext_order.front() {
+            if t >= old {
+                break;
+            }
+            self.ext_order.pop_front();
+            self.ext_of_corr.remove(&c);
+        }
+        while let Some(&(t, c)) = self.api_order.front() {
+            if t >= old {
+                break;
+            }
+            self.api_order.pop_front();
+            self.api_of_corr.remove(&c);
+        }
+        self.agg.retain(|_, g| g.touched_ns >= old);
+        // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
+        self.kernels.retain(|&(_, start), _| start >= old);
+    }
+
+    /// Writes held ops whose time is up (all of them with `all`) to `out`.
+    pub fn release(&mut self, now: i64, all: bool, out: &mut Vec<OpRow>) {
+        while let Some(&(due, _)) = self.held.front() {
+            if !all && due > now {
+                break;
+            }
+            let (_, rec) = self.held.pop_front().expect("front exists");
+            let ext = ext_id(rec.op_id, rec.group_id);
+            let gpu = match self.agg.get(&ext) {
+                Some(g) => g.columns(),
+                None => {
+                    self.stats.ops_without_gpu += 1;
+                    Agg::default().columns()
+                }
+            };
+            if rec.group_id.is_none() {
+                self.agg.remove(&ext);
+            }
+            out.push(OpRow { rec, gpu: Some(gpu) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl::OpKind;
+
+    pub(crate) fn op(op_id: u64, group: Option<u64>) -> OpRecord {
+        OpRecord {
+            op_id,
+            op: OpKind::AllReduce,
+            comm_id: Some(1),
+            comm_ptr: 1,
+            rank: Some(0),
+            nranks: Some(2),
+            seq: Some(op_id),
+            call_seq: Some(op_id),
+            count: 1,
+            dtype: 7,
+            bytes: Some(4),
+            peer: None,
+            root: None,
+            redop: Some(0),
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            device: Some(0),
+            group_id: group,
+            api_start_ns: 0,
+            api_end_ns: 0,
+            result: 0,
+            tid: 1,
+        }
+    }
+
+    fn act(kind: GpuKind, corr: u32, start: i64, end: i64, name: Option<&str>, copy: Option<u8>) -> GpuItem {
+        GpuItem::Activity(Activity {
+            raw: RawActivity {
+                kind,
+                start_ns: start,
+                end_ns: end,
+                device: 0,
+                context: 1,
+                stream: 7,
+                correlation_id: corr,
+                bytes: copy.map(|_| 1024),
+                copy_kind: copy,
+                src_device: None,
+                dst_device: None,
+                grid: None,
+                block_x: None,
+                name_ptr: 0,
+                graph_id: 0,
+            },
+            name: name.map(Arc::from),
+        })
+    }
+
+    fn api(corr: u32, start: i64, thread: u32) -> GpuItem {
+        GpuItem::Api(RawApi {
+            driver: false,
+            cbid: 41,
+            start_ns: start,
+            end_ns: start + 10,
+            thread,
+            correlation_id: corr,
+        })
+    }
+
+    fn ext(e: u64, corr: u32) -> GpuItem {
+        GpuItem::ExtCorr {
+            external_id: e,
+            correlation_id: corr,
+        }
+    }
+
+    fn run(items: Vec<GpuItem>, ops: Vec<OpRecord>) -> (Vec<GpuRow>, Vec<OpRow>, AttribStats) {
+        let mut at = Attributor::new(100);
+        for o in ops {
+            at.hold(o, 0);
+        }
+        let mut rows = Vec::new();
+        for it in items {
+            at.item(it, 10, &mut rows);
+            at.settle(10, 50, &mut rows);
+        }
+        at.settle(1000, 50, &mut rows);
+        let mut out = Vec::new();
+        at.release(1000, false, &mut out);
+        (rows, out, at.stats)
+    }
+
+    #[test]
+    fn kernel_joins_its_op_in_either_order() {
+        for swap in [false, true] {
+            let mut items = vec![
+                ext(5, 100),
+                act(
+                    GpuKind::Kernel,
+                    100,
+                    200,
+                    300,
+                    Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+                    None,
+                ),
+            ];
+            if swap {
+                items.reverse();
+            }
+            items.push(GpuItem::Api(RawApi {
+                driver: true,
+                cbid: 652,
+                start_ns: 150,
+                end_ns: 160,
+                thread: 9,
+                correlation_id: 100,
+            }));
+            let (rows, ops, _) = run(items, vec![op(5, None)]);
+            assert_eq!(rows.len(), 1);
+            assert_eq!(rows[0].op_id, Some(5));
+            let g = ops[0].gpu.as_ref().unwrap();
+            assert_eq!(
+                (g.gpu_start_ns, g.gpu_end_ns, g.launch_ns),
+                (Some(200), Some(300), Some(150))
+            );
+            assert_eq!(g.engine, Engine::SmKernel);
+            assert_eq!(
+                g.kernel.as_deref(),
+                Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+            );
+        }
+    }
+
+    #[test]
+    fn copy_engine_and_group_sharing() {
+        let gid = 3;
+        let e = ext_id(0, Some(gid));
+        let items = vec![
+            ext(e, 7),
+            act(GpuKind::Memcpy, 7, 100, 150, None, Some(8)),
+            act(GpuKind::Memcpy, 7, 110, 180, None, Some(10)),
+        ];
+        let (rows, ops, _) = run(items, vec![op(1, Some(gid)), op(2, Some(gid))]);
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|r| r.group_id == Some(gid) && r.op_id.is_none()));
+        for o in &ops {
+            let g = o.gpu.as_ref().unwrap();
+            assert_eq!(g.engine, Engine::CopyEngine);
+            assert_eq!((g.gpu_start_ns, g.gpu_end_ns), (Some(100), Some(180)));
+            assert_eq!((g.n_memcpy, g.memcpy_bytes, g.n_kernels), (2, 2048, 0));
+        }
+    }
+
+    #[test]
+    fn proxy_copies_go_to_the_running_kernel() {
+        let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_SendRecv"), None);
+        let items = vec![
+            GpuItem::ProxyThread(77),
+            ext(1, 10),
+            ext(2, 20),
+            k(10, 100, 200),
+            k(20, 300, 400),
+            // issued at 150 (op 1 running), at 350 (op 2), at 450 (after op 2's kernel)
+            api(31, 150, 77),
+            act(GpuKind::Memcpy, 31, 160, 170, None, Some(10)),
+            api(32, 350, 77),
+            act(GpuKind::Memcpy, 32, 360, 370, None, Some(10)),
+            api(33, 450, 77),
+            act(GpuKind::Memcpy, 33, 460, 470, None, Some(10)),
+            // the program's own copy on another thread: dropped
+            api(34, 150, 5),
+            act(GpuKind::Memcpy, 34, 160, 170, None, Some(1)),
+            // the program's own kernel: dropped
+            act(GpuKind::Kernel, 40, 0, 1, Some("elementwise"), None),
+        ];
+        let (rows, ops, stats) = run(items, vec![op(1, None), op(2, None)]);
+        let by_op = |id| rows.iter().filter(|r| r.op_id == Some(id)).count();
+        assert_eq!((by_op(1), by_op(2)), (2, 3));
+        assert!(
+            rows.iter()
+                .filter(|r| r.act.raw.kind == GpuKind::Memcpy)
+                .all(|r| r.attribution == Attribution::ProxyThread && r.api_thread == Some(77))
+        );
+        assert_eq!(stats.foreign, 2);
+        assert_eq!(ops[0].gpu.as_ref().unwrap().engine, Engine::ProxyMemcpy);
+        assert_eq!(ops[1].gpu.as_ref().unwrap().n_memcpy, 2);
+        // The window stays the kernel's: proxy copies do not widen it.
+        assert_eq!(ops[1].gpu.as_ref().unwrap().gpu_end_ns, Some(400));
+    }
+
+    #[test]
+    fn nothing_arrived_is_none_not_zero() {
+        let (_, ops, stats) = run(vec![], vec![op(9, None)]);
+        let g = ops[0].gpu.as_ref().unwrap();
+        assert_eq!(g.engine, Engine::None);
+        assert_eq!((g.gpu_start_ns, g.launch_ns), (None, None));
+        assert_eq!(stats.ops_without_gpu, 1);
+    }
+
+    #[test]
+    fn hold_releases_in_time_only() {
+        let mut at = Attributor::new(100);
+        at.hold(op(1, None), 0);
+        at.hold(op(2, None), 50);
+        let mut out = Vec::new();
+        at.release(99, false, &mut out);
+        assert!(out.is_empty());
+        at.release(100, false, &mut out);
+        assert_eq!(out.len(), 1);
+        at.release(100, true, &mut out);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn kineto_correlations_are_ignored() {
+        let raw = Raw::ExtCorr {
+            external_kind: 3,
+            external_id: 1,
+            correlation_id: 1,
+        };
+        assert_eq!(GpuItem::from_raw(raw, |_| None), None);
+        assert_eq!(split_ext(ext_id(4, Some(9))), (None, Some(9)));
+        assert_eq!(split_ext(ext_id(4, None)), (Some(4), None));
+    }
+}

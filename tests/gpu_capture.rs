@@ -1,0 +1,314 @@
+//! GPU capture through CUPTI, driven on the CPU: the stand-in NCCL makes the stand-in
+//! libcupti (tests/fixtures/fake_cupti.c, CUPTI 13.0 record layouts) emit the records
+//! real CUPTI writes for NCCL launches, copy-engine copies, proxy-thread copies and
+//! the program's own kernels; the shim must join them to ops, or back off cleanly.
+
+mod common;
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::{Output, Stdio};
+
+use support::{Row, Run, text};
+
+fn cupti() -> String {
+    common::fixtures().libcupti.display().to_string()
+}
+
+/// `ops 0 1 ID ITERS` under the shim with extra env.
+fn ops_run(run: &Run, iters: u32, env: &[(&str, &str)]) -> Output {
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let mut c = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &iters.to_string()]);
+    c.envs(env.iter().copied());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    out
+}
+
+fn process(run: &Run) -> Row {
+    let mut p = run.rows("process");
+    assert_eq!(p.len(), 1);
+    p.remove(0)
+}
+
+fn zcta_lines(out: &Output) -> Vec<String> {
+    text(&out.stderr).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn every_op_gets_its_kernel_through_external_correlation() {
+    let run = Run::new("gpu-default");
+    let out = ops_run(&run, 3, &[("HOST_CUPTI", &cupti())]);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let p = process(&run);
+    assert_eq!(p.str("cupti"), Some("on"));
+    assert_eq!(p.str("cupti_lib"), Some(cupti().as_str()));
+    assert_eq!(p.str("gpu_clock"), Some("CLOCK_REALTIME"));
+    assert_eq!(p.u64("cupti_dropped"), Some(0));
+    assert_eq!(p.u64("ops_without_gpu"), Some(0));
+
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 3 * 11);
+    for o in &ops {
+        let op = o.req_str("op");
+        assert_eq!(o.str("engine"), Some("sm_kernel"), "{op}");
+        let (s, e, l) = (
+            o.req_i64("gpu_start_ns"),
+            o.req_i64("gpu_end_ns"),
+            o.req_i64("launch_ns"),
+        );
+        assert!(l <= s && s < e, "{op}: launch {l} start {s} end {e}");
+        assert!(o.req_i64("api_start_ns") <= l, "{op}: launched before the call");
+        assert_eq!(o.u64("n_kernels"), Some(1), "{op}");
+        let want = match op {
+            "Send" | "Recv" => "ncclDevKernel_SendRecv".to_string(),
+            "Bcast" => "ncclDevKernel_Broadcast".to_string(),
+            _ => format!("ncclDevKernel_{op}"),
+        };
+        assert_eq!(o.str("kernel"), Some(want.as_str()), "{op}");
+    }
+    // One kernel per launch: 9 ungrouped ops and one group per iteration.
+    let gpu = run.rows("gpu");
+    assert_eq!(gpu.len(), 3 * 10);
+    assert_eq!(p.u64("gpu_rows"), Some(30));
+    let by_id: BTreeMap<u64, &Row> = ops.iter().map(|o| (o.req_u64("op_id"), o)).collect();
+    for g in &gpu {
+        assert_eq!(g.str("attribution"), Some("external_id"));
+        assert_eq!(g.str("kind"), Some("kernel"));
+        assert_eq!(g.i32("grid_x"), Some(2));
+        match (g.u64("op_id"), g.u64("group_id")) {
+            (Some(id), None) => {
+                let o = by_id[&id];
+                assert_eq!(o.req_i64("gpu_start_ns"), g.req_i64("start_ns"));
+                assert_eq!(o.req_i64("launch_ns"), g.req_i64("launch_ns"));
+            }
+            (None, Some(gid)) => {
+                let members: Vec<_> = ops.iter().filter(|o| o.u64("group_id") == Some(gid)).collect();
+                assert_eq!(members.len(), 2, "Send and Recv share the group's kernel");
+                for o in members {
+                    assert_eq!(o.req_i64("gpu_end_ns"), g.req_i64("end_ns"));
+                }
+            }
+            other => panic!("gpu row names {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn copy_engine_collectives_have_no_kernel() {
+    let run = Run::new("gpu-ce");
+    ops_run(&run, 2, &[("HOST_CUPTI", &cupti()), ("FAKE_CUPTI_CE", "1")]);
+    for o in run.rows("ops") {
+        let op = o.req_str("op");
+        if op == "AlltoAll" || op == "AllGather" {
+            assert_eq!(o.str("engine"), Some("copy_engine"), "{op}");
+            assert_eq!(o.u64("n_kernels"), Some(0));
+            assert_eq!(o.u64("n_memcpy"), Some(2));
+            assert_eq!(o.u64("memcpy_bytes"), Some(1 << 20));
+            assert!(o.is_null("kernel"));
+            assert!(!o.is_null("gpu_start_ns") && !o.is_null("launch_ns"));
+        } else {
+            assert_eq!(o.str("engine"), Some("sm_kernel"), "{op}");
+        }
+    }
+    let copies: Vec<_> = run
+        .rows("gpu")
+        .into_iter()
+        .filter(|g| g.str("kind") == Some("memcpy"))
+        .collect();
+    assert_eq!(copies.len(), 2 * 2 * 2);
+    let kinds: Vec<_> = copies
+        .iter()
+        .map(|g| g.req_str("copy_kind").to_string())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "DtoD").count(), 4);
+    assert_eq!(kinds.iter().filter(|k| *k == "PtoP").count(), 4);
+    assert!(
+        copies
+            .iter()
+            .filter(|g| g.str("copy_kind") == Some("PtoP"))
+            .all(|g| g.u64("dst_device") == Some(1))
+    );
+}
+
+#[test]
+fn proxy_thread_copies_are_attributed_to_the_running_op() {
+    let run = Run::new("gpu-proxy");
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let children: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|r| {
+            let mut c = run.host(&["plugin", r, "2", idf.to_str().unwrap(), "3"]);
+            c.envs([
+                ("HOST_CUPTI", cupti().as_str()),
+                ("FAKE_NCCL_PROXY", "1"),
+                ("FAKE_CUPTI_PROXY_COPY", "1"),
+                ("FAKE_CUPTI_KERNEL_NS", "200000000"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    }
+    let gpu = run.rows("gpu");
+    let copies: Vec<_> = gpu.iter().filter(|g| g.str("kind") == Some("memcpy")).collect();
+    assert!(!copies.is_empty(), "no proxy copies recorded");
+    let ops = run.rows("ops");
+    let op_of: BTreeMap<(i32, u64), &Row> = ops
+        .iter()
+        .map(|o| ((o.req_i32("pid"), o.req_u64("op_id")), o))
+        .collect();
+    for c in &copies {
+        assert_eq!(c.str("attribution"), Some("proxy_thread"));
+        assert!(c.u64("api_thread").is_some());
+        // Proxy copies are given to the op (or group) whose kernel was running.
+        let pid = c.req_i32("pid");
+        match (c.u64("op_id"), c.u64("group_id")) {
+            (Some(id), None) => assert!(op_of.contains_key(&(pid, id))),
+            (None, Some(g)) => assert!(
+                ops.iter()
+                    .any(|o| o.req_i32("pid") == pid && o.u64("group_id") == Some(g))
+            ),
+            other => panic!("copy attributed to {other:?}"),
+        }
+    }
+    assert!(ops.iter().any(|o| o.str("engine") == Some("proxy_memcpy")));
+    let n_copies: u64 = ops
+        .iter()
+        .filter(|o| o.is_null("group_id"))
+        .map(|o| o.req_u64("n_memcpy"))
+        .sum();
+    let grouped: u64 = copies.iter().filter(|c| c.u64("group_id").is_some()).count() as u64;
+    assert_eq!(n_copies + grouped, copies.len() as u64);
+}
+
+#[test]
+fn zcta_cupti_lib_is_loaded_when_none_is_mapped() {
+    let run = Run::new("gpu-lib");
+    let out = ops_run(&run, 1, &[("ZCTA_CUPTI_LIB", &cupti())]);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let p = process(&run);
+    assert_eq!(p.str("cupti"), Some("on"));
+    assert_eq!(p.str("cupti_lib"), Some(cupti().as_str()));
+    assert!(
+        run.rows("ops")
+            .iter()
+            .all(|o| o.str("engine") == Some("sm_kernel"))
+    );
+}
+
+#[test]
+fn without_cupti_rows_are_host_only_and_say_why() {
+    for (id, env, why) in [
+        ("no-lib", vec![], "off: libcupti not found"),
+        (
+            "off",
+            vec![("HOST_CUPTI", cupti()), ("ZCTA_CUPTI", "0".into())],
+            "off: ZCTA_CUPTI=0",
+        ),
+    ] {
+        let run = Run::new(id);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = ops_run(&run, 1, &env);
+        // No CUDA driver in this process: missing CUPTI is not worth a warning.
+        assert!(out.stderr.is_empty(), "{id}: {}", text(&out.stderr));
+        let p = process(&run);
+        assert!(p.req_str("cupti").starts_with(why), "{id}: {:?}", p.str("cupti"));
+        assert!(p.is_null("gpu_rows") && p.is_null("cupti_dropped"));
+        for o in run.rows("ops") {
+            for col in [
+                "engine",
+                "gpu_start_ns",
+                "gpu_end_ns",
+                "launch_ns",
+                "n_kernels",
+                "n_memcpy",
+            ] {
+                assert!(o.is_null(col), "{id}: {col} should be NULL (not measured)");
+            }
+        }
+        assert!(!run.dir().join("gpu").exists(), "{id}: gpu table without CUPTI");
+    }
+}
+
+#[test]
+fn cupti_it_cannot_trust_is_declined_with_one_warning() {
+    for (id, env, why) in [
+        (
+            "subscribed",
+            ("FAKE_CUPTI_SUBSCRIBED", "1"),
+            "off: another CUPTI client holds CUPTI",
+        ),
+        (
+            "clock",
+            ("FAKE_CUPTI_CLOCK_OFFSET", "5000000000"),
+            "off: CUPTI's clock is not CLOCK_REALTIME",
+        ),
+        (
+            "version",
+            ("FAKE_CUPTI_VERSION", "120000"),
+            "off: CUPTI API version 120000 is older",
+        ),
+    ] {
+        let run = Run::new(id);
+        let out = ops_run(&run, 1, &[("HOST_CUPTI", &cupti()), env]);
+        let lines = zcta_lines(&out);
+        assert_eq!(lines.len(), 1, "{id}: {lines:?}");
+        assert!(
+            lines[0].starts_with("zcta: ") && lines[0].contains("host-side only"),
+            "{id}: {lines:?}"
+        );
+        let p = process(&run);
+        assert!(p.req_str("cupti").starts_with(why), "{id}: {:?}", p.str("cupti"));
+        assert!(run.rows("ops").iter().all(|o| o.is_null("engine")));
+    }
+}
+
+#[test]
+fn a_profiler_arriving_later_gets_cupti_and_its_data() {
+    let run = Run::new("kineto");
+    let mut c = run.host(&["kineto", "4"]);
+    c.env("HOST_CUPTI", cupti());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // The newcomer's kernels reach the newcomer.
+    assert!(
+        text(&out.stdout).contains("ok kineto_kernels=4"),
+        "{}",
+        text(&out.stdout)
+    );
+    let lines = zcta_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("cuptiActivityRegisterCallbacks"), "{lines:?}");
+    let p = process(&run);
+    assert!(
+        p.req_str("cupti").starts_with("stopped: "),
+        "{:?}",
+        p.str("cupti")
+    );
+    assert_eq!(
+        p.u64("gpu_foreign"),
+        Some(1),
+        "the program's own kernel is dropped"
+    );
+    let mut ops = run.rows("ops");
+    ops.sort_by_key(|o| o.req_u64("op_id"));
+    assert_eq!(ops.len(), 8);
+    for o in &ops[..4] {
+        assert_eq!(
+            o.str("engine"),
+            Some("sm_kernel"),
+            "before the profiler: measured"
+        );
+    }
+    for o in &ops[4..] {
+        assert!(o.is_null("engine"), "after the profiler took CUPTI: not measured");
+    }
+    assert_eq!(run.rows("gpu").len(), 4);
+}
