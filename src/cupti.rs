@@ -29,24 +29,20 @@ pub mod kind {
     pub const EXTERNAL_CORRELATION: u32 = 39;
 }
 
-/// The kinds zcta enables, in the order it enables them.
-pub const ENABLED_KINDS: [u32; 5] = [
-    kind::CONCURRENT_KERNEL,
-    kind::MEMCPY,
-    kind::MEMCPY2,
-    kind::MEMSET,
-    kind::EXTERNAL_CORRELATION,
-];
+/// The activity kinds zcta enables, in the order it enables them. Driver/runtime API
+/// records are not among them: tracing them (which CUPTI needs before it writes
+/// EXTERNAL_CORRELATION records) cost +30 µs per 8-byte all_reduce on the GPU machine
+/// (docs/PERFORMANCE.md); zcta learns each launch's correlation id from CUPTI's
+/// callback API instead, for the few calls below only.
+pub const ENABLED_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
 
-/// `CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2`: torch.profiler (Kineto) uses CUSTOM0
-/// and CUSTOM1, so zcta's ids never mix with its.
-pub const EXTERNAL_KIND: u32 = 5;
-
-/// Driver API calls whose activity records zcta asks for (fine-grained, so the rest
-/// of the process's CUDA calls are not traced): the kernel launch NCCL uses.
-pub const DRIVER_CBIDS: [u32; 2] = [
+/// Driver API calls zcta takes a callback on: the kernel launches NCCL uses, and the
+/// stream memory operations (flag syncs) of its copy-engine collectives, which have no
+/// GPU activity record of their own.
+pub const DRIVER_CBIDS: [u32; 3] = [
     652, // cuLaunchKernelEx
     307, // cuLaunchKernel
+    667, // cuStreamBatchMemOp_v2
 ];
 /// Runtime API calls likewise: the copy-engine batch copy of NCCL's CE collectives
 /// and the copies its proxy thread issues (`NCCL_*_USE_CUDA_MEMCPY=1`).

@@ -1,7 +1,8 @@
 //! GPU capture through CUPTI, driven on the CPU: the stand-in NCCL makes the stand-in
-//! libcupti (tests/fixtures/fake_cupti.c, CUPTI 13.0 record layouts) emit the records
-//! real CUPTI writes for NCCL launches, copy-engine copies, proxy-thread copies and
-//! the program's own kernels; the shim must join them to ops, or back off cleanly.
+//! libcupti (tests/fixtures/fake_cupti.c, CUPTI 13.0 layouts) call the API callback
+//! and emit the records real CUPTI does for NCCL launches, copy-engine copies,
+//! proxy-thread copies and the program's own kernels; the shim must join them to ops,
+//! or back off cleanly.
 
 mod common;
 mod support;
@@ -37,7 +38,7 @@ fn zcta_lines(out: &Output) -> Vec<String> {
 }
 
 #[test]
-fn every_op_gets_its_kernel_through_external_correlation() {
+fn every_op_gets_its_kernel_through_its_launch_call() {
     let run = Run::new("gpu-default");
     let out = ops_run(&run, 3, &[("HOST_CUPTI", &cupti())]);
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
@@ -74,7 +75,7 @@ fn every_op_gets_its_kernel_through_external_correlation() {
     assert_eq!(p.u64("gpu_rows"), Some(30));
     let by_id: BTreeMap<u64, &Row> = ops.iter().map(|o| (o.req_u64("op_id"), o)).collect();
     for g in &gpu {
-        assert_eq!(g.str("attribution"), Some("external_id"));
+        assert_eq!(g.str("attribution"), Some("nccl_call"));
         assert_eq!(g.str("kind"), Some("kernel"));
         assert_eq!(g.i32("grid_x"), Some(2));
         match (g.u64("op_id"), g.u64("group_id")) {
@@ -165,12 +166,12 @@ fn proxy_thread_copies_are_attributed_to_the_running_op() {
         .map(|o| ((o.req_i32("pid"), o.req_u64("op_id")), o))
         .collect();
     for c in &copies {
-        assert_eq!(c.str("attribution"), Some("proxy_thread"));
+        assert_eq!(c.str("attribution"), Some("proxy_window"));
         assert!(c.u64("api_thread").is_some());
         // Proxy copies are given to the op (or group) whose kernel was running.
         let pid = c.req_i32("pid");
         match (c.u64("op_id"), c.u64("group_id")) {
-            (Some(id), None) => assert!(op_of.contains_key(&(pid, id))),
+            (Some(id), g) => assert_eq!(op_of[&(pid, id)].u64("group_id"), g),
             (None, Some(g)) => assert!(
                 ops.iter()
                     .any(|o| o.req_i32("pid") == pid && o.u64("group_id") == Some(g))
@@ -285,7 +286,7 @@ fn a_profiler_arriving_later_gets_cupti_and_its_data() {
     );
     let lines = zcta_lines(&out);
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("cuptiActivityRegisterCallbacks"), "{lines:?}");
+    assert!(lines[0].contains("called cuptiSubscribe"), "{lines:?}");
     let p = process(&run);
     assert!(
         p.req_str("cupti").starts_with("stopped: "),

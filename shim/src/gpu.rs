@@ -2,17 +2,20 @@
 //! `ffi::cupti`).
 //!
 //! Lifecycle: idle until the first communicator is created ([`start`]), then active
-//! — external ids pushed around launching calls, buffers flushed by the writer at
-//! least every `GpuPolicy::flush_every` — until exit, or until another CUPTI client
-//! (torch.profiler/Kineto, Nsight) arrives: zcta then hands over its last buffers,
-//! disables its kinds, and records host-only from there on ([`foreign_client`]).
+//! — each launching NCCL call marks its thread ([`begin`]), CUPTI's API callback on
+//! NCCL's launch calls reads the mark ([`on_api_enter`]), buffers are flushed by the
+//! writer at least every `GpuPolicy::flush_every` — until exit, or until another CUPTI
+//! client (torch.profiler/Kineto) arrives: zcta then hands over its last buffers,
+//! disables its kinds, leaves CUPTI's subscriber slot and records host-only from there
+//! on ([`foreign_client`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use zcta::cupti::{self as cu, DRIVER_CBIDS, ENABLED_KINDS, EXTERNAL_KIND, RUNTIME_CBIDS};
+use zcta::cupti::RawApi;
+use zcta::cupti::{self as cu, DRIVER_CBIDS, ENABLED_KINDS, RUNTIME_CBIDS};
 use zcta::gpu::GpuItem;
 use zcta::sink::{GpuSource, GpuStatus};
 
@@ -35,6 +38,26 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 static STATUS: Mutex<Option<GpuStatus>> = Mutex::new(None);
 static PROXY_THREADS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
+/// What CUPTI's API callback learned about one CUDA call, for the writer.
+#[derive(Clone, Copy)]
+struct CallNote {
+    /// The op or group ([`zcta::gpu::ext_id`]); 0: none (a copy by a proxy thread).
+    ext: u64,
+    api: RawApi,
+}
+
+/// Callback → writer. Bounded: when full, notes are dropped and counted.
+fn notes() -> &'static (
+    crossbeam_channel::Sender<CallNote>,
+    crossbeam_channel::Receiver<CallNote>,
+) {
+    static Q: std::sync::OnceLock<(
+        crossbeam_channel::Sender<CallNote>,
+        crossbeam_channel::Receiver<CallNote>,
+    )> = std::sync::OnceLock::new();
+    Q.get_or_init(|| crossbeam_channel::bounded(1 << 16))
+}
+
 fn set_status(f: impl FnOnce(&mut GpuStatus)) {
     let mut g = STATUS.lock().unwrap_or_else(|p| p.into_inner());
     f(g.get_or_insert_with(|| GpuStatus {
@@ -55,17 +78,47 @@ pub fn active() -> bool {
     STATE.load(Ordering::Relaxed) == ACTIVE
 }
 
-/// Pushes the external id of a launching call; returns whether it must be popped.
-#[inline]
-pub fn push(ext: u64) -> bool {
-    active() && cupti::push(EXTERNAL_KIND, ext)
+thread_local! {
+    /// The op or group whose NCCL call is running on this thread (0: none).
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+    static IS_PROXY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Pops what [`push`] pushed.
+/// Marks this thread as running the NCCL call of `ext` (hot path); returns whether
+/// [`end`] must clear it.
 #[inline]
-pub fn pop(pushed: bool) {
-    if pushed {
-        cupti::pop(EXTERNAL_KIND);
+pub fn begin(ext: u64) -> bool {
+    active() && CURRENT.try_with(|c| c.set(ext)).is_ok()
+}
+
+/// Clears what [`begin`] set.
+#[inline]
+pub fn end(marked: bool) {
+    if marked {
+        let _ = CURRENT.try_with(|c| c.set(0));
+    }
+}
+
+/// CUPTI's callback on entry to one of the traced CUDA calls, on the calling thread.
+pub fn on_api_enter(driver: bool, cbid: u32, correlation_id: u32) {
+    let ext = CURRENT.try_with(Cell::get).unwrap_or(0);
+    let proxy = ext == 0 && IS_PROXY.try_with(Cell::get).unwrap_or(false);
+    if ext == 0 && !proxy {
+        return; // the program's own call
+    }
+    let note = CallNote {
+        ext,
+        api: RawApi {
+            driver,
+            cbid,
+            start_ns: zcta::clock::now_ns(),
+            end_ns: 0,
+            thread: cupti::cupti_thread_id(),
+            correlation_id,
+        },
+    };
+    if notes().0.try_send(note).is_err() {
+        cupti::DROPPED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -123,11 +176,6 @@ fn try_start(enabled: bool) -> Result<(), String> {
         warn_once(format_args!("{why}; recording host-side only"));
         return Err(why);
     }
-    if let Some(e) = cupti::other_subscriber() {
-        let why = format!("another CUPTI client holds CUPTI (Nsight, a debugger, a profiler): {e}");
-        warn_once(format_args!("{why}; recording host-side only (GPU columns NULL)"));
-        return Err(why);
-    }
     let now = zcta::clock::now_ns();
     let ts = cupti::timestamp().ok_or("cuptiGetTimestamp failed")? as i64;
     let offset = ts.wrapping_sub(now);
@@ -138,16 +186,19 @@ fn try_start(enabled: bool) -> Result<(), String> {
         warn_once(format_args!("{why}; recording host-side only"));
         return Err(why);
     }
-    let traced = cupti::start(&ENABLED_KINDS, &DRIVER_CBIDS, &RUNTIME_CBIDS).inspect_err(|e| {
+    if let Err(e) = cupti::subscribe(&DRIVER_CBIDS, &RUNTIME_CBIDS) {
+        let why = format!("another CUPTI client holds CUPTI (Nsight, a debugger, a profiler): {e}");
+        warn_once(format_args!("{why}; recording host-side only (GPU columns NULL)"));
+        return Err(why);
+    }
+    if let Err(e) = cupti::start(&ENABLED_KINDS) {
+        cupti::unsubscribe();
         warn_once(format_args!("cannot start CUPTI: {e}; recording host-side only"));
-    })?;
+        return Err(e);
+    }
     crate::ffi::process::register_gpu_atexit();
     set_status(|s| {
-        s.cupti = if traced {
-            "on".into()
-        } else {
-            "on (no per-call API records: launch_ns NULL, proxy copies not attributed)".into()
-        };
+        s.cupti = "on".into();
         s.clock = Some("CLOCK_REALTIME".into());
         s.clock_offset_ns = Some(offset);
     });
@@ -157,7 +208,7 @@ fn try_start(enabled: bool) -> Result<(), String> {
 fn stop_for_foreign(what: &str) {
     // Our buffers go to our callback before the newcomer's replaces it.
     cupti::flush(true);
-    cupti::stop(&ENABLED_KINDS, &DRIVER_CBIDS, &RUNTIME_CBIDS);
+    cupti::stop(&ENABLED_KINDS);
     STATE.store(OFF, Ordering::Release);
     let when = zcta::clock::now_ns();
     STOPPED_AT.store(when, Ordering::Release);
@@ -192,15 +243,13 @@ pub fn exit_flush() {
     }
 }
 
-thread_local! {
-    static PROXY_NOTED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Called on NCCL's proxy threads (from profiler-plugin proxy events): remembers the
-/// thread so copies it issues can be attributed.
+/// Called on NCCL's proxy threads from profiler-plugin proxy events: remembers the
+/// thread, so copies it issues can be attributed (by the kernel-window rule: the op
+/// the plugin last started a proxy event for is not the one being copied — NCCL
+/// starts the proxy ops of many ops before progressing them).
 #[inline]
 pub fn note_proxy_thread() {
-    if PROXY_NOTED.try_with(|c| c.replace(true)).unwrap_or(true) {
+    if IS_PROXY.try_with(|c| c.replace(true)).unwrap_or(true) {
         return;
     }
     PROXY_THREADS
@@ -213,6 +262,27 @@ pub fn note_proxy_thread() {
 pub struct CuptiSource {
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
+    /// `ZCTA_CUPTI_DEBUG=1`: what arrived, printed at exit (a developer's aid).
+    debug: Option<Debug>,
+}
+
+#[derive(Default)]
+struct Debug {
+    kinds: std::collections::BTreeMap<u32, u64>,
+    ext_kinds: std::collections::BTreeMap<u32, u64>,
+    samples: Vec<String>,
+}
+
+impl Debug {
+    fn note(&mut self, raw: &cu::Raw, kind: u32) {
+        *self.kinds.entry(kind).or_default() += 1;
+        if let cu::Raw::ExtCorr { external_kind, .. } = raw {
+            *self.ext_kinds.entry(*external_kind).or_default() += 1;
+        }
+        if self.samples.len() < 4 {
+            self.samples.push(format!("{raw:?}"));
+        }
+    }
 }
 
 impl CuptiSource {
@@ -220,6 +290,9 @@ impl CuptiSource {
         Self {
             names: HashMap::new(),
             proxy_seen: 0,
+            debug: std::env::var("ZCTA_CUPTI_DEBUG")
+                .is_ok_and(|v| v == "1")
+                .then(Debug::default),
         }
     }
 
@@ -231,9 +304,22 @@ impl CuptiSource {
             }
             self.proxy_seen = t.len();
         }
+        while let Ok(n) = notes().1.try_recv() {
+            if n.ext != 0 {
+                out.push(GpuItem::ExtCorr {
+                    external_id: n.ext,
+                    correlation_id: n.api.correlation_id,
+                });
+            }
+            out.push(GpuItem::Api(n.api));
+        }
         let names = &mut self.names;
+        let debug = &mut self.debug;
         cupti::drain(&mut |bytes| {
             let Some(raw) = cu::decode(bytes) else { return };
+            if let Some(d) = debug.as_mut() {
+                d.note(&raw, cu::record_kind(bytes).unwrap_or(0));
+            }
             let item = GpuItem::from_raw(raw, |ptr| {
                 Some(
                     names
@@ -263,6 +349,15 @@ impl GpuSource for CuptiSource {
     fn finish(&mut self, out: &mut Vec<GpuItem>) {
         exit_flush();
         self.drain(out);
+        if let Some(d) = &self.debug {
+            zcta::warn(format_args!(
+                "CUPTI debug: records by kind {:?}, external correlations by kind {:?}",
+                d.kinds, d.ext_kinds
+            ));
+            for s in &d.samples {
+                zcta::warn(format_args!("CUPTI debug: {s}"));
+            }
+        }
     }
 
     fn captured(&self, t_ns: i64) -> bool {

@@ -189,11 +189,11 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
     let _ = CURRENT_OP.try_with(|c| c.set(op_id));
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
-    let pushed = current_group().is_none() && gpu::push(op_id);
+    let marked = current_group().is_none() && gpu::begin(op_id);
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
-    gpu::pop(pushed);
+    gpu::end(marked);
     let _ = CURRENT_OP.try_with(|c| c.set(0));
     protect(|| {
         let ok = nccl::accepted(rc);
@@ -328,11 +328,11 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         })
         .ok()
         .flatten();
-    let pushed = outermost.is_some_and(|id| gpu::push(zcta::gpu::ext_id(0, Some(id))));
+    let marked = outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id))));
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
-    gpu::pop(pushed);
+    gpu::end(marked);
     protect(|| {
         let (id, n_ops) = GROUP
             .try_with(|gr| {

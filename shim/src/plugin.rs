@@ -292,7 +292,6 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
         Start::Coll { .. } => (K_COLL, parent_of(parent).0, ctx as u64),
         Start::P2p { .. } => (K_P2P, parent_of(parent).0, ctx as u64),
         Start::ProxyOp { pid, .. } => {
-            crate::gpu::note_proxy_thread();
             // PXN: the op belongs to another process; its parent handle and context
             // are that process's, not ours: neither is looked up.
             if pid == std::process::id() as i32 {
@@ -302,7 +301,6 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             }
         }
         Start::ProxyStep { .. } => {
-            crate::gpu::note_proxy_thread();
             // A step of a foreign (PXN) ProxyOp: its parent slot has no context.
             let (op_id, pctx) = parent_of(parent);
             (K_PROXY_STEP, op_id, if pctx == 0 { 0 } else { ctx as u64 })
@@ -310,6 +308,10 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
         Start::ProxyCtrl => (K_PROXY_CTRL, 0, ctx as u64),
         Start::KernelCh { .. } => (K_KERNEL_CH, parent_of(parent).0, ctx as u64),
     };
+    if kind == K_PROXY_OP || kind == K_PROXY_STEP {
+        // On the proxy thread: copies it issues are NCCL's.
+        crate::gpu::note_proxy_thread();
+    }
     let r = ring();
     // Take the next free slot; a slot busy in another thread is skipped, not waited for.
     let mut claimed = None;

@@ -1,6 +1,7 @@
 //! libcupti: loading it without mapping a second copy, the few functions zcta calls,
-//! the activity buffer callbacks, and the CUPTI entry points zcta interposes to notice
-//! another CUPTI client (torch.profiler/Kineto).
+//! the activity buffer callbacks, the API callback that ties CUDA calls to ops, and
+//! the CUPTI entry points zcta interposes to notice another CUPTI client
+//! (torch.profiler/Kineto).
 //!
 //! Loading order (first that works): the libcupti already mapped in the process
 //! (torch links one), `ZCTA_CUPTI_LIB`, `$CUDA_HOME`/`$CUDA_PATH`, the `nvidia/cu13/lib`
@@ -10,7 +11,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
@@ -19,24 +20,22 @@ use super::real::{dlopen, mapped_libs};
 type Res = c_int;
 type ReqFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 type DoneFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
+type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 
-/// The CUPTI functions zcta uses. The two `enable_*_api` are absent before CUPTI 12.x.
+/// The CUPTI functions zcta uses.
 struct Api {
     get_version: unsafe extern "C" fn(*mut u32) -> Res,
     register_callbacks: unsafe extern "C" fn(ReqFn, DoneFn) -> Res,
     enable: unsafe extern "C" fn(u32) -> Res,
     disable: unsafe extern "C" fn(u32) -> Res,
-    enable_driver_api: Option<unsafe extern "C" fn(u32, u8) -> Res>,
-    enable_runtime_api: Option<unsafe extern "C" fn(u32, u8) -> Res>,
     flush_all: unsafe extern "C" fn(u32) -> Res,
     next_record: unsafe extern "C" fn(*mut u8, usize, *mut *mut c_void) -> Res,
     dropped: unsafe extern "C" fn(*mut c_void, u32, *mut usize) -> Res,
-    push: unsafe extern "C" fn(u32, u64) -> Res,
-    pop: unsafe extern "C" fn(u32, *mut u64) -> Res,
     timestamp: unsafe extern "C" fn(*mut u64) -> Res,
     result_string: Option<unsafe extern "C" fn(Res, *mut *const c_char) -> Res>,
-    subscribe: Option<unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *mut c_void) -> Res>,
-    unsubscribe: Option<unsafe extern "C" fn(*mut c_void) -> Res>,
+    subscribe: unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> Res,
+    unsubscribe: unsafe extern "C" fn(*mut c_void) -> Res,
+    enable_callback: unsafe extern "C" fn(u32, *mut c_void, u32, u32) -> Res,
     path: String,
 }
 
@@ -136,17 +135,14 @@ fn load() -> Result<Api, String> {
         register_callbacks: req!(h, c"cuptiActivityRegisterCallbacks"),
         enable: req!(h, c"cuptiActivityEnable"),
         disable: req!(h, c"cuptiActivityDisable"),
-        enable_driver_api: opt!(h, c"cuptiActivityEnableDriverApi"),
-        enable_runtime_api: opt!(h, c"cuptiActivityEnableRuntimeApi"),
         flush_all: req!(h, c"cuptiActivityFlushAll"),
         next_record: req!(h, c"cuptiActivityGetNextRecord"),
         dropped: req!(h, c"cuptiActivityGetNumDroppedRecords"),
-        push: req!(h, c"cuptiActivityPushExternalCorrelationId"),
-        pop: req!(h, c"cuptiActivityPopExternalCorrelationId"),
         timestamp: req!(h, c"cuptiGetTimestamp"),
         result_string: opt!(h, c"cuptiGetResultString"),
-        subscribe: opt!(h, c"cuptiSubscribe"),
-        unsubscribe: opt!(h, c"cuptiUnsubscribe"),
+        subscribe: req!(h, c"cuptiSubscribe"),
+        unsubscribe: req!(h, c"cuptiUnsubscribe"),
+        enable_callback: req!(h, c"cuptiEnableCallback"),
         path,
     })
 }
@@ -188,25 +184,6 @@ fn check(what: &str, rc: Res) -> Result<(), String> {
     }
 }
 
-/// Whether another tool holds CUPTI's subscriber slot (Nsight Systems/Compute,
-/// cuda-gdb, a profiler already running): subscribes with a no-op callback and
-/// releases it at once.
-pub fn other_subscriber() -> Option<String> {
-    let a = api().ok()?;
-    let (sub, unsub) = (a.subscribe?, a.unsubscribe?);
-    unsafe extern "C" fn noop(_: *mut c_void, _: u32, _: u32, _: *const c_void) {}
-    let mut h: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointer and a callback of CUPTI's CUpti_CallbackFunc shape.
-    let rc = unsafe { sub(&mut h, noop as *mut c_void, std::ptr::null_mut()) };
-    if rc == 0 {
-        // SAFETY: h was just returned by cuptiSubscribe.
-        unsafe { unsub(h) };
-        None
-    } else {
-        Some(describe(rc))
-    }
-}
-
 /// Current CUPTI timestamp (ns).
 pub fn timestamp() -> Option<u64> {
     let a = api().ok()?;
@@ -215,9 +192,77 @@ pub fn timestamp() -> Option<u64> {
     (unsafe { (a.timestamp)(&mut t) } == 0).then_some(t)
 }
 
-/// Registers the buffer callbacks and enables the kinds and API records zcta uses.
-/// On failure, whatever was enabled is disabled again.
-pub fn start(kinds: &[u32], driver_cbids: &[u32], runtime_cbids: &[u32]) -> Result<bool, String> {
+/// zcta's CUPTI subscriber (null: none).
+static SUBSCRIBER: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `CUPTI_CB_DOMAIN_DRIVER_API` / `_RUNTIME_API`, `CUPTI_API_ENTER`.
+const DOMAIN_DRIVER: u32 = 1;
+const DOMAIN_RUNTIME: u32 = 2;
+const API_ENTER: u32 = 0;
+/// `CUpti_CallbackData` (cupti_callbacks.h 13.0, checked with gcc): `callbackSite` at
+/// 0, `correlationId` at 64; 72 bytes.
+const CB_SITE: usize = 0;
+const CB_CORRELATION: usize = 64;
+
+/// Subscribes to CUPTI's callback API for the listed driver and runtime calls (the
+/// launches and copies NCCL issues): each call's correlation id is then tied to the
+/// op in flight on that thread at the call (see `gpu::on_api_enter`). Fails when
+/// another tool holds CUPTI's single subscriber slot (Nsight, a profiler, a debugger).
+pub fn subscribe(driver_cbids: &[u32], runtime_cbids: &[u32]) -> Result<(), String> {
+    let a = api().map_err(str::to_owned)?;
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; api_callback has CUpti_CallbackFunc's signature.
+    let rc = unsafe { (a.subscribe)(&mut h, api_callback, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(format!("cuptiSubscribe: {}", describe(rc)));
+    }
+    SUBSCRIBER.store(h, Ordering::Release);
+    let lists = [(DOMAIN_DRIVER, driver_cbids), (DOMAIN_RUNTIME, runtime_cbids)];
+    for (domain, ids) in lists {
+        for &c in ids {
+            // SAFETY: h is our subscriber; plain call.
+            let rc = unsafe { (a.enable_callback)(1, h, domain, c) };
+            if rc != 0 {
+                unsubscribe();
+                return Err(format!("cuptiEnableCallback({domain}, {c}): {}", describe(rc)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gives CUPTI's subscriber slot back (another client is taking over).
+pub fn unsubscribe() {
+    let h = SUBSCRIBER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !h.is_null()
+        && let Ok(a) = api()
+    {
+        // SAFETY: h is the handle cuptiSubscribe gave us, released once.
+        unsafe { (a.unsubscribe)(h) };
+    }
+}
+
+unsafe extern "C" fn api_callback(_user: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: CUPTI passes a CUpti_CallbackData for API domains; both fields are
+    // plain integers at the offsets above.
+    let (site, corr) = unsafe {
+        let p = data as *const u8;
+        (
+            (p.add(CB_SITE) as *const u32).read_unaligned(),
+            (p.add(CB_CORRELATION) as *const u32).read_unaligned(),
+        )
+    };
+    if site == API_ENTER {
+        let _ = std::panic::catch_unwind(|| crate::gpu::on_api_enter(domain == DOMAIN_DRIVER, cbid, corr));
+    }
+}
+
+/// Registers the buffer callbacks and enables the activity kinds zcta uses. On
+/// failure, whatever was enabled is disabled again.
+pub fn start(kinds: &[u32]) -> Result<(), String> {
     let a = api().map_err(str::to_owned)?;
     // SAFETY: both callbacks are extern "C" fns of CUPTI's callback types.
     check("cuptiActivityRegisterCallbacks", unsafe {
@@ -233,38 +278,18 @@ pub fn start(kinds: &[u32], driver_cbids: &[u32], runtime_cbids: &[u32]) -> Resu
             return Err(format!("{e} (kind {k})"));
         }
     }
-    let mut traced = false;
-    if let (Some(d), Some(r)) = (a.enable_driver_api, a.enable_runtime_api) {
-        traced = true;
-        for &c in driver_cbids {
-            // SAFETY: plain call with a callback id.
-            traced &= unsafe { d(c, 1) } == 0;
-        }
-        for &c in runtime_cbids {
-            // SAFETY: plain call with a callback id.
-            traced &= unsafe { r(c, 1) } == 0;
-        }
-    }
-    Ok(traced)
+    Ok(())
 }
 
-/// Disables what [`start`] enabled (another client is taking over).
-pub fn stop(kinds: &[u32], driver_cbids: &[u32], runtime_cbids: &[u32]) {
-    let Ok(a) = api() else { return };
-    for &k in kinds {
-        // SAFETY: plain call with an activity kind.
-        unsafe { (a.disable)(k) };
-    }
-    if let (Some(d), Some(r)) = (a.enable_driver_api, a.enable_runtime_api) {
-        for &c in driver_cbids {
-            // SAFETY: plain call.
-            unsafe { d(c, 0) };
-        }
-        for &c in runtime_cbids {
-            // SAFETY: plain call.
-            unsafe { r(c, 0) };
+/// Disables what [`start`] enabled and leaves the subscriber slot.
+pub fn stop(kinds: &[u32]) {
+    if let Ok(a) = api() {
+        for &k in kinds {
+            // SAFETY: plain call with an activity kind.
+            unsafe { (a.disable)(k) };
         }
     }
+    unsubscribe();
 }
 
 /// Asks CUPTI to hand over its buffers (`forced`: incomplete ones too).
@@ -272,26 +297,6 @@ pub fn flush(forced: bool) {
     if let Ok(a) = api() {
         // SAFETY: plain call; CUPTI_ACTIVITY_FLAG_FLUSH_FORCED = 1.
         unsafe { (a.flush_all)(u32::from(forced)) };
-    }
-}
-
-/// Pushes an external correlation id on this thread (hot path).
-#[inline]
-pub fn push(kind: u32, id: u64) -> bool {
-    match API.get() {
-        // SAFETY: plain call.
-        Some(Ok(a)) => unsafe { (a.push)(kind, id) == 0 },
-        _ => false,
-    }
-}
-
-/// Pops it again (hot path).
-#[inline]
-pub fn pop(kind: u32) {
-    if let Some(Ok(a)) = API.get() {
-        let mut last = 0u64;
-        // SAFETY: valid out-pointer.
-        unsafe { (a.pop)(kind, &mut last) };
     }
 }
 

@@ -1,0 +1,114 @@
+"""Checks one paths_job.py run recorded under the shim (GPU capture through CUPTI).
+
+usage: verify_gpu.py MODE RUN_DIR RESULTS_DIR
+Prints PASS/FAIL lines and one summary line `SUMMARY mode=... ` for the final table;
+exits 1 on any FAIL.
+"""
+
+import glob
+import json
+import os
+import sys
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+mode, run, results = sys.argv[1], sys.argv[2], sys.argv[3]
+failed = False
+
+
+def check(ok, msg):
+    global failed
+    print(("PASS  " if ok else "FAIL  ") + msg)
+    failed |= not ok
+
+
+def table(name):
+    files = sorted(glob.glob(os.path.join(run, name, "*.parquet")))
+    if not files:
+        return pd.DataFrame()
+    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+
+ops, gpu, proc = table("ops"), table("gpu"), table("process")
+ranks = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(results, "rank*.json")))]
+profile = any(r["profiler_nccl_kernels"] is not None for r in ranks)
+
+check(len(proc) == 2, f"two process rows: {len(proc)}")
+for _, p in proc.iterrows():
+    want = "stopped" if profile else "on"
+    check(str(p.cupti).startswith(want), f"pid {p.pid} cupti: {p.cupti}")
+    check(p.cupti_dropped == 0, f"pid {p.pid} CUPTI records dropped: {p.cupti_dropped}")
+    check(p.gpu_clock == "CLOCK_REALTIME", f"pid {p.pid} gpu clock {p.gpu_clock}, offset {p.gpu_clock_offset_ns} ns")
+
+ok_ops = ops[ops.result == 0]
+measured = ok_ops[ok_ops.engine.notna()]
+with_gpu = measured[measured.gpu_start_ns.notna()]
+share = len(with_gpu) / max(len(measured), 1)
+if profile:
+    # Ops issued before torch.profiler took CUPTI are measured, later ones are not.
+    check(len(measured) > 0 and len(measured) < len(ok_ops),
+          f"{len(measured)} of {len(ok_ops)} ops measured before the profiler took CUPTI")
+    for r, d in enumerate(ranks):
+        check(d["profiler_nccl_kernels"] > 0,
+              f"rank {r}: torch.profiler trace holds {d['profiler_nccl_kernels']} NCCL kernels with the shim loaded")
+else:
+    check(len(measured) == len(ok_ops), f"every op measured (engine not NULL): {len(measured)} of {len(ok_ops)}")
+check(share >= 0.99, f"ops with GPU times: {len(with_gpu)} of {len(measured)} ({share:.1%})")
+
+mix = measured.groupby(["op", "engine"]).size().unstack(fill_value=0)
+print(mix.to_string())
+
+
+def engine_share(ops_names, engine, min_bytes=0):
+    sel = measured[measured.op.isin(ops_names) & (measured.bytes >= min_bytes)]
+    return (sel.engine == engine).mean() if len(sel) else float("nan"), len(sel)
+
+
+if mode == "default" or mode in ("shm", "net"):
+    s, n = engine_share(list(measured.op.unique()), "sm_kernel")
+    check(s >= 0.99, f"{mode}: engine sm_kernel on {s:.1%} of {n} ops")
+elif mode == "ce":
+    for op in ("AlltoAll", "AllGather"):
+        s, n = engine_share([op], "copy_engine")
+        check(s >= 0.99, f"ce: {op} engine copy_engine on {s:.1%} of {n} ops")
+    ce = measured[measured.engine == "copy_engine"]
+    check(len(ce) and (ce.n_kernels == 0).all() and (ce.n_memcpy >= 2).all(),
+          "ce: copy-engine ops launch no kernel and at least 2 copies")
+elif mode == "proxy":
+    s, n = engine_share(["AlltoAll"], "proxy_memcpy", 16 << 20)
+    check(s >= 0.99, f"proxy: AlltoAll engine proxy_memcpy on {s:.1%} of {n} ops")
+    pc = gpu[gpu["attribution"] == "proxy_window"] if len(gpu) else gpu
+    check(len(pc) > 0, f"proxy: {len(pc)} proxy-thread copies attributed by the kernel-window rule")
+
+# Accuracy: zcta's GPU duration vs CUDA events around the same op (timed phase). Each
+# op is timed twice: through torch ("AllReduce") and called on NCCL directly on the
+# events' stream ("nccl:AllReduce"); rows are matched in issue order per NCCL op.
+errs = []
+if not profile:
+    for r, d in enumerate(ranks):
+        mine = ops[(ops["rank"] == r) & (ops["bytes"] == d["bytes_timed"])].sort_values("api_start_ns")
+        for op in ("AllReduce", "AlltoAll"):
+            ev = [(n, t) for n, t in d["timed"] if n.split(":")[-1] == op]
+            rows = mine[mine.op == op].tail(len(ev))
+            for (label, t), (_, o) in zip(ev, rows.iterrows()):
+                z = o.gpu_end_ns - o.gpu_start_ns
+                errs.append((label, o.engine, t, z, z - t, abs(z - t) <= max(0.05 * t, 5000)))
+    if errs:
+        e = pd.DataFrame(errs, columns=["label", "engine", "event", "zcta", "diff", "ok"])
+        for (label, engine), g in e.groupby(["label", "engine"]):
+            print(f"      {label:16} {engine:16} n={len(g):3} event median {g.event.median() / 1e3:8.1f} us  "
+                  f"zcta - event: median {g['diff'].median() / 1e3:+6.1f} us  p10 {g['diff'].quantile(.1) / 1e3:+6.1f}  "
+                  f"p90 {g['diff'].quantile(.9) / 1e3:+6.1f}  within 5 %/5 us: {g.ok.mean():.0%}")
+        direct = e[e.label.str.startswith("nccl:") & (e.engine != "copy_engine")]
+        check(len(direct) and direct.ok.mean() >= 0.95,
+              f"direct NCCL calls at 16 MiB: zcta GPU duration within 5 % or 5 us of CUDA events for "
+              f"{direct.ok.mean():.1%} of {len(direct)} ops")
+    else:
+        check(False, "no timed ops found to compare")
+engines = ",".join(f"{e}:{n}" for e, n in measured.engine.value_counts().items())
+acc = (f"{sum(e[5] for e in errs)}/{len(errs)}" if errs else "-")
+print(f"SUMMARY mode={mode}{'+profiler' if profile else ''} ops={len(ok_ops)} measured={len(measured)} "
+      f"gpu={share:.1%} engines={engines} within5%={acc} gpu_rows={len(gpu)} "
+      f"dropped={int(proc.cupti_dropped.fillna(0).sum())} {'FAIL' if failed else 'ok'}")
+sys.exit(1 if failed else 0)
