@@ -15,6 +15,7 @@
 //! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: no GPU capture (host-only rows, GPU columns NULL) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
+//! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
 
 use std::path::PathBuf;
 use std::time::Duration;

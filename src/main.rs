@@ -125,6 +125,11 @@ fn u64s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a UInt64Arr
 fn i32s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a Int32Array> {
     b.column_by_name(name)?.as_any().downcast_ref::<Int32Array>()
 }
+fn i64s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a arrow_array::Int64Array> {
+    b.column_by_name(name)?
+        .as_any()
+        .downcast_ref::<arrow_array::Int64Array>()
+}
 fn opt<T: Array>(a: &T, i: usize) -> Option<usize> {
     (!a.is_null(i)).then_some(i)
 }
@@ -217,6 +222,68 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
     }
 }
 
+fn median(v: &mut [i64]) -> Option<i64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    Some(v[v.len() / 2])
+}
+
+/// The GPU side (CUPTI): whether capture ran in each process, and per op which
+/// engine moved the bytes and how long the GPU work took.
+fn gpu_view(ops: &TableData, procs: &TableData) {
+    println!("\n  GPU (CUPTI)");
+    for b in &procs.batches {
+        let (Some(cupti), Some(pid)) = (strings(b, "cupti"), i32s(b, "pid")) else {
+            println!("    no CUPTI status (files from schema version 1)");
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            println!("    pid {:<8} {}", pid.value(i), cupti.value(i));
+        }
+    }
+    // op -> (engine -> count, GPU durations, launch-to-start times)
+    type Acc = (BTreeMap<String, u64>, Vec<i64>, Vec<i64>);
+    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
+    for b in &ops.batches {
+        let (Some(op), Some(engine), Some(start), Some(end), Some(launch)) = (
+            strings(b, "op"),
+            strings(b, "engine"),
+            i64s(b, "gpu_start_ns"),
+            i64s(b, "gpu_end_ns"),
+            i64s(b, "launch_ns"),
+        ) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            let e = by.entry(op.value(i).to_owned()).or_default();
+            let eng = if engine.is_null(i) {
+                "not measured"
+            } else {
+                engine.value(i)
+            };
+            *e.0.entry(eng.to_owned()).or_default() += 1;
+            if !start.is_null(i) && !end.is_null(i) {
+                e.1.push(end.value(i) - start.value(i));
+                if !launch.is_null(i) {
+                    e.2.push(start.value(i) - launch.value(i));
+                }
+            }
+        }
+    }
+    for (op, (engines, mut dur, mut queue)) in by {
+        let mix: Vec<String> = engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
+        let us = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{:.1} us", v as f64 / 1e3));
+        println!(
+            "    {op:<14} GPU median {:>10}  launch->start median {:>10}  {}",
+            us(median(&mut dur)),
+            us(median(&mut queue)),
+            mix.join(", ")
+        );
+    }
+}
+
 fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
     println!("run {}", run.display());
@@ -249,6 +316,9 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     }
     if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
         nccl_view(ops, nops, procs);
+    }
+    if let (Some(ops), Some(procs)) = (&ops, kept.get("process")) {
+        gpu_view(ops, procs);
     }
     if let Some(ops) = ops {
         let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();

@@ -69,6 +69,24 @@ fn every_op_gets_its_kernel_through_its_launch_call() {
         };
         assert_eq!(o.str("kernel"), Some(want.as_str()), "{op}");
     }
+    // The summary shows the GPU side per op.
+    let sum = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .arg("summary")
+        .arg(run.dir())
+        .output()
+        .unwrap();
+    let sum = text(&sum.stdout);
+    assert!(sum.contains("GPU (CUPTI)"), "{sum}");
+    assert!(
+        sum.lines()
+            .any(|l| l.trim_start().starts_with("pid ") && l.trim_end().ends_with(" on")),
+        "{sum}"
+    );
+    let line = sum
+        .lines()
+        .find(|l| l.trim_start().starts_with("AllReduce ") && l.contains("GPU median"))
+        .unwrap();
+    assert!(line.contains("sm_kernel 3") && line.contains(" us"), "{line}");
     // One kernel per launch: 9 ungrouped ops and one group per iteration.
     let gpu = run.rows("gpu");
     assert_eq!(gpu.len(), 3 * 10);
