@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU overhead of zcta next to torch.profiler, alternating configurations in one
 # invocation (2 GPUs): plain, zcta (defaults: CUPTI + profiler plugin), zcta without
-# CUPTI (host records + plugin), zcta with the plugin's KernelCh timers, torch.profiler
-# (CPU + CUDA activities). Each round starts
+# CUPTI (host records + plugin), zcta without the profiler plugin (host records +
+# CUPTI), zcta with the plugin's KernelCh timers, torch.profiler (CPU + CUDA
+# activities). Each round starts
 # one torchrun per configuration (bench/gpu_overhead.py); prints medians over the
 # rounds, the spread (min..max) and the ratio to plain.
-# usage: bench/gpu_overhead.sh [SHIM_DIR (default .carry)] [ROUNDS (default 3)]
+# usage: [CONFIGS="plain zcta ..."] bench/gpu_overhead.sh [SHIM_DIR (default .carry)] [ROUNDS (default 3)]
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -14,12 +15,16 @@ rounds=${2:-3}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 shim="$bin/libzcta_prof.so"
-names=(plain zcta zcta-no-cupti zcta-kernelch torch.profiler)
-envs=("" "LD_PRELOAD=$shim" "LD_PRELOAD=$shim ZCTA_CUPTI=0" "LD_PRELOAD=$shim ZCTA_NCCL_KERNEL_CH=1" "")
-extra=("" "" "" "" "--profiler")
+names=(plain zcta zcta-no-cupti zcta-no-plugin zcta-kernelch torch.profiler)
+envs=("" "LD_PRELOAD=$shim" "LD_PRELOAD=$shim ZCTA_CUPTI=0" "LD_PRELOAD=$shim ZCTA_NCCL_PLUGIN=0"
+      "LD_PRELOAD=$shim ZCTA_NCCL_KERNEL_CH=1" "")
+extra=("" "" "" "" "" "--profiler")
+# CONFIGS="plain zcta ...": run only these set-ups (default: all).
+only=" ${CONFIGS:-${names[*]}} "
 : >"$work/results.jsonl"
 for i in $(seq "$rounds"); do
   for k in "${!names[@]}"; do
+    [[ "$only" == *" ${names[$k]} "* ]] || continue
     env ${envs[$k]} ZCTA_OUT="$work/runs" ZCTA_RUN_ID="${names[$k]}-$i" timeout 240 torchrun --standalone \
       --nproc-per-node 2 "$here/gpu_overhead.py" --config "${names[$k]}" ${extra[$k]} >"$work/${names[$k]}-$i.log" 2>&1
     grep '^RESULT ' "$work/${names[$k]}-$i.log" | sed 's/^RESULT //' >>"$work/results.jsonl" \
