@@ -12,6 +12,7 @@
 //!
 //! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
 
+pub mod analysis;
 pub mod clock;
 pub mod config;
 pub mod cupti;

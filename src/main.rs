@@ -35,8 +35,70 @@ enum Cmd {
         /// Run directory.
         run: PathBuf,
     },
+    /// Where the time went: per (op, message size, engine) the phase shares, latency
+    /// percentiles and bus bandwidth; the path mix; findings with evidence and fix.
+    Report {
+        /// Run directory.
+        run: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Per-direction link bandwidth busbw is compared with, GB/s (default: NVLink 4,
+        /// 18 links × 25 GB/s).
+        #[arg(long, default_value_t = 450.0, value_parser = positive)]
+        link_peak_gbps: f64,
+    },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+/// `zcta report`: exit 0, or 1 when files had to be skipped (the report covers the rest).
+fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
+    use zcta::analysis;
+    let data = analysis::load(run)?;
+    if data.ops.is_empty() {
+        anyhow::bail!("{}: no ops rows (nothing to report)", run.display());
+    }
+    let a = analysis::analyze(&data);
+    let r = analysis::report::build(&data, &a, peak);
+    match format {
+        Format::Table => {
+            println!(
+                "run {} — {} ops on {} processes",
+                run.display(),
+                data.ops.len(),
+                data.procs.len()
+            );
+            print!("{}", analysis::report::render_text(&r));
+        }
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&analysis::report::render_json(&r))?
+        ),
+        Format::Csv => print!("{}", analysis::report::render_csv(&r)),
+    }
+    for s in &data.skipped {
+        eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+    }
+    Ok(if data.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn main() -> ExitCode {
@@ -54,6 +116,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Recover { run, force } => recover(&run, force),
         Cmd::Summary { run } => summary(&run),
+        Cmd::Report {
+            run,
+            format,
+            link_peak_gbps,
+        } => report(&run, format, link_peak_gbps),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
                 println!("## `{t}`\n");

@@ -1,0 +1,133 @@
+//! Host clock offsets, estimated from the data. Ranks on one host share CLOCK_REALTIME;
+//! across hosts it is only as good as NTP/PTP. A collective completes on all its ranks
+//! within a few µs (the last rank's data arrives, then everybody finishes), so for
+//! each pair of hosts the median difference of their ranks' `gpu_end_ns` over shared
+//! collectives estimates the offset, and the spread of those differences its
+//! uncertainty.
+
+/// One host's clock relative to the reference host (the first one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostClock {
+    /// This host's clock minus the reference's: `t_ref = t_host - offset_ns`.
+    pub offset_ns: i64,
+    /// Median absolute deviation of the per-collective differences (ns), plus the
+    /// reference's own, when the offset was chained through another host.
+    pub uncertainty_ns: i64,
+    /// Collectives the estimate used.
+    pub samples: usize,
+}
+
+fn median(v: &mut [i64]) -> i64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// `ends`: per collective seen on several hosts, `(host index, gpu_end_ns)` of each
+/// rank. Returns each host's clock (`None`: no collective links it to the reference).
+pub fn estimate(ends: &[Vec<(usize, i64)>], hosts: usize) -> Vec<Option<HostClock>> {
+    let mut out: Vec<Option<HostClock>> = vec![None; hosts];
+    if hosts == 0 {
+        return out;
+    }
+    out[0] = Some(HostClock {
+        offset_ns: 0,
+        uncertainty_ns: 0,
+        samples: 0,
+    });
+    // Differences between each pair of hosts (earliest end per host per collective).
+    let mut pair: std::collections::HashMap<(usize, usize), Vec<i64>> = Default::default();
+    for c in ends {
+        let mut first: Vec<Option<i64>> = vec![None; hosts];
+        for &(h, e) in c {
+            if h < hosts {
+                first[h] = Some(first[h].map_or(e, |x: i64| x.min(e)));
+            }
+        }
+        let present: Vec<(usize, i64)> = first
+            .iter()
+            .enumerate()
+            .filter_map(|(h, e)| e.map(|e| (h, e)))
+            .collect();
+        for (i, &(h1, e1)) in present.iter().enumerate() {
+            for &(h2, e2) in &present[i + 1..] {
+                pair.entry((h1, h2)).or_default().push(e2 - e1);
+            }
+        }
+    }
+    // Breadth-first from the reference through hosts that share collectives.
+    let mut frontier = vec![0usize];
+    while let Some(known) = frontier.pop() {
+        let base = out[known].expect("known host");
+        let unknown: Vec<usize> = (0..hosts).filter(|&h| out[h].is_none()).collect();
+        for h in unknown {
+            let (key, sign) = if known < h {
+                ((known, h), 1)
+            } else {
+                ((h, known), -1)
+            };
+            let Some(d) = pair.get(&key) else { continue };
+            let mut d: Vec<i64> = d.iter().map(|x| x * sign).collect();
+            let m = median(&mut d);
+            let mut dev: Vec<i64> = d.iter().map(|x| (x - m).abs()).collect();
+            let mad = median(&mut dev);
+            out[h] = Some(HostClock {
+                offset_ns: base.offset_ns + m,
+                uncertainty_ns: base.uncertainty_ns + mad,
+                samples: d.len(),
+            });
+            frontier.push(h);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three hosts with skewed clocks: host 1 runs 5 ms ahead, host 2 3 ms behind;
+    /// completions jitter by up to ±2 µs. Host 3 shares nothing.
+    #[test]
+    fn recovers_skewed_clocks() {
+        let truth = [0i64, 5_000_000, -3_000_000];
+        let mut rng = 12345u64;
+        let mut jitter = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((rng >> 33) % 4001) as i64 - 2000
+        };
+        let mut ends = Vec::new();
+        for k in 0..200i64 {
+            let t = 1_000_000_000 + k * 100_000;
+            // Host 2 only ever meets host 1: its offset is chained through host 1.
+            let c = if k % 2 == 0 {
+                vec![(0, t + truth[0] + jitter()), (1, t + truth[1] + jitter())]
+            } else {
+                vec![
+                    (1, t + truth[1] + jitter()),
+                    (2, t + truth[2] + jitter()),
+                    (2, t + truth[2] + 50_000),
+                ]
+            };
+            ends.push(c);
+        }
+        let est = estimate(&ends, 4);
+        for h in 0..3 {
+            let c = est[h].unwrap();
+            assert!(
+                (c.offset_ns - truth[h]).abs() <= 2_000 + c.uncertainty_ns,
+                "{h}: {c:?}"
+            );
+            assert!(c.uncertainty_ns <= 4_000, "{h}: {c:?}");
+        }
+        assert_eq!(est[2].unwrap().samples, 100);
+        assert_eq!(est[3], None);
+    }
+
+    #[test]
+    fn one_host_needs_nothing() {
+        assert_eq!(estimate(&[], 1)[0].unwrap().offset_ns, 0);
+        assert!(estimate(&[], 0).is_empty());
+    }
+}

@@ -1,0 +1,235 @@
+//! The phase model (docs/phases.md): one op's window on one rank, `[api_start,
+//! gpu_end]`, cut at four points into init, queue, barrier and the GPU remainder, which
+//! is split into memcpy and transfer.
+//!
+//! Every cut point is clamped into the window and after the previous one, so the
+//! phases never overlap, never go negative, and always add up to the window. A cut
+//! point that is not known (no launch record, no other rank's start) leaves the two
+//! phases around it *not measured* (`None`); their time is counted in `unresolved`,
+//! so `Σ measured phases + unresolved = window` holds for every op.
+
+/// What is known of one op on one rank (ns, all on this rank's clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cuts {
+    pub api_start: i64,
+    /// Entry into the first launch call (CUPTI callback).
+    pub launch: Option<i64>,
+    pub gpu_start: Option<i64>,
+    pub gpu_end: Option<i64>,
+    /// Latest GPU start over the ranks of the same operation, converted to this
+    /// rank's clock (None: not every rank's data, or no GPU times there).
+    pub last_start: Option<i64>,
+    /// Time inside `[barrier end, gpu_end]` covered by copies that are not the
+    /// transfer itself (proxy-thread copies); `Some(0)` when CUPTI saw none.
+    /// `None`: not measured (CUPTI off).
+    pub memcpy: Option<i64>,
+}
+
+/// The phases of one op on one rank (ns). `None`: not measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// `gpu_end - api_start`; `None` without GPU times (then every phase is `None`).
+    pub window: Option<i64>,
+    pub init: Option<i64>,
+    pub queue: Option<i64>,
+    pub barrier: Option<i64>,
+    pub transfer: Option<i64>,
+    pub memcpy: Option<i64>,
+    /// Always `None` in this version: the proxy thread's waits are inside `transfer`.
+    pub proxy: Option<i64>,
+    /// Window time that belongs to phases that could not be told apart.
+    pub unresolved: i64,
+}
+
+/// Names of the phases, in window order (for reports).
+pub const PHASES: [&str; 7] = [
+    "init",
+    "queue",
+    "barrier",
+    "transfer",
+    "memcpy",
+    "proxy",
+    "unresolved",
+];
+
+impl Phases {
+    /// Values in [`PHASES`] order (`unresolved` always measured).
+    pub fn values(&self) -> [Option<i64>; 7] {
+        [
+            self.init,
+            self.queue,
+            self.barrier,
+            self.transfer,
+            self.memcpy,
+            self.proxy,
+            Some(self.unresolved),
+        ]
+    }
+}
+
+/// Splits one op's window (see the module docs).
+pub fn split(c: &Cuts) -> Phases {
+    let (Some(s), Some(e)) = (c.gpu_start, c.gpu_end) else {
+        return Phases::default();
+    };
+    let a = c.api_start;
+    let e = e.max(a);
+    let clamp = |v: i64, lo: i64| v.clamp(lo, e);
+    let s = clamp(s, a);
+    let mut p = Phases {
+        window: Some(e - a),
+        ..Phases::default()
+    };
+    // init | queue, cut at the launch.
+    match c.launch {
+        Some(l) => {
+            let l = l.clamp(a, s);
+            p.init = Some(l - a);
+            p.queue = Some(s - l);
+        }
+        None => p.unresolved += s - a,
+    }
+    // barrier | rest, cut at the last rank's start.
+    let rest_start = match c.last_start {
+        Some(last) => {
+            let b = clamp(last, s);
+            p.barrier = Some(b - s);
+            Some(b)
+        }
+        None => None,
+    };
+    match (rest_start, c.memcpy) {
+        (Some(b), Some(m)) => {
+            let m = m.clamp(0, e - b);
+            p.memcpy = Some(m);
+            p.transfer = Some(e - b - m);
+        }
+        (Some(b), None) => p.unresolved += e - b,
+        (None, _) => p.unresolved += e - s,
+    }
+    p
+}
+
+/// Total length of the union of `spans` clipped to `[lo, hi]`.
+pub fn covered(spans: &mut [(i64, i64)], lo: i64, hi: i64) -> i64 {
+    spans.sort_unstable();
+    let (mut total, mut cur): (i64, Option<(i64, i64)>) = (0, None);
+    for &(s, e) in spans.iter() {
+        let (s, e) = (s.max(lo), e.min(hi));
+        if s >= e {
+            continue;
+        }
+        cur = match cur {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    total + cur.map_or(0, |(s, e)| e - s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_fully_measured_op() {
+        let p = split(&Cuts {
+            api_start: 100,
+            launch: Some(110),
+            gpu_start: Some(130),
+            gpu_end: Some(200),
+            last_start: Some(150),
+            memcpy: Some(20),
+        });
+        assert_eq!(p.window, Some(100));
+        assert_eq!(
+            (p.init, p.queue, p.barrier, p.memcpy, p.transfer),
+            (Some(10), Some(20), Some(20), Some(20), Some(30))
+        );
+        assert_eq!((p.proxy, p.unresolved), (None, 0));
+    }
+
+    #[test]
+    fn unknown_cuts_are_not_measured_not_zero() {
+        let p = split(&Cuts {
+            api_start: 0,
+            launch: None,
+            gpu_start: Some(10),
+            gpu_end: Some(50),
+            last_start: None,
+            memcpy: Some(0),
+        });
+        assert_eq!(
+            (p.init, p.queue, p.barrier, p.transfer, p.memcpy),
+            (None, None, None, None, None)
+        );
+        assert_eq!(p.unresolved, 50);
+        assert_eq!(split(&Cuts::default()), Phases::default());
+    }
+
+    #[test]
+    fn the_first_rank_to_arrive_waits() {
+        // Own start 10, the other rank starts at 40 (our clock): 30 of barrier.
+        let p = split(&Cuts {
+            api_start: 0,
+            launch: Some(5),
+            gpu_start: Some(10),
+            gpu_end: Some(60),
+            last_start: Some(40),
+            memcpy: Some(0),
+        });
+        assert_eq!((p.barrier, p.transfer), (Some(30), Some(20)));
+        // The last rank itself has none; a start past the end is clamped.
+        let late = split(&Cuts {
+            last_start: Some(1_000),
+            ..Cuts {
+                api_start: 0,
+                launch: Some(5),
+                gpu_start: Some(10),
+                gpu_end: Some(60),
+                last_start: None,
+                memcpy: Some(0),
+            }
+        });
+        assert_eq!((late.barrier, late.transfer), (Some(50), Some(0)));
+    }
+
+    #[test]
+    fn union_of_copies() {
+        let mut v = vec![(0, 10), (5, 20), (30, 40), (35, 36), (100, 200)];
+        assert_eq!(covered(&mut v, 0, 150), 20 + 10 + 50);
+        assert_eq!(covered(&mut [], 0, 10), 0);
+    }
+
+    proptest! {
+        /// Conservation: measured phases plus unresolved add up to the window, and
+        /// nothing is negative, whatever order the cut points come in.
+        #[test]
+        fn phases_add_up_to_the_window(
+            a in -1_000_000i64..1_000_000,
+            l in proptest::option::of(-1_000_000i64..3_000_000),
+            s in proptest::option::of(-1_000_000i64..3_000_000),
+            e in proptest::option::of(-1_000_000i64..3_000_000),
+            last in proptest::option::of(-1_000_000i64..3_000_000),
+            m in proptest::option::of(-10i64..2_000_000),
+        ) {
+            let p = split(&Cuts { api_start: a, launch: l, gpu_start: s, gpu_end: e, last_start: last, memcpy: m });
+            let sum: i64 = p.values().iter().map(|v| v.unwrap_or(0)).sum();
+            match p.window {
+                Some(w) => {
+                    prop_assert_eq!(sum, w);
+                    prop_assert!(w >= 0);
+                    for v in p.values().iter().flatten() {
+                        prop_assert!(*v >= 0);
+                    }
+                }
+                None => prop_assert_eq!(p, Phases::default()),
+            }
+        }
+    }
+}

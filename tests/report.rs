@@ -1,0 +1,312 @@
+//! `zcta report` on golden run directories written with the real sink: several hosts
+//! with skewed clocks, a straggling rank, copy-engine requests that fell back, missing
+//! and corrupt files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use zcta::gpu::{Engine, OpGpu, OpRow};
+use zcta::nccl::OpKind;
+use zcta::record::OpRecord;
+use zcta::sink::{DatasetWriter, SinkPolicy, write_parquet_file};
+use zcta::tables::{Ctx, OpsTable, ProcessRow, ProcessTable, RowBuilder, Table};
+
+const US: i64 = 1_000;
+/// Host B's clock runs 3 ms ahead of host A's.
+const SKEW: i64 = 3_000 * US;
+
+struct Rank {
+    host: &'static str,
+    pid: i32,
+    rank: i32,
+    skew: i64,
+}
+
+const RANKS: [Rank; 4] = [
+    Rank {
+        host: "hostA",
+        pid: 100,
+        rank: 0,
+        skew: 0,
+    },
+    Rank {
+        host: "hostA",
+        pid: 101,
+        rank: 1,
+        skew: 0,
+    },
+    Rank {
+        host: "hostB",
+        pid: 200,
+        rank: 2,
+        skew: SKEW,
+    },
+    Rank {
+        host: "hostB",
+        pid: 201,
+        rank: 3,
+        skew: SKEW,
+    },
+];
+
+fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], stream: u64) -> OpRow {
+    let s = r.skew;
+    OpRow {
+        rec: OpRecord {
+            op_id,
+            op: kind,
+            comm_id: Some(0xC0),
+            comm_ptr: 0x1000,
+            rank: Some(r.rank),
+            nranks: Some(4),
+            seq: Some(seq),
+            call_seq: Some(seq),
+            count: bytes / 4,
+            dtype: 7,
+            bytes: Some(bytes),
+            peer: None,
+            root: None,
+            redop: None,
+            sendbuff: 0x7000_0000,
+            recvbuff: 0x8000_0000,
+            stream,
+            device: Some(r.rank % 2),
+            group_id: None,
+            api_start_ns: t[0] + s,
+            api_end_ns: t[0] + s + 5 * US,
+            result: 0,
+            tid: r.pid,
+        },
+        gpu: Some(OpGpu {
+            launch_ns: Some(t[1] + s),
+            gpu_start_ns: Some(t[2] + s),
+            gpu_end_ns: Some(t[3] + s),
+            engine: Engine::SmKernel,
+            kernel: None,
+            n_kernels: 1,
+            n_memcpy: 0,
+            memcpy_bytes: 0,
+        }),
+    }
+}
+
+/// Writes a 4-rank run: 50 AllReduce of 16 MiB in which rank 3 starts 40 µs after the
+/// others, then 20 AlltoAll of 1 MiB on the default stream with NCCL_CTA_POLICY=2.
+fn golden(dir: &Path) {
+    for (i, r) in RANKS.iter().enumerate() {
+        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
+        let ctx = Ctx {
+            pid: r.pid,
+            host: r.host.into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
+        for k in 0..50u64 {
+            let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+            let start = t0 + 10 * US + if r.rank == 3 { 40 * US } else { i as i64 * US };
+            let row = op(
+                r,
+                k + 1,
+                OpKind::AllReduce,
+                k,
+                16 << 20,
+                [t0, t0 + 2 * US, start, t0 + 200 * US],
+                0x55,
+            );
+            w.append(&row, &ctx).unwrap();
+        }
+        for k in 0..20u64 {
+            let t0 = 2_000_000_000_000 + k as i64 * 1_000 * US;
+            let row = op(
+                r,
+                100 + k,
+                OpKind::AlltoAll,
+                50 + k,
+                1 << 20,
+                [t0, t0 + 3 * US, t0 + 20 * US, t0 + 80 * US],
+                0,
+            );
+            w.append(&row, &ctx).unwrap();
+        }
+        w.close().unwrap();
+        let row = ProcessRow {
+            run_id: "golden".into(),
+            run_id_source: "ZCTA_RUN_ID".into(),
+            zcta_version: "test".into(),
+            schema_version: zcta::SCHEMA_VERSION,
+            clock: "CLOCK_REALTIME".into(),
+            end_reason: "exit".into(),
+            env_json: r#"{"NCCL_CTA_POLICY":"2"}"#.into(),
+            profiler_plugin: "zcta".into(),
+            cupti: "on".into(),
+            ..ProcessRow::default()
+        };
+        let mut b = <ProcessTable as Table>::Builder::default();
+        b.append(&row, &ctx);
+        let batch = b.finish(&ProcessTable::schema()).unwrap();
+        let p = dir.join("process").join(format!("{prefix}.parquet"));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        write_parquet_file::<ProcessTable>(&p, &[batch]).unwrap();
+    }
+}
+
+fn zcta(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn run_dir() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("golden");
+    golden(&d);
+    (t, d)
+}
+
+fn json(dir: &Path) -> serde_json::Value {
+    let (code, out, err) = zcta(&["report", dir.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn group<'a>(j: &'a serde_json::Value, op: &str) -> &'a serde_json::Value {
+    j["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["op"] == op)
+        .unwrap()
+}
+
+#[test]
+fn phases_clocks_and_stragglers_from_the_data() {
+    let (_t, dir) = run_dir();
+    let j = json(&dir);
+    let notes: Vec<&str> = j["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    // Host B's 3 ms skew is found from the data (completions line up).
+    let b = notes.iter().find(|n| n.starts_with("host hostB")).unwrap();
+    assert!(b.contains("+3000.0 us ± 0.0 us"), "{notes:?}");
+    let ar = group(&j, "AllReduce");
+    assert_eq!(
+        (ar["count"].as_u64(), ar["measured"].as_u64()),
+        (Some(200), Some(200))
+    );
+    // Per op and rank: window 200 µs; init 2 µs; barrier = 50 µs - own start (10+i or
+    // 50) ... summed: init 8, queue 8+9+10+11 .. see below; shares add up to 1.
+    let shares = ar["shares"].as_object().unwrap();
+    let total: f64 = shares.values().filter_map(|v| v.as_f64()).sum();
+    assert!((total - 1.0).abs() < 1e-9, "{shares:?}");
+    let window = 4.0 * 200.0;
+    let barrier = (50.0 - 10.0) + (50.0 - 11.0) + (50.0 - 12.0) + 0.0;
+    assert!(
+        (shares["barrier"].as_f64().unwrap() - barrier / window).abs() < 1e-9,
+        "{shares:?}"
+    );
+    assert!((shares["init"].as_f64().unwrap() - 8.0 / window).abs() < 1e-9);
+    assert!(shares["proxy"].is_null(), "proxy is not measured, not 0");
+    // busbw: 16 MiB over the median GPU time, AllReduce factor 2(n-1)/n = 1.5.
+    let gpu_us = ar["gpu_median_us"].as_f64().unwrap();
+    let bus = ar["busbw_gbs"].as_f64().unwrap();
+    assert!((bus - (16u64 << 20) as f64 / (gpu_us * 1e3) * 1.5).abs() < 1e-6);
+    let titles: Vec<&str> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["title"].as_str().unwrap())
+        .collect();
+    assert!(
+        titles.iter().any(|t| t.starts_with("rank 3 arrives last")),
+        "{titles:?}"
+    );
+    // The copy-engine request fell back because of the default stream.
+    let ce = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("copy-engine path requested")
+        })
+        .unwrap();
+    assert!(
+        ce["title"].as_str().unwrap().contains("80 of 80 capable ops"),
+        "{ce}"
+    );
+    assert!(
+        ce["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("80 × issued on the legacy default stream"),
+        "{ce}"
+    );
+}
+
+#[test]
+fn table_output_is_stable() {
+    let (_t, dir) = run_dir();
+    let (code, out, err) = zcta(&["report", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let out = out.replace(dir.to_str().unwrap(), "RUN");
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn csv_has_one_row_per_group() {
+    let (_t, dir) = run_dir();
+    let (code, out, _) = zcta(&["report", dir.to_str().unwrap(), "--format", "csv"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("op,size_bucket_bytes,engine,count,measured,p50_us,p99_us,share_init"));
+    assert_eq!(lines.len(), 3);
+    assert!(lines[1].starts_with("AllReduce,16777216,sm_kernel,200,200,"));
+}
+
+#[test]
+fn a_missing_rank_makes_barrier_not_measured() {
+    let (_t, dir) = run_dir();
+    std::fs::remove_file(dir.join("ops").join("hostB-r3-p201-00000.parquet")).unwrap();
+    let j = json(&dir);
+    let ar = group(&j, "AllReduce");
+    assert_eq!(ar["count"].as_u64(), Some(150));
+    assert!(
+        ar["shares"]["barrier"].is_null() && ar["shares"]["transfer"].is_null(),
+        "{ar}"
+    );
+    assert!(ar["shares"]["unresolved"].as_f64().unwrap() > 0.0);
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("70 operations lack some rank's data"), "{notes}");
+}
+
+#[test]
+fn bad_input_is_named_and_the_rest_reported() {
+    let (_t, dir) = run_dir();
+    let bad = dir.join("ops").join("hostA-r9-p999-00000.parquet");
+    std::fs::write(&bad, b"PAR1 not really parquet").unwrap();
+    let (code, out, err) = zcta(&["report", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "skipped files give exit 1");
+    assert!(err.contains(&format!("skipped {}", bad.display())), "{err}");
+    assert!(out.contains("AllReduce"), "the rest is still reported");
+
+    let (code, _, err) = zcta(&["report", "/nonexistent/run"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/run"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, err) = zcta(&["report", empty.path().to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(!err.is_empty());
+    let (code, _, err) = zcta(&["report", dir.to_str().unwrap(), "--link-peak-gbps=-3"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a positive number"), "{err}");
+}
