@@ -48,8 +48,62 @@ enum Cmd {
         #[arg(long, default_value_t = 450.0, value_parser = positive)]
         link_peak_gbps: f64,
     },
+    /// What changed from run A to run B: per (op, size) the change of the median
+    /// end-to-end time and of each phase, with a 95 % bootstrap interval, sorted by
+    /// impact; data-path changes called out.
+    Diff {
+        /// Baseline run directory.
+        run_a: PathBuf,
+        /// Run directory compared with it.
+        run_b: PathBuf,
+        /// Output format (csv is not offered: the rows are nested).
+        #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
+        format: DiffFormat,
+    },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum DiffFormat {
+    Table,
+    Json,
+}
+
+/// `zcta diff`: exit 0, or 1 when files of either run had to be skipped.
+fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
+    use zcta::analysis;
+    let mut skipped = 0;
+    let mut side = |p: &Path| -> anyhow::Result<(analysis::Run, analysis::Analysis)> {
+        let r = analysis::load(p)?;
+        if r.ops.is_empty() {
+            anyhow::bail!("{}: no ops rows (nothing to compare)", p.display());
+        }
+        for s in &r.skipped {
+            skipped += 1;
+            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+        }
+        let an = analysis::analyze(&r);
+        Ok((r, an))
+    };
+    let (ra, aa) = side(a)?;
+    let (rb, ab) = side(b)?;
+    let d = analysis::diff::diff(&ra, &aa, &rb, &ab);
+    match format {
+        DiffFormat::Table => {
+            println!("A {}\nB {}", a.display(), b.display());
+            print!("{}", analysis::diff::render_text(&d));
+        }
+        DiffFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&analysis::diff::render_json(&d))?
+        ),
+    }
+    Ok(if skipped == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +175,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             link_peak_gbps,
         } => report(&run, format, link_peak_gbps),
+        Cmd::Diff { run_a, run_b, format } => diff(&run_a, &run_b, format),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
                 println!("## `{t}`\n");

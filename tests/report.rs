@@ -93,6 +93,11 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
 /// Writes a 4-rank run: 50 AllReduce of 16 MiB in which rank 3 starts 40 µs after the
 /// others, then 20 AlltoAll of 1 MiB on the default stream with NCCL_CTA_POLICY=2.
 fn golden(dir: &Path) {
+    golden_with(dir, 0, Engine::SmKernel);
+}
+
+/// [`golden`] with AllReduce's GPU work `slower` ns longer and AlltoAll on `a2a_engine`.
+fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine) {
     for (i, r) in RANKS.iter().enumerate() {
         let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
         let ctx = Ctx {
@@ -109,7 +114,7 @@ fn golden(dir: &Path) {
                 OpKind::AllReduce,
                 k,
                 16 << 20,
-                [t0, t0 + 2 * US, start, t0 + 200 * US],
+                [t0, t0 + 2 * US, start, t0 + 200 * US + slower],
                 0x55,
             );
             w.append(&row, &ctx).unwrap();
@@ -125,6 +130,10 @@ fn golden(dir: &Path) {
                 [t0, t0 + 3 * US, t0 + 20 * US, t0 + 80 * US],
                 0,
             );
+            let mut row = row;
+            if let Some(g) = row.gpu.as_mut() {
+                g.engine = a2a_engine;
+            }
             w.append(&row, &ctx).unwrap();
         }
         w.close().unwrap();
@@ -309,4 +318,56 @@ fn bad_input_is_named_and_the_rest_reported() {
     let (code, _, err) = zcta(&["report", dir.to_str().unwrap(), "--link-peak-gbps=-3"]);
     assert_eq!(code, 2);
     assert!(err.contains("not a positive number"), "{err}");
+}
+
+#[test]
+fn diff_finds_the_slower_phase_and_the_path_change() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    golden(&a);
+    golden_with(&b, 50 * US, Engine::CopyEngine);
+    let (code, out, err) = zcta(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    // Sorted by impact: AllReduce (50 µs × 200 ops) first.
+    assert_eq!(rows[0]["op"], "AllReduce");
+    let ch = |r: &serde_json::Value, w: &str| {
+        r["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["what"] == w)
+            .cloned()
+            .unwrap()
+    };
+    let total = ch(&rows[0], "total");
+    assert_eq!(total["significant"], true);
+    assert!(
+        (total["median_b_us"].as_f64().unwrap() - total["median_a_us"].as_f64().unwrap() - 50.0).abs() < 1e-6
+    );
+    let tr = ch(&rows[0], "transfer");
+    assert_eq!(tr["significant"], true, "{tr}");
+    assert_eq!(ch(&rows[0], "barrier")["significant"], false);
+    assert!((rows[0]["impact_us"].as_f64().unwrap() - 50.0 * 200.0).abs() < 1e-6);
+    let a2a = rows.iter().find(|r| r["op"] == "AlltoAll").unwrap();
+    assert_eq!(
+        (a2a["engine_a"].as_str(), a2a["engine_b"].as_str()),
+        (Some("sm_kernel"), Some("copy_engine"))
+    );
+    assert_eq!(a2a["path_changed"], true);
+    assert_eq!(ch(a2a, "total")["significant"], false);
+
+    let (code, out, _) = zcta(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("CHANGED sm_kernel -> copy_engine"), "{out}");
+    let (code, _, err) = zcta(&["diff", a.to_str().unwrap(), "/nonexistent/b"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/b"), "{err}");
 }

@@ -3,6 +3,7 @@
 //! [`report`].
 
 pub mod clock;
+pub mod diff;
 pub mod phases;
 pub mod report;
 

@@ -1,0 +1,275 @@
+//! `zcta diff RUN_A RUN_B`: per (op, message-size bucket), how each phase and the
+//! end-to-end time changed from A to B, with a 95 % bootstrap confidence interval of
+//! the change in medians, sorted by the change's impact on total time; and which ops
+//! changed data path.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::phases::PHASES;
+use super::report::{size_bucket, size_label};
+use super::{Analysis, Run};
+
+/// Samples per side kept for the bootstrap (larger groups are thinned evenly).
+const MAX_SAMPLES: usize = 20_000;
+const RESAMPLES: usize = 400;
+
+/// Change of one quantity between the runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// "total" or a phase name.
+    pub what: String,
+    pub median_a_us: f64,
+    pub median_b_us: f64,
+    /// 95 % bootstrap interval of `median_b - median_a` (µs).
+    pub ci_us: (f64, f64),
+    /// The interval excludes 0.
+    pub significant: bool,
+}
+
+/// One (op, size bucket) present in both runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub op: String,
+    pub bucket: u64,
+    pub count_a: u64,
+    pub count_b: u64,
+    /// Change of the summed end-to-end time if B's ops had taken A's median:
+    /// `(median_b - median_a) * count_b`, µs.
+    pub impact_us: f64,
+    /// "total" first, then each measured phase.
+    pub changes: Vec<Change>,
+    /// Dominant engine in A and in B (they differ when the path changed).
+    pub engine_a: String,
+    pub engine_b: String,
+}
+
+/// The comparison.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Diff {
+    pub rows: Vec<Row>,
+    /// (op, size) present in only one run.
+    pub only_a: Vec<String>,
+    pub only_b: Vec<String>,
+}
+
+type Samples = BTreeMap<(String, u64), (Vec<[Option<i64>; 8]>, BTreeMap<String, u64>)>;
+
+/// Per (op, bucket): each op's [total, phases...] and the engine mix.
+fn samples(run: &Run, a: &Analysis) -> Samples {
+    let mut out: Samples = BTreeMap::new();
+    for (o, p) in run.ops.iter().zip(&a.phases) {
+        if o.result != 0 {
+            continue;
+        }
+        let e = out
+            .entry((o.op.clone(), size_bucket(o.bytes.unwrap_or(0))))
+            .or_default();
+        let mut v = [None; 8];
+        v[0] = p.window;
+        v[1..].copy_from_slice(&p.values());
+        e.0.push(v);
+        *e.1.entry(o.engine.clone().unwrap_or_else(|| "not measured".into()))
+            .or_default() += 1;
+    }
+    out
+}
+
+fn median(v: &mut [i64]) -> f64 {
+    v.sort_unstable();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2] as f64
+    } else {
+        (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+    }
+}
+
+fn thin(mut v: Vec<i64>) -> Vec<i64> {
+    if v.len() > MAX_SAMPLES {
+        let step = v.len() as f64 / MAX_SAMPLES as f64;
+        v = (0..MAX_SAMPLES).map(|i| v[(i as f64 * step) as usize]).collect();
+    }
+    v
+}
+
+/// splitmix64: a fixed seed keeps reports reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    }
+}
+
+/// 95 % percentile-bootstrap interval of `median(b) - median(a)`.
+pub fn bootstrap_ci(a: &[i64], b: &[i64], seed: u64) -> (f64, f64) {
+    let mut rng = Rng(seed);
+    let mut buf_a = vec![0i64; a.len()];
+    let mut buf_b = vec![0i64; b.len()];
+    let mut d: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            for x in buf_a.iter_mut() {
+                *x = a[rng.next(a.len())];
+            }
+            for x in buf_b.iter_mut() {
+                *x = b[rng.next(b.len())];
+            }
+            median(&mut buf_b) - median(&mut buf_a)
+        })
+        .collect();
+    d.sort_by(f64::total_cmp);
+    let lo = d[(RESAMPLES as f64 * 0.025) as usize];
+    let hi = d[((RESAMPLES as f64 * 0.975) as usize).min(RESAMPLES - 1)];
+    (lo, hi)
+}
+
+fn dominant(m: &BTreeMap<String, u64>) -> String {
+    m.iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(e, _)| e.clone())
+        .unwrap_or_default()
+}
+
+/// Compares run B with run A.
+pub fn diff(ra: &Run, aa: &Analysis, rb: &Run, ab: &Analysis) -> Diff {
+    let sa = samples(ra, aa);
+    let sb = samples(rb, ab);
+    let mut out = Diff::default();
+    for (k, (va, ma)) in &sa {
+        let Some((vb, mb)) = sb.get(k) else {
+            out.only_a.push(format!("{} {}", k.0, size_label(k.1)));
+            continue;
+        };
+        let mut changes = Vec::new();
+        for (i, what) in std::iter::once("total").chain(PHASES).enumerate() {
+            let a: Vec<i64> = thin(va.iter().filter_map(|v| v[i]).collect());
+            let b: Vec<i64> = thin(vb.iter().filter_map(|v| v[i]).collect());
+            if a.is_empty() || b.is_empty() || (what == "unresolved" && a.iter().chain(&b).all(|&x| x == 0)) {
+                continue;
+            }
+            let (ma_, mb_) = (median(&mut a.clone()), median(&mut b.clone()));
+            let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
+            changes.push(Change {
+                what: what.into(),
+                median_a_us: ma_ / 1e3,
+                median_b_us: mb_ / 1e3,
+                ci_us: (ci.0 / 1e3, ci.1 / 1e3),
+                significant: ci.0 > 0.0 || ci.1 < 0.0,
+            });
+        }
+        let impact_us = changes
+            .first()
+            .filter(|c| c.what == "total")
+            .map_or(0.0, |c| (c.median_b_us - c.median_a_us) * vb.len() as f64);
+        out.rows.push(Row {
+            op: k.0.clone(),
+            bucket: k.1,
+            count_a: va.len() as u64,
+            count_b: vb.len() as u64,
+            impact_us,
+            changes,
+            engine_a: dominant(ma),
+            engine_b: dominant(mb),
+        });
+    }
+    for k in sb.keys() {
+        if !sa.contains_key(k) {
+            out.only_b.push(format!("{} {}", k.0, size_label(k.1)));
+        }
+    }
+    out.rows
+        .sort_by(|x, y| y.impact_us.abs().total_cmp(&x.impact_us.abs()));
+    out
+}
+
+/// Terminal rendering.
+pub fn render_text(d: &Diff) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<14} {:>9} {:>7} {:>7} {:>12}  {:<10} {:>10} {:>10} {:>24}  path",
+        "op", "size", "n A", "n B", "impact ms", "", "A us", "B us", "B-A us (95% CI)"
+    );
+    for r in &d.rows {
+        let path = if r.engine_a == r.engine_b {
+            r.engine_a.clone()
+        } else {
+            format!("CHANGED {} -> {}", r.engine_a, r.engine_b)
+        };
+        for (i, c) in r.changes.iter().enumerate() {
+            let head = if i == 0 {
+                format!(
+                    "{:<14} {:>9} {:>7} {:>7} {:>12.3}",
+                    r.op,
+                    size_label(r.bucket),
+                    r.count_a,
+                    r.count_b,
+                    r.impact_us / 1e3
+                )
+            } else {
+                format!("{:<14} {:>9} {:>7} {:>7} {:>12}", "", "", "", "", "")
+            };
+            let mark = if c.significant { "*" } else { " " };
+            let _ = writeln!(
+                s,
+                "{head}  {:<10} {:>10.1} {:>10.1} {:>+9.1} [{:+.1}, {:+.1}]{mark}  {}",
+                c.what,
+                c.median_a_us,
+                c.median_b_us,
+                c.median_b_us - c.median_a_us,
+                c.ci_us.0,
+                c.ci_us.1,
+                if i == 0 { path.as_str() } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n(medians; * = the 95 % bootstrap interval of the change excludes 0; impact = change of the median end-to-end time × ops in B; sorted by |impact|)"
+    );
+    for o in &d.only_a {
+        let _ = writeln!(s, "only in A: {o}");
+    }
+    for o in &d.only_b {
+        let _ = writeln!(s, "only in B: {o}");
+    }
+    s
+}
+
+/// JSON rendering.
+pub fn render_json(d: &Diff) -> Value {
+    json!({
+        "rows": d.rows.iter().map(|r| json!({
+            "op": r.op, "size_bucket_bytes": r.bucket, "count_a": r.count_a, "count_b": r.count_b,
+            "impact_us": r.impact_us, "engine_a": r.engine_a, "engine_b": r.engine_b,
+            "path_changed": r.engine_a != r.engine_b,
+            "changes": r.changes.iter().map(|c| json!({
+                "what": c.what, "median_a_us": c.median_a_us, "median_b_us": c.median_b_us,
+                "ci95_us": [c.ci_us.0, c.ci_us.1], "significant": c.significant,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "only_a": d.only_a,
+        "only_b": d.only_b,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_finds_a_real_shift_and_not_noise() {
+        let a: Vec<i64> = (0..500).map(|i| 100_000 + (i * 7919 % 1000)).collect();
+        let b: Vec<i64> = a.iter().map(|x| x + 5_000).collect();
+        let (lo, hi) = bootstrap_ci(&a, &b, 1);
+        assert!(lo > 3_000.0 && hi < 7_000.0, "{lo} {hi}");
+        let (lo, hi) = bootstrap_ci(&a, &a, 1);
+        assert!(lo <= 0.0 && hi >= 0.0, "{lo} {hi}");
+    }
+}
