@@ -73,22 +73,17 @@ enum DiffFormat {
 /// `zcta diff`: exit 0, or 1 when files of either run had to be skipped.
 fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
     use zcta::analysis;
+    let mut ra = analysis::load(a)?;
+    let mut rb = analysis::load(b)?;
+    let d = analysis::diff::diff(&mut ra, &mut rb)?;
     let mut skipped = 0;
-    let mut side = |p: &Path| -> anyhow::Result<(analysis::Run, analysis::Analysis)> {
-        let r = analysis::load(p)?;
-        if r.ops.is_empty() {
-            anyhow::bail!("{}: no ops rows (nothing to compare)", p.display());
-        }
-        for s in &r.skipped {
-            skipped += 1;
-            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
-        }
-        let an = analysis::analyze(&r);
-        Ok((r, an))
-    };
-    let (ra, aa) = side(a)?;
-    let (rb, ab) = side(b)?;
-    let d = analysis::diff::diff(&ra, &aa, &rb, &ab);
+    for s in ra.skipped.iter().chain(&rb.skipped) {
+        skipped += 1;
+        eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+    }
+    if d.rows.is_empty() && d.only_a.is_empty() {
+        anyhow::bail!("{}: no ops rows (nothing to compare)", a.display());
+    }
     match format {
         DiffFormat::Table => {
             println!("A {}\nB {}", a.display(), b.display());
@@ -123,18 +118,17 @@ fn positive(s: &str) -> Result<f64, String> {
 /// `zcta report`: exit 0, or 1 when files had to be skipped (the report covers the rest).
 fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
     use zcta::analysis;
-    let data = analysis::load(run)?;
-    if data.ops.is_empty() {
+    let mut data = analysis::load(run)?;
+    let r = analysis::report::build(&mut data, peak)?;
+    let n: u64 = r.mix.iter().map(|m| m.2).sum();
+    if r.mix.is_empty() {
         anyhow::bail!("{}: no ops rows (nothing to report)", run.display());
     }
-    let a = analysis::analyze(&data);
-    let r = analysis::report::build(&data, &a, peak);
     match format {
         Format::Table => {
             println!(
-                "run {} — {} ops on {} processes",
+                "run {} — {n} ops on {} processes",
                 run.display(),
-                data.ops.len(),
                 data.procs.len()
             );
             print!("{}", analysis::report::render_text(&r));

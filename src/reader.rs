@@ -124,20 +124,57 @@ pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
     Ok(data)
 }
 
-/// Reads one Parquet file; `Err` is the human reason it was skipped.
-///
-/// The parquet crate can panic on some corrupt footers (e.g. a negative column-chunk
-/// size); such a panic is contained here and reported as a corrupt file.
-pub fn read_file(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
-    std::panic::catch_unwind(|| read_file_inner(path, schema))
-        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))
+/// Batches of one Parquet file of a table, only the `columns` asked for (a column the
+/// file lacks, from an older schema version, reads as NULL), `batch_rows` at a time:
+/// memory stays bounded whatever the file's size. Opening errors, and a decoder error
+/// or panic while reading, come back as the human reason the file is skipped.
+pub fn stream_file(
+    path: &Path,
+    schema: &SchemaRef,
+    columns: &[&str],
+    batch_rows: usize,
+) -> Result<impl Iterator<Item = Result<RecordBatch, String>> + Send + use<>, String> {
+    let want = arrow_schema::Schema::new(
+        columns
+            .iter()
+            .filter_map(|c| schema.field_with_name(c).ok().cloned())
+            .collect::<Vec<_>>(),
+    );
+    let want = std::sync::Arc::new(want);
+    let open = || -> Result<_, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
+        check_version(builder.metadata().file_metadata().key_value_metadata())?;
+        let file_schema = builder.parquet_schema();
+        let idx: Vec<usize> = (0..file_schema.num_columns())
+            .filter(|&i| columns.contains(&file_schema.column(i).name()))
+            .collect();
+        let mask = parquet::arrow::ProjectionMask::leaves(file_schema, idx);
+        builder
+            .with_projection(mask)
+            .with_batch_size(batch_rows)
+            .build()
+            .map_err(|e| format!("cannot read: {e}"))
+    };
+    let mut reader = std::panic::catch_unwind(open)
+        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))?;
+    Ok(std::iter::from_fn(move || {
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())).unwrap_or_else(
+            |_| {
+                Some(Err(arrow_schema::ArrowError::ParquetError(
+                    "decoder panicked".into(),
+                )))
+            },
+        )?;
+        Some(
+            next.map_err(|e| format!("corrupt data: {e}"))
+                .and_then(|b| align(&b, &want)),
+        )
+    }))
 }
 
-fn read_file_inner(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-    let kv = builder.metadata().file_metadata().key_value_metadata();
+fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<u32, String> {
     let version = kv
         .and_then(|kv| kv.iter().find(|k| k.key == crate::SCHEMA_VERSION_KEY))
         .and_then(|k| k.value.as_deref())
@@ -156,6 +193,23 @@ fn read_file_inner(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, 
             crate::SCHEMA_VERSION
         ));
     }
+    Ok(version)
+}
+
+/// Reads one Parquet file; `Err` is the human reason it was skipped.
+///
+/// The parquet crate can panic on some corrupt footers (e.g. a negative column-chunk
+/// size); such a panic is contained here and reported as a corrupt file.
+pub fn read_file(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    std::panic::catch_unwind(|| read_file_inner(path, schema))
+        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))
+}
+
+fn read_file_inner(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
+    let version = check_version(builder.metadata().file_metadata().key_value_metadata())?;
     let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
     let mut out = Vec::new();
     for b in reader {

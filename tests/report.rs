@@ -371,3 +371,20 @@ fn diff_finds_the_slower_phase_and_the_path_change() {
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent/b"), "{err}");
 }
+
+#[test]
+fn one_process_alone_is_read_on_the_joining_thread() {
+    let (_t, dir) = run_dir();
+    for f in [
+        "hostA-r1-p101-00000.parquet",
+        "hostB-r2-p200-00000.parquet",
+        "hostB-r3-p201-00000.parquet",
+    ] {
+        std::fs::remove_file(dir.join("ops").join(f)).unwrap();
+    }
+    let j = json(&dir);
+    let ar = group(&j, "AllReduce");
+    assert_eq!(ar["count"].as_u64(), Some(50));
+    assert!(ar["shares"]["barrier"].is_null());
+    assert!((ar["shares"]["init"].as_f64().unwrap() - 2.0 / 200.0).abs() < 1e-9);
+}

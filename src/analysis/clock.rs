@@ -22,63 +22,98 @@ fn median(v: &mut [i64]) -> i64 {
     v[v.len() / 2]
 }
 
+/// Per pair of hosts, the differences of their earliest completion over shared
+/// collectives (a bounded reservoir sample of them).
+#[derive(Debug, Default)]
+pub struct PairSamples {
+    pairs: std::collections::HashMap<(usize, usize), (u64, Vec<i64>)>,
+    rng: u64,
+}
+
+/// Differences kept per pair of hosts.
+const KEEP: usize = 100_000;
+
+impl PairSamples {
+    /// One collective: `(host, gpu_end_ns)` of each of its ranks.
+    pub fn add(&mut self, ends: impl Iterator<Item = (usize, i64)>) {
+        let mut first: Vec<(usize, i64)> = Vec::new();
+        for (h, e) in ends {
+            match first.iter_mut().find(|x| x.0 == h) {
+                Some(x) => x.1 = x.1.min(e),
+                None => first.push((h, e)),
+            }
+        }
+        first.sort_unstable();
+        for (i, &(h1, e1)) in first.iter().enumerate() {
+            for &(h2, e2) in &first[i + 1..] {
+                let (seen, v) = self.pairs.entry((h1, h2)).or_default();
+                *seen += 1;
+                if v.len() < KEEP {
+                    v.push(e2 - e1);
+                } else {
+                    // Reservoir sampling, deterministic.
+                    self.rng = self
+                        .rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let j = (self.rng >> 11) % *seen;
+                    if (j as usize) < KEEP {
+                        v[j as usize] = e2 - e1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each host's clock (`None`: no collective links it to the reference, host 0).
+    pub fn estimate(&self, hosts: usize) -> Vec<Option<HostClock>> {
+        let mut out: Vec<Option<HostClock>> = vec![None; hosts];
+        if hosts == 0 {
+            return out;
+        }
+        out[0] = Some(HostClock {
+            offset_ns: 0,
+            uncertainty_ns: 0,
+            samples: 0,
+        });
+        // Breadth-first from the reference through hosts that share collectives.
+        let mut frontier = vec![0usize];
+        while let Some(known) = frontier.pop() {
+            let base = out[known].expect("known host");
+            let unknown: Vec<usize> = (0..hosts).filter(|&h| out[h].is_none()).collect();
+            for h in unknown {
+                let (key, sign) = if known < h {
+                    ((known, h), 1)
+                } else {
+                    ((h, known), -1)
+                };
+                let Some((seen, d)) = self.pairs.get(&key) else {
+                    continue;
+                };
+                let mut d: Vec<i64> = d.iter().map(|x| x * sign).collect();
+                let m = median(&mut d);
+                let mut dev: Vec<i64> = d.iter().map(|x| (x - m).abs()).collect();
+                let mad = median(&mut dev);
+                out[h] = Some(HostClock {
+                    offset_ns: base.offset_ns + m,
+                    uncertainty_ns: base.uncertainty_ns + mad,
+                    samples: *seen as usize,
+                });
+                frontier.push(h);
+            }
+        }
+        out
+    }
+}
+
 /// `ends`: per collective seen on several hosts, `(host index, gpu_end_ns)` of each
 /// rank. Returns each host's clock (`None`: no collective links it to the reference).
 pub fn estimate(ends: &[Vec<(usize, i64)>], hosts: usize) -> Vec<Option<HostClock>> {
-    let mut out: Vec<Option<HostClock>> = vec![None; hosts];
-    if hosts == 0 {
-        return out;
-    }
-    out[0] = Some(HostClock {
-        offset_ns: 0,
-        uncertainty_ns: 0,
-        samples: 0,
-    });
-    // Differences between each pair of hosts (earliest end per host per collective).
-    let mut pair: std::collections::HashMap<(usize, usize), Vec<i64>> = Default::default();
+    let mut p = PairSamples::default();
     for c in ends {
-        let mut first: Vec<Option<i64>> = vec![None; hosts];
-        for &(h, e) in c {
-            if h < hosts {
-                first[h] = Some(first[h].map_or(e, |x: i64| x.min(e)));
-            }
-        }
-        let present: Vec<(usize, i64)> = first
-            .iter()
-            .enumerate()
-            .filter_map(|(h, e)| e.map(|e| (h, e)))
-            .collect();
-        for (i, &(h1, e1)) in present.iter().enumerate() {
-            for &(h2, e2) in &present[i + 1..] {
-                pair.entry((h1, h2)).or_default().push(e2 - e1);
-            }
-        }
+        p.add(c.iter().copied());
     }
-    // Breadth-first from the reference through hosts that share collectives.
-    let mut frontier = vec![0usize];
-    while let Some(known) = frontier.pop() {
-        let base = out[known].expect("known host");
-        let unknown: Vec<usize> = (0..hosts).filter(|&h| out[h].is_none()).collect();
-        for h in unknown {
-            let (key, sign) = if known < h {
-                ((known, h), 1)
-            } else {
-                ((h, known), -1)
-            };
-            let Some(d) = pair.get(&key) else { continue };
-            let mut d: Vec<i64> = d.iter().map(|x| x * sign).collect();
-            let m = median(&mut d);
-            let mut dev: Vec<i64> = d.iter().map(|x| (x - m).abs()).collect();
-            let mad = median(&mut dev);
-            out[h] = Some(HostClock {
-                offset_ns: base.offset_ns + m,
-                uncertainty_ns: base.uncertainty_ns + mad,
-                samples: d.len(),
-            });
-            frontier.push(h);
-        }
-    }
-    out
+    p.estimate(hosts)
 }
 
 #[cfg(test)]

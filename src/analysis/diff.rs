@@ -8,11 +8,12 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
+use super::Run;
 use super::phases::PHASES;
 use super::report::{size_bucket, size_label};
-use super::{Analysis, Run};
+use crate::reader::ReadError;
 
-/// Samples per side kept for the bootstrap (larger groups are thinned evenly).
+/// Samples per side kept for the bootstrap (a uniform reservoir sample of larger groups).
 const MAX_SAMPLES: usize = 20_000;
 const RESAMPLES: usize = 400;
 
@@ -55,26 +56,33 @@ pub struct Diff {
     pub only_b: Vec<String>,
 }
 
-type Samples = BTreeMap<(String, u64), (Vec<[Option<i64>; 8]>, BTreeMap<String, u64>)>;
+/// Per (op, bucket): ops seen, a reservoir sample of their [total, phases...], and
+/// the engine mix.
+type Samples = BTreeMap<(&'static str, u64), (u64, Vec<[Option<i64>; 8]>, BTreeMap<&'static str, u64>)>;
 
-/// Per (op, bucket): each op's [total, phases...] and the engine mix.
-fn samples(run: &Run, a: &Analysis) -> Samples {
+fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     let mut out: Samples = BTreeMap::new();
-    for (o, p) in run.ops.iter().zip(&a.phases) {
+    let mut rng = Rng(0xD1FF);
+    super::scan(run, |o, p| {
         if o.result != 0 {
-            continue;
+            return;
         }
-        let e = out
-            .entry((o.op.clone(), size_bucket(o.bytes.unwrap_or(0))))
-            .or_default();
+        let e = out.entry((o.op, size_bucket(o.bytes.unwrap_or(0)))).or_default();
         let mut v = [None; 8];
         v[0] = p.window;
         v[1..].copy_from_slice(&p.values());
-        e.0.push(v);
-        *e.1.entry(o.engine.clone().unwrap_or_else(|| "not measured".into()))
-            .or_default() += 1;
-    }
-    out
+        e.0 += 1;
+        if e.1.len() < MAX_SAMPLES {
+            e.1.push(v);
+        } else {
+            let j = rng.next(e.0 as usize);
+            if j < MAX_SAMPLES {
+                e.1[j] = v;
+            }
+        }
+        *e.2.entry(o.engine.unwrap_or("not measured")).or_default() += 1;
+    })?;
+    Ok(out)
 }
 
 fn median(v: &mut [i64]) -> f64 {
@@ -85,14 +93,6 @@ fn median(v: &mut [i64]) -> f64 {
     } else {
         (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
     }
-}
-
-fn thin(mut v: Vec<i64>) -> Vec<i64> {
-    if v.len() > MAX_SAMPLES {
-        let step = v.len() as f64 / MAX_SAMPLES as f64;
-        v = (0..MAX_SAMPLES).map(|i| v[(i as f64 * step) as usize]).collect();
-    }
-    v
 }
 
 /// splitmix64: a fixed seed keeps reports reproducible.
@@ -129,27 +129,27 @@ pub fn bootstrap_ci(a: &[i64], b: &[i64], seed: u64) -> (f64, f64) {
     (lo, hi)
 }
 
-fn dominant(m: &BTreeMap<String, u64>) -> String {
+fn dominant(m: &BTreeMap<&'static str, u64>) -> String {
     m.iter()
         .max_by_key(|(_, n)| **n)
-        .map(|(e, _)| e.clone())
+        .map(|(e, _)| (*e).to_owned())
         .unwrap_or_default()
 }
 
-/// Compares run B with run A.
-pub fn diff(ra: &Run, aa: &Analysis, rb: &Run, ab: &Analysis) -> Diff {
-    let sa = samples(ra, aa);
-    let sb = samples(rb, ab);
+/// Compares run B with run A (each scanned once).
+pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
+    let sa = samples(ra)?;
+    let sb = samples(rb)?;
     let mut out = Diff::default();
-    for (k, (va, ma)) in &sa {
-        let Some((vb, mb)) = sb.get(k) else {
+    for (k, (na, va, ma)) in &sa {
+        let Some((nb, vb, mb)) = sb.get(k) else {
             out.only_a.push(format!("{} {}", k.0, size_label(k.1)));
             continue;
         };
         let mut changes = Vec::new();
         for (i, what) in std::iter::once("total").chain(PHASES).enumerate() {
-            let a: Vec<i64> = thin(va.iter().filter_map(|v| v[i]).collect());
-            let b: Vec<i64> = thin(vb.iter().filter_map(|v| v[i]).collect());
+            let a: Vec<i64> = va.iter().filter_map(|v| v[i]).collect();
+            let b: Vec<i64> = vb.iter().filter_map(|v| v[i]).collect();
             if a.is_empty() || b.is_empty() || (what == "unresolved" && a.iter().chain(&b).all(|&x| x == 0)) {
                 continue;
             }
@@ -166,12 +166,12 @@ pub fn diff(ra: &Run, aa: &Analysis, rb: &Run, ab: &Analysis) -> Diff {
         let impact_us = changes
             .first()
             .filter(|c| c.what == "total")
-            .map_or(0.0, |c| (c.median_b_us - c.median_a_us) * vb.len() as f64);
+            .map_or(0.0, |c| (c.median_b_us - c.median_a_us) * *nb as f64);
         out.rows.push(Row {
-            op: k.0.clone(),
+            op: k.0.to_owned(),
             bucket: k.1,
-            count_a: va.len() as u64,
-            count_b: vb.len() as u64,
+            count_a: *na,
+            count_b: *nb,
             impact_us,
             changes,
             engine_a: dominant(ma),
@@ -185,7 +185,7 @@ pub fn diff(ra: &Run, aa: &Analysis, rb: &Run, ab: &Analysis) -> Diff {
     }
     out.rows
         .sort_by(|x, y| y.impact_us.abs().total_cmp(&x.impact_us.abs()));
-    out
+    Ok(out)
 }
 
 /// Terminal rendering.

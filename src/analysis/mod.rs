@@ -6,9 +6,10 @@ pub mod clock;
 pub mod diff;
 pub mod phases;
 pub mod report;
+pub mod scan;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt64Array};
 
@@ -22,7 +23,8 @@ pub struct OpView {
     pub host: usize,
     pub pid: i32,
     pub op_id: u64,
-    pub op: String,
+    /// NCCL function name (`ops.op`), "unknown" for a name this zcta does not know.
+    pub op: &'static str,
     pub comm_id: Option<u64>,
     pub comm_ptr: u64,
     pub seq: Option<u64>,
@@ -41,7 +43,22 @@ pub struct OpView {
     pub gpu_start: Option<i64>,
     pub gpu_end: Option<i64>,
     /// `ops.engine`; `None`: not measured (CUPTI off).
-    pub engine: Option<String>,
+    pub engine: Option<&'static str>,
+}
+
+/// `ops.op` as a static name.
+pub fn op_name(s: &str) -> &'static str {
+    crate::nccl::OpKind::from_name(s).map_or("unknown", crate::nccl::OpKind::name)
+}
+
+/// `ops.engine` as a static name.
+pub fn engine_name(s: &str) -> &'static str {
+    use crate::gpu::Engine::*;
+    [SmKernel, SymmetricKernel, CopyEngine, ProxyMemcpy, None]
+        .into_iter()
+        .map(|e| e.name())
+        .find(|n| *n == s)
+        .unwrap_or("unknown")
 }
 
 /// One process row.
@@ -65,16 +82,19 @@ pub struct Window {
     pub flags: i32,
 }
 
-/// What a run directory holds, in the analysis's terms.
+/// GPU spans of proxy-thread copies by (host, pid, op_id or group id | 1<<63).
+pub type ProxyCopies = HashMap<(usize, i32, u64), Vec<(i64, i64)>>;
+
+/// The small tables of a run (everything but `ops`, which is streamed by [`scan`]).
 #[derive(Debug, Default)]
 pub struct Run {
+    pub dir: PathBuf,
     pub hosts: Vec<String>,
-    pub ops: Vec<OpView>,
     pub procs: Vec<ProcView>,
     pub windows: Vec<Window>,
     /// Proxy-thread copies by (host, pid, op key): op_id, or the group's id | 1<<63.
-    pub proxy_copies: HashMap<(usize, i32, u64), Vec<(i64, i64)>>,
-    /// Nodes per communicator as NCCL's plugin reported them, by (host, pid, comm hash).
+    pub proxy_copies: ProxyCopies,
+    /// Nodes per communicator as NCCL's plugin reported them.
     pub nccl_nodes: Vec<i32>,
     /// Files that could not be read, with the reason.
     pub skipped: Vec<Skipped>,
@@ -82,11 +102,20 @@ pub struct Run {
     pub pending_logs: usize,
 }
 
+impl Run {
+    fn host(&mut self, h: &str) -> usize {
+        match self.hosts.iter().position(|x| x == h) {
+            Some(i) => i,
+            None => {
+                self.hosts.push(h.to_owned());
+                self.hosts.len() - 1
+            }
+        }
+    }
+}
+
 fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Option<&'a T> {
     b.column_by_name(name)?.as_any().downcast_ref::<T>()
-}
-fn opt_i64(a: Option<&Int64Array>, i: usize) -> Option<i64> {
-    a.filter(|a| !a.is_null(i)).map(|a| a.value(i))
 }
 fn opt_u64(a: Option<&UInt64Array>, i: usize) -> Option<u64> {
     a.filter(|a| !a.is_null(i)).map(|a| a.value(i))
@@ -98,70 +127,19 @@ fn opt_str(a: Option<&StringArray>, i: usize) -> Option<String> {
     a.filter(|a| !a.is_null(i)).map(|a| a.value(i).to_owned())
 }
 
-fn host_index(hosts: &mut Vec<String>, h: &str) -> usize {
-    match hosts.iter().position(|x| x == h) {
-        Some(i) => i,
-        None => {
-            hosts.push(h.to_owned());
-            hosts.len() - 1
-        }
-    }
-}
-
-/// Reads the tables the analysis needs. Unreadable files are skipped and listed in
-/// [`Run::skipped`]; a missing or empty run directory is an error.
+/// Reads the small tables (process, calls, gpu proxy copies, nccl_comms). Unreadable
+/// files are skipped and listed in [`Run::skipped`]; a missing or empty run directory
+/// is an error.
 pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     reader::check_run_dir(run_dir)?;
-    let mut run = Run::default();
+    let mut run = Run {
+        dir: run_dir.to_owned(),
+        ..Run::default()
+    };
     let note = |run: &mut Run, d: &reader::TableData| {
         run.skipped.extend(d.skipped.iter().cloned());
         run.pending_logs += d.pending_logs.len();
     };
-    let ops = reader::read_table(run_dir, "ops")?;
-    note(&mut run, &ops);
-    for b in &ops.batches {
-        let host = col::<StringArray>(b, "host");
-        let (Some(host), Some(pid), Some(op_id), Some(op), Some(start), Some(end)) = (
-            host,
-            col::<Int32Array>(b, "pid"),
-            col::<UInt64Array>(b, "op_id"),
-            col::<StringArray>(b, "op"),
-            col::<Int64Array>(b, "api_start_ns"),
-            col::<Int64Array>(b, "api_end_ns"),
-        ) else {
-            continue;
-        };
-        let u = |n| col::<UInt64Array>(b, n);
-        let i = |n| col::<Int32Array>(b, n);
-        let l = |n| col::<Int64Array>(b, n);
-        for r in 0..b.num_rows() {
-            let h = host_index(&mut run.hosts, host.value(r));
-            run.ops.push(OpView {
-                host: h,
-                pid: pid.value(r),
-                op_id: op_id.value(r),
-                op: op.value(r).to_owned(),
-                comm_id: opt_u64(u("comm_id"), r),
-                comm_ptr: opt_u64(u("comm_ptr"), r).unwrap_or(0),
-                seq: opt_u64(u("seq"), r),
-                rank: opt_i32(i("rank"), r),
-                nranks: opt_i32(i("nranks"), r),
-                peer: opt_i32(i("peer"), r),
-                bytes: opt_u64(u("bytes"), r),
-                sendbuff: opt_u64(u("sendbuff"), r).unwrap_or(0),
-                recvbuff: opt_u64(u("recvbuff"), r).unwrap_or(0),
-                stream: opt_u64(u("stream"), r).unwrap_or(0),
-                group_id: opt_u64(u("group_id"), r),
-                result: opt_i32(i("result"), r).unwrap_or(0),
-                api_start: start.value(r),
-                api_end: end.value(r),
-                launch: opt_i64(l("launch_ns"), r),
-                gpu_start: opt_i64(l("gpu_start_ns"), r),
-                gpu_end: opt_i64(l("gpu_end_ns"), r),
-                engine: opt_str(col::<StringArray>(b, "engine"), r),
-            });
-        }
-    }
     let procs = reader::read_table(run_dir, "process")?;
     note(&mut run, &procs);
     for b in &procs.batches {
@@ -177,8 +155,9 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                         .collect()
                 })
                 .unwrap_or_default();
+            let host = run.host(host.value(r));
             run.procs.push(ProcView {
-                host: host_index(&mut run.hosts, host.value(r)),
+                host,
                 pid: pid.value(r),
                 env,
                 cupti: opt_str(col::<StringArray>(b, "cupti"), r),
@@ -208,8 +187,9 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
             ) else {
                 continue;
             };
+            let host = run.host(host.value(r));
             run.windows.push(Window {
-                host: host_index(&mut run.hosts, host.value(r)),
+                host,
                 pid: pid.value(r),
                 comm_ptr: comm,
                 buff,
@@ -242,7 +222,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 (Some(op), None) => op,
                 (None, None) => continue,
             };
-            let h = host_index(&mut run.hosts, host.value(r));
+            let h = run.host(host.value(r));
             run.proxy_copies
                 .entry((h, pid.value(r), key))
                 .or_default()
@@ -269,137 +249,103 @@ pub struct Straggler {
     pub last: Vec<(i32, u64, i64)>,
 }
 
-/// Everything derived from a [`Run`].
+/// What a scan found besides the per-op phases.
 #[derive(Debug, Default)]
-pub struct Analysis {
-    /// Parallel to `Run::ops`.
-    pub phases: Vec<Phases>,
+pub struct ScanStats {
     /// Parallel to `Run::hosts`.
     pub clocks: Vec<Option<clock::HostClock>>,
     pub stragglers: Vec<Straggler>,
     /// Collectives/pairs whose ranks were not all in the run directory.
     pub incomplete: u64,
+    pub ops: u64,
 }
 
-/// Key of one operation across ranks: collectives by (comm_id, seq); a Send and its
-/// Recv by (comm_id, seq, sender, receiver).
-fn op_key(o: &OpView) -> Option<(u64, u64, i32, i32)> {
-    let (comm, seq, rank) = (o.comm_id?, o.seq?, o.rank?);
-    if o.result != 0 {
-        return None;
-    }
-    match o.op.as_str() {
-        "Send" => Some((comm, seq, rank, o.peer?)),
-        "Recv" => Some((comm, seq, o.peer?, rank)),
-        _ => Some((comm, seq, -1, -1)),
-    }
-}
+/// Rows read to estimate host clocks (the first ones in time order; one offset per
+/// host for the whole run: drift during the run is not modelled).
+const CLOCK_ROWS: u64 = 4_000_000;
 
-/// Computes every op's phases (see docs/phases.md).
-pub fn analyze(run: &Run) -> Analysis {
-    let mut groups: HashMap<(u64, u64, i32, i32), Vec<usize>> = HashMap::new();
-    for (i, o) in run.ops.iter().enumerate() {
-        if let Some(k) = op_key(o) {
-            groups.entry(k).or_default().push(i);
-        }
+/// Streams every ops row of the run through the phase model: `visit` gets each op
+/// with its phases (see docs/phases.md). Memory stays bounded by the operations in
+/// flight across ranks, not by the run's size (two passes when several hosts need
+/// their clocks aligned). Files that cannot be read are added to `run.skipped`.
+pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<ScanStats, ReadError> {
+    let streams = scan::streams(&run.dir)?;
+    run.pending_logs += reader::list_table(&run.dir, "ops")?.1.len();
+    let several_hosts = run.hosts.len() > 1;
+    // Pass 1: host clocks (only when there is more than one host), from the first
+    // CLOCK_ROWS rows.
+    let mut clocks: Vec<Option<clock::HostClock>> = vec![None; run.hosts.len().max(1)];
+    if several_hosts {
+        let mut pairs = clock::PairSamples::default();
+        let mut skipped = Vec::new();
+        scan::join(
+            streams.clone(),
+            run,
+            &mut skipped,
+            CLOCK_ROWS,
+            |members, complete| {
+                if complete && members.len() > 1 && members[0].peer.is_none() {
+                    pairs.add(members.iter().filter_map(|o| o.gpu_end.map(|e| (o.host, e))));
+                }
+            },
+        );
+        clocks = pairs.estimate(run.hosts.len());
+    } else if !run.hosts.is_empty() || clocks.is_empty() {
+        clocks = vec![
+            Some(clock::HostClock {
+                offset_ns: 0,
+                uncertainty_ns: 0,
+                samples: 0
+            });
+            run.hosts.len().max(1)
+        ];
     }
-    // Host clocks from collectives that span several hosts.
-    let ends: Vec<Vec<(usize, i64)>> = groups
-        .iter()
-        .filter(|(k, _)| k.2 == -1)
-        .filter_map(|(_, v)| {
-            let e: Vec<(usize, i64)> = v
-                .iter()
-                .filter_map(|&i| run.ops[i].gpu_end.map(|e| (run.ops[i].host, e)))
-                .collect();
-            (e.iter().any(|x| x.0 != e[0].0)).then_some(e)
-        })
-        .collect();
-    let clocks = clock::estimate(&ends, run.hosts.len());
-    let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
-
-    let mut last_start: Vec<Option<i64>> = vec![None; run.ops.len()];
-    let mut incomplete = 0u64;
-    // comm_id -> (complete collectives, rank -> (times last, waits it caused))
+    // Pass 2: phases.
+    let mut stats = ScanStats::default();
     type PerComm = (u64, HashMap<i32, (u64, Vec<i64>)>);
     let mut straggle: HashMap<u64, PerComm> = HashMap::new();
-    for (k, members) in &groups {
-        let o0 = &run.ops[members[0]];
-        // A collective needs every rank; a Send needs its Recv (a rank may send to
-        // itself: then both are on one rank).
-        let complete = if k.2 == -1 {
-            let mut ranks: Vec<i32> = members.iter().filter_map(|&i| run.ops[i].rank).collect();
-            ranks.sort_unstable();
-            ranks.dedup();
-            ranks.len() >= o0.nranks.unwrap_or(0).max(1) as usize
-        } else {
-            members.iter().any(|&i| run.ops[i].op == "Send")
-                && members.iter().any(|&i| run.ops[i].op == "Recv")
-        };
-        let want = if k.2 == -1 {
-            o0.nranks.unwrap_or(0).max(1) as usize
-        } else {
-            2
-        };
-        // (start on the reference clock, rank) of every member with GPU times.
-        let starts: Vec<(i64, i32)> = members
-            .iter()
-            .filter_map(|&i| {
-                let o = &run.ops[i];
-                Some((o.gpu_start? - offset(o.host)?, o.rank?))
-            })
-            .collect();
-        if !complete || starts.len() < members.len() {
-            incomplete += 1;
-            continue;
-        }
-        let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
-        let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
-        for &i in members {
-            let o = &run.ops[i];
-            last_start[i] = offset(o.host).map(|off| latest + off);
-        }
-        if k.2 == -1 && want > 1 {
-            let e = straggle.entry(k.0).or_default();
-            e.0 += 1;
-            // A tie makes nobody wait: nobody was last.
-            if latest > earliest {
-                let r = e.1.entry(last_rank).or_default();
-                r.0 += 1;
-                r.1.push(latest - earliest);
+    let mut skipped = Vec::new();
+    let mut hosts_seen = run.hosts.len();
+    let copies = std::mem::take(&mut run.proxy_copies);
+    scan::join(streams, run, &mut skipped, u64::MAX, |members, complete| {
+        hosts_seen = hosts_seen.max(members.iter().map(|o| o.host + 1).max().unwrap_or(0));
+        let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
+        let mut last: Option<i64> = None;
+        let grouped = complete || members.len() > 1 || op_key(&members[0]).is_some();
+        if complete {
+            let starts: Vec<(i64, i32)> = members
+                .iter()
+                .filter_map(|o| Some((o.gpu_start? - offset(o.host)?, o.rank?)))
+                .collect();
+            if starts.len() == members.len() {
+                let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
+                let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
+                last = Some(latest);
+                if members[0].peer.is_none() && members.len() > 1 {
+                    let e = straggle.entry(members[0].comm_id.unwrap_or(0)).or_default();
+                    e.0 += 1;
+                    if latest > earliest {
+                        let r = e.1.entry(last_rank).or_default();
+                        r.0 += 1;
+                        if r.1.len() < 100_000 {
+                            r.1.push(latest - earliest);
+                        }
+                    }
+                }
             }
         }
-    }
-    let phases = run
-        .ops
-        .iter()
-        .zip(&last_start)
-        .map(|(o, &last)| {
-            let memcpy = match (o.engine.as_deref(), o.gpu_start, o.gpu_end) {
-                (None, ..) => None,
-                (Some("copy_engine"), ..) => Some(0), // the copies are the transfer
-                (Some(_), Some(s), Some(e)) => {
-                    let b = last.map_or(s, |l| l.clamp(s, e.max(s)));
-                    let key = o.group_id.map_or(o.op_id, |g| crate::gpu::GROUP_BIT | g);
-                    let mut spans = run
-                        .proxy_copies
-                        .get(&(o.host, o.pid, key))
-                        .cloned()
-                        .unwrap_or_default();
-                    Some(phases::covered(&mut spans, b, e))
-                }
-                (Some(_), ..) => Some(0),
-            };
-            phases::split(&Cuts {
-                api_start: o.api_start,
-                launch: o.launch,
-                gpu_start: o.gpu_start,
-                gpu_end: o.gpu_end,
-                last_start: last,
-                memcpy,
-            })
-        })
-        .collect();
+        if grouped && last.is_none() {
+            stats.incomplete += 1;
+        }
+        for o in members {
+            let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));
+            let p = phases_of(o, last_start, &copies);
+            stats.ops += 1;
+            visit(o, &p);
+        }
+    });
+    run.proxy_copies = copies;
+    run.skipped.extend(skipped);
     let mut stragglers: Vec<Straggler> = straggle
         .into_iter()
         .map(|(comm_id, (n, by))| {
@@ -419,10 +365,46 @@ pub fn analyze(run: &Run) -> Analysis {
         })
         .collect();
     stragglers.sort_by_key(|s| std::cmp::Reverse(s.collectives));
-    Analysis {
-        phases,
-        clocks,
-        stragglers,
-        incomplete,
+    stats.stragglers = stragglers;
+    clocks.resize(hosts_seen.max(run.hosts.len()), None);
+    stats.clocks = clocks;
+    Ok(stats)
+}
+
+/// Key of one operation across ranks: collectives by (comm_id, seq); a Send and its
+/// Recv by (comm_id, seq, sender, receiver).
+pub(crate) fn op_key(o: &OpView) -> Option<(u64, u64, i32, i32)> {
+    let (comm, seq, rank) = (o.comm_id?, o.seq?, o.rank?);
+    if o.result != 0 {
+        return None;
     }
+    match o.op {
+        "Send" => Some((comm, seq, rank, o.peer?)),
+        "Recv" => Some((comm, seq, o.peer?, rank)),
+        _ => Some((comm, seq, -1, -1)),
+    }
+}
+
+fn phases_of(o: &OpView, last_start: Option<i64>, copies: &ProxyCopies) -> Phases {
+    let memcpy = match (o.engine, o.gpu_start, o.gpu_end) {
+        (None, ..) => None,
+        (Some("copy_engine"), ..) => Some(0), // the copies are the transfer
+        (Some(_), Some(s), Some(e)) => {
+            let b = last_start.map_or(s, |l| l.clamp(s, e.max(s)));
+            let key = o.group_id.map_or(o.op_id, |g| crate::gpu::GROUP_BIT | g);
+            match copies.get(&(o.host, o.pid, key)) {
+                Some(spans) => Some(phases::covered(&mut spans.clone(), b, e)),
+                None => Some(0),
+            }
+        }
+        (Some(_), ..) => Some(0),
+    };
+    phases::split(&Cuts {
+        api_start: o.api_start,
+        launch: o.launch,
+        gpu_start: o.gpu_start,
+        gpu_end: o.gpu_end,
+        last_start,
+        memcpy,
+    })
 }

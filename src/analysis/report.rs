@@ -1,13 +1,15 @@
 //! `zcta report`: per (op, message size, engine) where the time went, the path mix,
 //! and findings with their evidence and fix.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::phases::PHASES;
-use super::{Analysis, Run};
+use std::collections::HashMap;
+
+use super::phases::{PHASES, Phases};
+use super::{OpView, Run, ScanStats};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
 pub fn busbw_factor(op: &str, n: i32) -> f64 {
@@ -81,17 +83,6 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-fn pct(v: &mut [i64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    Some(v[i] as f64 / 1e3)
-}
-
-const CE_CAPABLE: [&str; 4] = ["AlltoAll", "AllGather", "Gather", "Scatter"];
-
 fn env_is(run: &Run, key: &str, val: &str) -> Vec<i32> {
     run.procs
         .iter()
@@ -110,261 +101,366 @@ fn pids(v: &[i32]) -> String {
     format!("pid {}{more}", s.join(", "))
 }
 
-/// Builds the report; `link_peak_gbs` is the per-direction link bandwidth busbw is
-/// compared with.
-pub fn build(run: &Run, a: &Analysis, link_peak_gbs: f64) -> Report {
-    let mut by: BTreeMap<(String, u64, String), Vec<usize>> = BTreeMap::new();
-    let mut mix: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for (i, o) in run.ops.iter().enumerate() {
-        if o.result != 0 {
-            continue;
-        }
-        let engine = o.engine.clone().unwrap_or_else(|| "not measured".into());
-        *mix.entry((o.op.clone(), engine.clone())).or_default() += 1;
-        by.entry((o.op.clone(), size_bucket(o.bytes.unwrap_or(0)), engine))
-            .or_default()
-            .push(i);
-    }
-    let mut groups = Vec::new();
-    for ((op, bucket, engine), idx) in by {
-        let mut windows = Vec::new();
-        let mut sums = [0i64; 7];
-        let mut measured_any = [false; 7];
-        let mut total = 0i64;
-        let mut gpu = Vec::new();
-        let mut bytes_sum = 0u64;
-        let mut nranks = 1;
-        for &i in &idx {
-            let (o, p) = (&run.ops[i], &a.phases[i]);
-            nranks = nranks.max(o.nranks.unwrap_or(1));
-            if let (Some(s), Some(e)) = (o.gpu_start, o.gpu_end) {
-                gpu.push(e - s);
-                bytes_sum += o.bytes.unwrap_or(0);
-            }
-            let Some(w) = p.window else { continue };
-            windows.push(w);
-            total += w;
-            for (k, v) in p.values().iter().enumerate() {
-                if let Some(v) = v {
-                    sums[k] += v;
-                    measured_any[k] = true;
-                }
-            }
-        }
-        let measured = windows.len() as u64;
-        let shares: [Option<f64>; 7] = std::array::from_fn(|k| {
-            (measured_any[k] && total > 0 && (k != 6 || sums[6] > 0)).then(|| sums[k] as f64 / total as f64)
-        });
-        let n_gpu = gpu.len();
-        let gpu_median_us = pct(&mut gpu, 0.5);
-        // algbw from the mean message over ops with GPU times and the median duration.
-        let algbw = gpu_median_us
-            .filter(|&m| m > 0.0)
-            .map(|m| bytes_sum as f64 / n_gpu as f64 / (m * 1e3));
-        let busbw = algbw.map(|b| b * busbw_factor(&op, nranks));
-        groups.push(Group {
-            count: idx.len() as u64,
-            measured,
-            p50_us: pct(&mut windows.clone(), 0.5),
-            p99_us: pct(&mut windows, 0.99),
-            shares,
-            gpu_median_us,
-            algbw_gbs: algbw,
-            busbw_gbs: busbw,
-            busbw_pct_peak: busbw.map(|b| 100.0 * b / link_peak_gbs),
-            op,
-            bucket,
-            engine,
-        });
-    }
-    let mut report = Report {
-        groups,
-        mix: mix.into_iter().map(|((o, e), n)| (o, e, n)).collect(),
-        findings: findings(run, a),
-        link_peak_gbs,
-        notes: Vec::new(),
-    };
-    for s in &run.skipped {
-        report
-            .notes
-            .push(format!("skipped {}: {}", s.path.display(), s.reason));
-    }
-    if run.pending_logs > 0 {
-        report.notes.push(format!(
-            "{} write-ahead logs pending (a process was killed or still runs): run `zcta recover` first for its rows",
-            run.pending_logs
-        ));
-    }
-    if a.incomplete > 0 {
-        report.notes.push(format!(
-            "{} operations lack some rank's data (files missing, or no GPU times there): their barrier and transfer are not measured",
-            a.incomplete
-        ));
-    }
-    for (h, c) in run.hosts.iter().zip(&a.clocks) {
-        if run.hosts.len() > 1 {
-            report.notes.push(match c {
-                Some(c) => format!(
-                    "host {h}: clock offset {:+.1} us ± {:.1} us ({} collectives)",
-                    c.offset_ns as f64 / 1e3,
-                    c.uncertainty_ns as f64 / 1e3,
-                    c.samples
-                ),
-                None => {
-                    format!("host {h}: no collective shared with the others: its clock offset is unknown")
-                }
-            });
-        }
-    }
-    report
+/// Quantiles of a stream of ns values: exact up to 100,000 values, then a log
+/// histogram with 1 % wide buckets (±0.5 % error), so memory stays bounded.
+#[derive(Clone, Debug, Default)]
+pub struct Quant {
+    exact: Vec<i64>,
+    zero: u64,
+    hist: Vec<u64>,
+    n: u64,
 }
 
-fn findings(run: &Run, a: &Analysis) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let cupti_off: Vec<&str> = run
-        .procs
-        .iter()
-        .filter_map(|p| p.cupti.as_deref())
-        .filter(|c| !c.starts_with("on"))
-        .collect();
-    if !cupti_off.is_empty() {
-        out.push(Finding {
-            title: "GPU side not measured in some processes".into(),
-            evidence: format!(
-                "process.cupti: {}",
-                cupti_off.iter().copied().collect::<HashSet<_>>().into_iter().collect::<Vec<_>>().join("; ")
-            ),
-            fix: "queue, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
-        });
-    }
-    // The copy-engine path was asked for but not taken.
-    let ce = env_is(run, "NCCL_CTA_POLICY", "2");
-    if !ce.is_empty() {
-        let mut reasons: BTreeMap<&str, u64> = BTreeMap::new();
-        let mut fell_back = 0u64;
-        let mut took = 0u64;
-        let multi_node = run.nccl_nodes.iter().any(|&n| n > 1);
-        for o in run
-            .ops
-            .iter()
-            .filter(|o| o.result == 0 && CE_CAPABLE.contains(&o.op.as_str()))
-        {
-            match o.engine.as_deref() {
-                Some("copy_engine") => took += 1,
-                Some("sm_kernel" | "symmetric_kernel") => {
-                    fell_back += 1;
-                    let in_window = |p: u64| {
-                        p == 0
-                            || run.windows.iter().any(|w| {
-                                w.host == o.host
-                                    && w.pid == o.pid
-                                    && w.comm_ptr == o.comm_ptr
-                                    && w.flags & 1 != 0
-                                    && p >= w.buff
-                                    && p < w.buff + w.size
-                            })
-                    };
-                    let why = if multi_node {
-                        "more than one node (the copy engine path is single-node)"
-                    } else if o.stream == 0 {
-                        "issued on the legacy default stream"
-                    } else if !(in_window(o.sendbuff) && in_window(o.recvbuff)) {
-                        "buffers not in a window registered with NCCL_WIN_COLL_SYMMETRIC"
-                    } else {
-                        "not knowable from the run (NCCL_DEBUG=INFO says whether 'Init CE' ran)"
-                    };
-                    *reasons.entry(why).or_default() += 1;
-                }
-                _ => {}
+const EXACT_MAX: usize = 100_000;
+
+fn bucket_of(v: i64) -> usize {
+    ((v.max(1) as f64).ln() / 1.01f64.ln()) as usize
+}
+
+impl Quant {
+    pub fn push(&mut self, v: i64) {
+        self.n += 1;
+        if self.hist.is_empty() && self.exact.len() < EXACT_MAX {
+            self.exact.push(v);
+            return;
+        }
+        if self.hist.is_empty() {
+            for x in std::mem::take(&mut self.exact) {
+                self.add_hist(x);
             }
         }
+        self.add_hist(v);
+    }
+    fn add_hist(&mut self, v: i64) {
+        if v <= 0 {
+            self.zero += 1;
+            return;
+        }
+        let i = bucket_of(v);
+        if self.hist.len() <= i {
+            self.hist.resize(i + 1, 0);
+        }
+        self.hist[i] += 1;
+    }
+    /// The `q` quantile (ns); `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let rank = ((self.n - 1) as f64 * q).round() as u64;
+        if self.hist.is_empty() {
+            let mut v = self.exact.clone();
+            v.sort_unstable();
+            return Some(v[rank as usize] as f64);
+        }
+        if rank < self.zero {
+            return Some(0.0);
+        }
+        let mut seen = self.zero;
+        for (i, &c) in self.hist.iter().enumerate() {
+            seen += c;
+            if seen > rank {
+                return Some(1.01f64.powf(i as f64 + 0.5));
+            }
+        }
+        None
+    }
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    count: u64,
+    sums: [i64; 7],
+    any: [bool; 7],
+    total: i64,
+    windows: Quant,
+    gpu: Quant,
+    bytes_gpu: u64,
+    nranks: i32,
+}
+
+const CE_CAPABLE: [&str; 4] = ["AlltoAll", "AllGather", "Gather", "Scatter"];
+
+/// Builds a [`Report`] from the ops a scan hands it.
+pub struct Builder {
+    link_peak_gbs: f64,
+    groups: BTreeMap<(&'static str, u64, &'static str), Acc>,
+    mix: BTreeMap<(&'static str, &'static str), u64>,
+    ce_requested: bool,
+    multi_node: bool,
+    ce_took: u64,
+    ce_reasons: BTreeMap<&'static str, u64>,
+    not_ce_capable: u64,
+    proxy_ops: u64,
+    /// Registered symmetric windows by (host, pid, comm_ptr): (start, end).
+    windows: HashMap<(usize, i32, u64), Vec<(u64, u64)>>,
+}
+
+impl Builder {
+    pub fn new(run: &Run, link_peak_gbs: f64) -> Self {
+        let mut windows: HashMap<(usize, i32, u64), Vec<(u64, u64)>> = HashMap::new();
+        for w in run.windows.iter().filter(|w| w.flags & 1 != 0) {
+            windows
+                .entry((w.host, w.pid, w.comm_ptr))
+                .or_default()
+                .push((w.buff, w.buff.saturating_add(w.size)));
+        }
+        Self {
+            link_peak_gbs,
+            groups: BTreeMap::new(),
+            mix: BTreeMap::new(),
+            ce_requested: !env_is(run, "NCCL_CTA_POLICY", "2").is_empty(),
+            multi_node: run.nccl_nodes.iter().any(|&n| n > 1),
+            ce_took: 0,
+            ce_reasons: BTreeMap::new(),
+            not_ce_capable: 0,
+            proxy_ops: 0,
+            windows,
+        }
+    }
+
+    /// One op with its phases.
+    pub fn add(&mut self, o: &OpView, p: &Phases) {
+        if o.result != 0 {
+            return;
+        }
+        let engine = o.engine.unwrap_or("not measured");
+        *self.mix.entry((o.op, engine)).or_default() += 1;
+        let g = self
+            .groups
+            .entry((o.op, size_bucket(o.bytes.unwrap_or(0)), engine))
+            .or_default();
+        g.count += 1;
+        g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
+        if let (Some(s), Some(e)) = (o.gpu_start, o.gpu_end) {
+            g.gpu.push(e - s);
+            g.bytes_gpu += o.bytes.unwrap_or(0);
+        }
+        if let Some(w) = p.window {
+            g.windows.push(w);
+            g.total += w;
+            for (k, v) in p.values().iter().enumerate() {
+                if let Some(v) = v {
+                    g.sums[k] += v;
+                    g.any[k] = true;
+                }
+            }
+        }
+        if o.engine == Some("proxy_memcpy") {
+            self.proxy_ops += 1;
+        }
+        if !self.ce_requested {
+            return;
+        }
+        if !CE_CAPABLE.contains(&o.op) {
+            if o.op != "Send" && o.op != "Recv" {
+                self.not_ce_capable += 1;
+            }
+            return;
+        }
+        match o.engine {
+            Some("copy_engine") => self.ce_took += 1,
+            Some("sm_kernel" | "symmetric_kernel") => {
+                let wins = self.windows.get(&(o.host, o.pid, o.comm_ptr));
+                let in_window =
+                    |p: u64| p == 0 || wins.is_some_and(|w| w.iter().any(|&(a, b)| p >= a && p < b));
+                let why = if self.multi_node {
+                    "more than one node (the copy engine path is single-node)"
+                } else if o.stream == 0 {
+                    "issued on the legacy default stream"
+                } else if !(in_window(o.sendbuff) && in_window(o.recvbuff)) {
+                    "buffers not in a window registered with NCCL_WIN_COLL_SYMMETRIC"
+                } else {
+                    "not knowable from the run (NCCL_DEBUG=INFO says whether 'Init CE' ran)"
+                };
+                *self.ce_reasons.entry(why).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// The report, once every op was added.
+    pub fn finish(self, run: &Run, stats: &ScanStats) -> Report {
+        let mut groups = Vec::new();
+        for ((op, bucket, engine), g) in &self.groups {
+            let shares: [Option<f64>; 7] = std::array::from_fn(|k| {
+                (g.any[k] && g.total > 0 && (k != 6 || g.sums[6] > 0))
+                    .then(|| g.sums[k] as f64 / g.total as f64)
+            });
+            let gpu_median_us = g.gpu.quantile(0.5).map(|v| v / 1e3);
+            let algbw = gpu_median_us
+                .filter(|&m| m > 0.0)
+                .map(|m| g.bytes_gpu as f64 / g.gpu.len() as f64 / (m * 1e3));
+            let busbw = algbw.map(|b| b * busbw_factor(op, g.nranks));
+            groups.push(Group {
+                op: (*op).into(),
+                bucket: *bucket,
+                engine: (*engine).into(),
+                count: g.count,
+                measured: g.windows.len(),
+                p50_us: g.windows.quantile(0.5).map(|v| v / 1e3),
+                p99_us: g.windows.quantile(0.99).map(|v| v / 1e3),
+                shares,
+                gpu_median_us,
+                algbw_gbs: algbw,
+                busbw_gbs: busbw,
+                busbw_pct_peak: busbw.map(|b| 100.0 * b / self.link_peak_gbs),
+            });
+        }
+        let mut report = Report {
+            groups,
+            mix: self
+                .mix
+                .iter()
+                .map(|((o, e), n)| ((*o).into(), (*e).into(), *n))
+                .collect(),
+            findings: self.findings(run, stats),
+            link_peak_gbs: self.link_peak_gbs,
+            notes: Vec::new(),
+        };
+        for s in &run.skipped {
+            report
+                .notes
+                .push(format!("skipped {}: {}", s.path.display(), s.reason));
+        }
+        if run.pending_logs > 0 {
+            report.notes.push(format!(
+                "{} write-ahead logs pending (a process was killed or still runs): run `zcta recover` first for its rows",
+                run.pending_logs
+            ));
+        }
+        if stats.incomplete > 0 {
+            report.notes.push(format!(
+                "{} operations lack some rank's data (files missing, or no GPU times there): their barrier and transfer are not measured",
+                stats.incomplete
+            ));
+        }
+        if run.hosts.len() > 1 {
+            for (h, c) in run.hosts.iter().zip(&stats.clocks) {
+                report.notes.push(match c {
+                    Some(c) => format!(
+                        "host {h}: clock offset {:+.1} us ± {:.1} us ({} collectives)",
+                        c.offset_ns as f64 / 1e3,
+                        c.uncertainty_ns as f64 / 1e3,
+                        c.samples
+                    ),
+                    None => {
+                        format!("host {h}: no collective shared with the others: its clock offset is unknown")
+                    }
+                });
+            }
+        }
+        report
+    }
+
+    fn findings(&self, run: &Run, stats: &ScanStats) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let cupti_off: std::collections::BTreeSet<&str> = run
+            .procs
+            .iter()
+            .filter_map(|p| p.cupti.as_deref())
+            .filter(|c| !c.starts_with("on"))
+            .collect();
+        if !cupti_off.is_empty() {
+            out.push(Finding {
+                title: "GPU side not measured in some processes".into(),
+                evidence: format!("process.cupti: {}", cupti_off.into_iter().collect::<Vec<_>>().join("; ")),
+                fix: "queue, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
+            });
+        }
+        let fell_back: u64 = self.ce_reasons.values().sum();
         if fell_back > 0 {
-            let r: Vec<String> = reasons.iter().map(|(w, n)| format!("{n} × {w}")).collect();
+            let r: Vec<String> = self
+                .ce_reasons
+                .iter()
+                .map(|(w, n)| format!("{n} × {w}"))
+                .collect();
             out.push(Finding {
                 title: format!(
                     "copy-engine path requested (NCCL_CTA_POLICY=2) but {fell_back} of {} capable ops ran on SM kernels",
-                    fell_back + took
+                    fell_back + self.ce_took
                 ),
-                evidence: format!("{}; why: {}", pids(&ce), r.join("; ")),
+                evidence: format!("{}; why: {}", pids(&env_is(run, "NCCL_CTA_POLICY", "2")), r.join("; ")),
                 fix: "allocate both buffers from NCCL's allocator (torch.cuda.MemPool(backend.mem_allocator)), register them with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), and issue on a non-default stream (docs/dev/cupti.md; shared/REFERENCE.md recipe)".into(),
             });
         }
-        let other: u64 = run
-            .ops
-            .iter()
-            .filter(|o| {
-                o.result == 0 && !CE_CAPABLE.contains(&o.op.as_str()) && o.op != "Send" && o.op != "Recv"
-            })
-            .count() as u64;
-        if other > 0 {
+        if self.not_ce_capable > 0 {
             out.push(Finding {
-                title: format!("{other} ops are not copy-engine capable in NCCL 2.28"),
+                title: format!("{} ops are not copy-engine capable in NCCL 2.28", self.not_ce_capable),
                 evidence: "NCCL_CTA_POLICY=2 applies to AllGather, AlltoAll, Gather and Scatter only; AllReduce and ReduceScatter on symmetric buffers use symmetric kernels".into(),
                 fix: "nothing to fix; expect SM or symmetric kernels for these".into(),
             });
         }
-    }
-    for (key, what, fix) in [
-        (
-            "NCCL_P2P_DISABLE",
-            "P2P disabled: intra-node data goes through shared memory or the network",
-            "unset NCCL_P2P_DISABLE",
-        ),
-        (
-            "NCCL_SHM_DISABLE",
-            "SHM disabled: without P2P, intra-node data goes through the network transport",
-            "unset NCCL_SHM_DISABLE",
-        ),
-        (
-            "NCCL_P2P_USE_CUDA_MEMCPY",
-            "P2P through the proxy thread's cudaMemcpy instead of SM kernels",
-            "unset NCCL_P2P_USE_CUDA_MEMCPY",
-        ),
-        (
-            "NCCL_SHM_USE_CUDA_MEMCPY",
-            "SHM through the proxy thread's cudaMemcpy",
-            "unset NCCL_SHM_USE_CUDA_MEMCPY",
-        ),
-    ] {
-        let p = env_is(run, key, "1");
-        if !p.is_empty() {
+        for (key, what, fix) in [
+            (
+                "NCCL_P2P_DISABLE",
+                "P2P disabled: intra-node data goes through shared memory or the network",
+                "unset NCCL_P2P_DISABLE",
+            ),
+            (
+                "NCCL_SHM_DISABLE",
+                "SHM disabled: without P2P, intra-node data goes through the network transport",
+                "unset NCCL_SHM_DISABLE",
+            ),
+            (
+                "NCCL_P2P_USE_CUDA_MEMCPY",
+                "P2P through the proxy thread's cudaMemcpy instead of SM kernels",
+                "unset NCCL_P2P_USE_CUDA_MEMCPY",
+            ),
+            (
+                "NCCL_SHM_USE_CUDA_MEMCPY",
+                "SHM through the proxy thread's cudaMemcpy",
+                "unset NCCL_SHM_USE_CUDA_MEMCPY",
+            ),
+        ] {
+            let p = env_is(run, key, "1");
+            if !p.is_empty() {
+                out.push(Finding {
+                    title: format!("{key}=1 forces a slower path: {what}"),
+                    evidence: pids(&p),
+                    fix: fix.into(),
+                });
+            }
+        }
+        if self.proxy_ops > 0 {
+            let copies: usize = run.proxy_copies.values().map(Vec::len).sum();
             out.push(Finding {
-                title: format!("{key}=1 forces a slower path: {what}"),
-                evidence: pids(&p),
-                fix: fix.into(),
+                title: format!("{} ops moved data with proxy-thread copies", self.proxy_ops),
+                evidence: format!("{copies} cudaMemcpyAsync copies issued by NCCL's proxy thread (gpu.attribution = proxy_window)"),
+                fix: "usually NCCL_P2P_USE_CUDA_MEMCPY / NCCL_SHM_USE_CUDA_MEMCPY; SM kernels over NVLink are faster at every size measured (docs/dev/cupti.md)".into(),
             });
         }
-    }
-    let proxy = run
-        .ops
-        .iter()
-        .filter(|o| o.engine.as_deref() == Some("proxy_memcpy"))
-        .count();
-    if proxy > 0 {
-        let copies: usize = run.proxy_copies.values().map(Vec::len).sum();
-        out.push(Finding {
-            title: format!("{proxy} ops moved data with proxy-thread copies"),
-            evidence: format!("{copies} cudaMemcpyAsync copies issued by NCCL's proxy thread (gpu.attribution = proxy_window)"),
-            fix: "usually NCCL_P2P_USE_CUDA_MEMCPY / NCCL_SHM_USE_CUDA_MEMCPY; SM kernels over NVLink are faster at every size measured (docs/dev/cupti.md)".into(),
-        });
-    }
-    for s in &a.stragglers {
-        let Some(&(rank, n, wait)) = s.last.first() else {
-            continue;
-        };
-        if s.collectives >= 10 && n * 2 > s.collectives && wait > 20_000 {
-            out.push(Finding {
-                title: format!("rank {rank} arrives last on communicator {:016x}", s.comm_id),
-                evidence: format!(
-                    "last in {n} of {} collectives; the first rank then waits {:.1} us (median)",
-                    s.collectives,
-                    wait as f64 / 1e3
-                ),
-                fix: "look at what rank does between collectives (data loading, uneven work, CPU contention, a slower GPU or link)".into(),
-            });
+        for s in &stats.stragglers {
+            let Some(&(rank, n, wait)) = s.last.first() else {
+                continue;
+            };
+            if s.collectives >= 10 && n * 2 > s.collectives && wait > 20_000 {
+                out.push(Finding {
+                    title: format!("rank {rank} arrives last on communicator {:016x}", s.comm_id),
+                    evidence: format!(
+                        "last in {n} of {} collectives; the first rank then waits {:.1} us (median)",
+                        s.collectives,
+                        wait as f64 / 1e3
+                    ),
+                    fix: "look at what rank does between collectives (data loading, uneven work, CPU contention, a slower GPU or link)".into(),
+                });
+            }
         }
+        out
     }
-    out
+}
+
+/// Scans the run and builds its report.
+pub fn build(run: &mut Run, link_peak_gbs: f64) -> Result<Report, crate::reader::ReadError> {
+    let mut b = Builder::new(run, link_peak_gbs);
+    let stats = super::scan(run, |o, p| b.add(o, p))?;
+    Ok(b.finish(run, &stats))
 }
 
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {

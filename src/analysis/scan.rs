@@ -1,0 +1,483 @@
+//! Streaming the `ops` table: one reader per process (its segment files in order, a
+//! batch at a time, only the columns the analysis uses), merged by API start time so
+//! that the ranks of one operation arrive close together, and joined across ranks in
+//! a window of pending operations. Memory is bounded by that window (operations in
+//! flight between the fastest and slowest rank), never by the run's size.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt64Array};
+
+use super::{OpView, Run, engine_name, op_key, op_name};
+use crate::reader::{self, ReadError, Skipped};
+use crate::tables;
+
+/// Columns of `ops` the analysis reads.
+pub const OPS_COLUMNS: [&str; 22] = [
+    "host",
+    "pid",
+    "op_id",
+    "op",
+    "comm_id",
+    "comm_ptr",
+    "seq",
+    "rank",
+    "nranks",
+    "peer",
+    "bytes",
+    "sendbuff",
+    "recvbuff",
+    "stream",
+    "group_id",
+    "result",
+    "api_start_ns",
+    "api_end_ns",
+    "launch_ns",
+    "gpu_start_ns",
+    "gpu_end_ns",
+    "engine",
+];
+
+/// Rows per batch read.
+const BATCH_ROWS: usize = 64 * 1024;
+/// A pending operation older than this many rows (in merge order) will not complete:
+/// some rank's rows are missing. Its members are emitted as incomplete.
+const EVICT_AFTER_ROWS: u64 = 2_000_000;
+
+/// The ops files of a run, grouped per process (`<prefix>-<segment>.parquet`), each
+/// group in segment order.
+pub fn streams(run_dir: &Path) -> Result<Vec<Vec<PathBuf>>, ReadError> {
+    let (files, _) = reader::list_table(run_dir, "ops")?;
+    let mut by: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for f in files {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let prefix = name
+            .strip_suffix(".parquet")
+            .and_then(|s| s.rsplit_once('-'))
+            .map_or(name.clone(), |(p, _)| p.to_owned());
+        by.entry(prefix).or_default().push(f);
+    }
+    Ok(by
+        .into_values()
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect())
+}
+
+/// The columns of one batch, looked up once (a missing column is `None`: NULL).
+struct Cols {
+    n: usize,
+    host: Option<StringArray>,
+    op: Option<StringArray>,
+    engine: Option<StringArray>,
+    u: [Option<UInt64Array>; 9],
+    i: [Option<Int32Array>; 6],
+    l: [Option<Int64Array>; 5],
+}
+
+const U: [&str; 9] = [
+    "op_id", "comm_id", "comm_ptr", "seq", "bytes", "sendbuff", "recvbuff", "stream", "group_id",
+];
+const I: [&str; 6] = ["pid", "rank", "nranks", "peer", "result", "_"];
+const L: [&str; 5] = [
+    "api_start_ns",
+    "api_end_ns",
+    "launch_ns",
+    "gpu_start_ns",
+    "gpu_end_ns",
+];
+
+impl Cols {
+    fn new(b: &RecordBatch) -> Self {
+        fn get<T: Clone + 'static>(b: &RecordBatch, n: &str) -> Option<T> {
+            b.column_by_name(n)?.as_any().downcast_ref::<T>().cloned()
+        }
+        Cols {
+            n: b.num_rows(),
+            host: get(b, "host"),
+            op: get(b, "op"),
+            engine: get(b, "engine"),
+            u: U.map(|n| get(b, n)),
+            i: I.map(|n| get(b, n)),
+            l: L.map(|n| get(b, n)),
+        }
+    }
+}
+
+fn ou(a: &Option<UInt64Array>, r: usize) -> Option<u64> {
+    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
+}
+fn oi(a: &Option<Int32Array>, r: usize) -> Option<i32> {
+    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
+}
+fn ol(a: &Option<Int64Array>, r: usize) -> Option<i64> {
+    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
+}
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, String>> + Send>;
+
+/// One process's rows, in file order.
+struct Stream {
+    files: VecDeque<PathBuf>,
+    cur: Option<(PathBuf, Batches)>,
+    batch: Option<Cols>,
+    row: usize,
+    /// Interned host name of the current batch's host column values (cache).
+    last_host: Option<(String, usize)>,
+    /// Last op and engine names seen (consecutive rows mostly repeat them).
+    last_op: (String, &'static str),
+    last_engine: (String, &'static str),
+}
+
+/// A fast hasher for the join's integer keys (SipHash showed up at 8 % of a scan).
+#[derive(Default, Clone, Copy)]
+pub struct IntHasher(u64);
+
+impl std::hash::Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(v as u32 as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// HashMap with [`IntHasher`].
+pub type IntMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IntHasher>>;
+
+impl Stream {
+    fn next_batch(&mut self, skipped: &mut Vec<Skipped>) -> bool {
+        let schema = tables::schema_of("ops").expect("ops table");
+        loop {
+            if let Some((path, it)) = &mut self.cur {
+                match it.next() {
+                    Some(Ok(b)) => {
+                        if b.num_rows() == 0 {
+                            continue;
+                        }
+                        self.batch = Some(Cols::new(&b));
+                        self.row = 0;
+                        return true;
+                    }
+                    Some(Err(reason)) => {
+                        skipped.push(Skipped {
+                            path: path.clone(),
+                            reason: format!("{reason} (rows before it were used)"),
+                        });
+                        self.cur = None;
+                    }
+                    None => self.cur = None,
+                }
+            }
+            let Some(path) = self.files.pop_front() else {
+                return false;
+            };
+            match reader::stream_file(&path, &schema, &OPS_COLUMNS, BATCH_ROWS) {
+                Ok(it) => self.cur = Some((path, Box::new(it))),
+                Err(reason) => skipped.push(Skipped { path, reason }),
+            }
+        }
+    }
+
+    /// API start of the next row (loading the next batch when needed).
+    fn peek_time(&mut self, skipped: &mut Vec<Skipped>) -> Option<i64> {
+        loop {
+            if let Some(c) = &self.batch
+                && self.row < c.n
+            {
+                return Some(ol(&c.l[0], self.row).unwrap_or(0));
+            }
+            if !self.next_batch(skipped) {
+                return None;
+            }
+        }
+    }
+
+    fn take(&mut self, hosts: &Mutex<Vec<String>>) -> OpView {
+        let c = self.batch.as_ref().expect("peeked");
+        let r = self.row;
+        self.row += 1;
+        let host_name = c.host.as_ref().map_or("", |h| h.value(r));
+        let host = match &self.last_host {
+            Some((n, i)) if n == host_name => *i,
+            _ => {
+                let mut h = hosts.lock().unwrap_or_else(|p| p.into_inner());
+                let i = match h.iter().position(|x| x == host_name) {
+                    Some(i) => i,
+                    None => {
+                        h.push(host_name.to_owned());
+                        h.len() - 1
+                    }
+                };
+                self.last_host = Some((host_name.to_owned(), i));
+                i
+            }
+        };
+        OpView {
+            host,
+            pid: oi(&c.i[0], r).unwrap_or(0),
+            op_id: ou(&c.u[0], r).unwrap_or(0),
+            op: match &c.op {
+                Some(a) => {
+                    let v = a.value(r);
+                    if self.last_op.0 != v {
+                        self.last_op = (v.to_owned(), op_name(v));
+                    }
+                    self.last_op.1
+                }
+                None => "unknown",
+            },
+            comm_id: ou(&c.u[1], r),
+            comm_ptr: ou(&c.u[2], r).unwrap_or(0),
+            seq: ou(&c.u[3], r),
+            rank: oi(&c.i[1], r),
+            nranks: oi(&c.i[2], r),
+            peer: oi(&c.i[3], r),
+            bytes: ou(&c.u[4], r),
+            sendbuff: ou(&c.u[5], r).unwrap_or(0),
+            recvbuff: ou(&c.u[6], r).unwrap_or(0),
+            stream: ou(&c.u[7], r).unwrap_or(0),
+            group_id: ou(&c.u[8], r),
+            result: oi(&c.i[4], r).unwrap_or(0),
+            api_start: ol(&c.l[0], r).unwrap_or(0),
+            api_end: ol(&c.l[1], r).unwrap_or(0),
+            launch: ol(&c.l[2], r),
+            gpu_start: ol(&c.l[3], r),
+            gpu_end: ol(&c.l[4], r),
+            engine: match &c.engine {
+                Some(a) if !a.is_null(r) => {
+                    let v = a.value(r);
+                    if self.last_engine.0 != v {
+                        self.last_engine = (v.to_owned(), engine_name(v));
+                    }
+                    Some(self.last_engine.1)
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
+struct Pending {
+    members: Vec<OpView>,
+    born: u64,
+}
+
+fn complete(p: &Pending, collective: bool) -> bool {
+    if collective {
+        p.members.len() >= p.members[0].nranks.unwrap_or(1).max(1) as usize
+    } else {
+        p.members.iter().any(|o| o.op == "Send") && p.members.iter().any(|o| o.op == "Recv")
+    }
+}
+
+/// Rows handed from a reader thread to the join at a time.
+const CHUNK: usize = 4096;
+/// Above this many processes, files are read on the joining thread (no thread each).
+const MAX_READER_THREADS: usize = 64;
+
+enum Msg {
+    Rows(Vec<OpView>),
+    Skipped(Skipped),
+}
+
+/// A process's rows as the join sees them: read here, or by a reader thread.
+enum Feed {
+    Local(Box<Stream>),
+    Remote {
+        rx: crossbeam_channel::Receiver<Msg>,
+        rows: std::vec::IntoIter<OpView>,
+    },
+}
+
+impl Feed {
+    fn peek_time(&mut self, skipped: &mut Vec<Skipped>) -> Option<i64> {
+        match self {
+            Feed::Local(s) => s.peek_time(skipped),
+            Feed::Remote { rx, rows } => loop {
+                if let Some(o) = rows.as_slice().first() {
+                    return Some(o.api_start);
+                }
+                match rx.recv() {
+                    Ok(Msg::Rows(v)) => *rows = v.into_iter(),
+                    Ok(Msg::Skipped(s)) => skipped.push(s),
+                    Err(_) => return None,
+                }
+            },
+        }
+    }
+
+    fn take(&mut self, hosts: &Mutex<Vec<String>>) -> OpView {
+        match self {
+            Feed::Local(s) => s.take(hosts),
+            Feed::Remote { rows, .. } => rows.next().expect("peeked"),
+        }
+    }
+}
+
+fn stream_of(files: Vec<PathBuf>) -> Stream {
+    Stream {
+        files: files.into(),
+        cur: None,
+        batch: None,
+        row: 0,
+        last_host: None,
+        last_op: (String::new(), "unknown"),
+        last_engine: (String::new(), "unknown"),
+    }
+}
+
+/// A reader thread: decodes one process's files into row chunks.
+fn produce(mut s: Stream, hosts: &Mutex<Vec<String>>, tx: crossbeam_channel::Sender<Msg>) {
+    let mut skipped = Vec::new();
+    let mut chunk = Vec::with_capacity(CHUNK);
+    while s.peek_time(&mut skipped).is_some() {
+        for sk in skipped.drain(..) {
+            if tx.send(Msg::Skipped(sk)).is_err() {
+                return;
+            }
+        }
+        chunk.push(s.take(hosts));
+        if chunk.len() == CHUNK
+            && tx
+                .send(Msg::Rows(std::mem::replace(
+                    &mut chunk,
+                    Vec::with_capacity(CHUNK),
+                )))
+                .is_err()
+        {
+            return;
+        }
+    }
+    for sk in skipped {
+        let _ = tx.send(Msg::Skipped(sk));
+    }
+    if !chunk.is_empty() {
+        let _ = tx.send(Msg::Rows(chunk));
+    }
+}
+
+/// Streams the ops rows of `files` (one list per process; the first `max_rows` in
+/// API-start order) and hands each operation to `on_group` once: all its ranks' rows with `complete = true`, or whatever rows
+/// exist with `complete = false` (missing ranks, or an op that joins nothing).
+pub fn join(
+    files: Vec<Vec<PathBuf>>,
+    run: &mut Run,
+    skipped: &mut Vec<Skipped>,
+    max_rows: u64,
+    on_group: impl FnMut(&[OpView], bool),
+) {
+    let hosts = Mutex::new(std::mem::take(&mut run.hosts));
+    let threaded = files.len() > 1 && files.len() <= MAX_READER_THREADS;
+    std::thread::scope(|sc| {
+        let feeds: Vec<Feed> = files
+            .into_iter()
+            .map(|f| {
+                let s = stream_of(f);
+                if threaded {
+                    let (tx, rx) = crossbeam_channel::bounded(4);
+                    let hosts = &hosts;
+                    sc.spawn(move || produce(s, hosts, tx));
+                    Feed::Remote {
+                        rx,
+                        rows: Vec::new().into_iter(),
+                    }
+                } else {
+                    Feed::Local(Box::new(s))
+                }
+            })
+            .collect();
+        merge(feeds, &hosts, skipped, max_rows, on_group);
+    });
+    run.hosts = hosts.into_inner().unwrap_or_else(|p| p.into_inner());
+}
+
+fn merge(
+    mut streams: Vec<Feed>,
+    hosts: &Mutex<Vec<String>>,
+    skipped: &mut Vec<Skipped>,
+    max_rows: u64,
+    mut on_group: impl FnMut(&[OpView], bool),
+) {
+    let mut heap = BinaryHeap::new();
+    for (i, s) in streams.iter_mut().enumerate() {
+        if let Some(t) = s.peek_time(skipped) {
+            heap.push(Reverse((t, i)));
+        }
+    }
+    let mut pending: IntMap<(u64, u64, i32, i32), Pending> = IntMap::default();
+    let mut fifo: VecDeque<(u64, (u64, u64, i32, i32))> = VecDeque::new();
+    let mut n: u64 = 0;
+    while let Some(Reverse((_, i))) = heap.pop() {
+        if n >= max_rows {
+            return;
+        }
+        let o = streams[i].take(hosts);
+        if let Some(t) = streams[i].peek_time(skipped) {
+            heap.push(Reverse((t, i)));
+        }
+        n += 1;
+        match op_key(&o) {
+            None => on_group(std::slice::from_ref(&o), false),
+            Some(k) => {
+                let want = if k.2 == -1 {
+                    o.nranks.unwrap_or(1).clamp(1, 64) as usize
+                } else {
+                    2
+                };
+                let p = pending.entry(k).or_insert_with(|| {
+                    fifo.push_back((n, k));
+                    Pending {
+                        members: Vec::with_capacity(want),
+                        born: n,
+                    }
+                });
+                p.members.push(o);
+                if complete(p, k.2 == -1) {
+                    let p = pending.remove(&k).expect("present");
+                    on_group(&p.members, true);
+                }
+            }
+        }
+        if n.is_multiple_of(65_536) {
+            while let Some(&(born, k)) = fifo.front() {
+                if born + EVICT_AFTER_ROWS > n {
+                    break;
+                }
+                fifo.pop_front();
+                if pending.get(&k).is_some_and(|p| p.born == born) {
+                    let p = pending.remove(&k).expect("present");
+                    on_group(&p.members, false);
+                }
+            }
+            // Entries completed long ago leave stale FIFO slots; keep the FIFO small.
+            if fifo.len() > 4 * pending.len() + 65_536 {
+                fifo.retain(|(born, k)| pending.get(k).is_some_and(|p| p.born == *born));
+            }
+        }
+    }
+    let mut rest: Vec<Pending> = pending.into_values().collect();
+    rest.sort_by_key(|p| p.born);
+    for p in rest {
+        on_group(&p.members, false);
+    }
+}
