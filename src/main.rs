@@ -60,8 +60,46 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = DiffFormat::Table)]
         format: DiffFormat,
     },
+    /// Write a trace for ui.perfetto.dev / chrome://tracing: one process per rank,
+    /// tracks for NCCL API calls, GPU work per stream and proxy steps.
+    Export {
+        /// Chrome trace-event JSON (the only format so far).
+        #[arg(long, required = true)]
+        perfetto: bool,
+        /// Run directory.
+        run: PathBuf,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
+}
+
+/// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped.
+fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
+    reader::check_run_dir(run)?;
+    let tmp = output.with_extension("json.tmp");
+    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    let stats = zcta::analysis::export::perfetto(run, &mut w, output)?;
+    std::io::Write::flush(&mut w).with_context(|| format!("cannot write {}", tmp.display()))?;
+    drop(w);
+    std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    for s in &stats.skipped {
+        eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+    }
+    println!(
+        "{}: {} events from {} processes (open it in https://ui.perfetto.dev)",
+        output.display(),
+        stats.events,
+        stats.processes
+    );
+    Ok(if stats.skipped.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +208,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             link_peak_gbps,
         } => report(&run, format, link_peak_gbps),
         Cmd::Diff { run_a, run_b, format } => diff(&run_a, &run_b, format),
+        Cmd::Export { run, output, .. } => export(&run, &output),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
                 println!("## `{t}`\n");

@@ -331,3 +331,63 @@ fn a_profiler_arriving_later_gets_cupti_and_its_data() {
     }
     assert_eq!(run.rows("gpu").len(), 4);
 }
+
+/// `zcta export --perfetto` writes valid Chrome trace-event JSON: every event has the
+/// fields its phase needs, every process and track is named, and every op and GPU
+/// activity is there.
+#[test]
+fn perfetto_trace_is_valid_trace_event_json() {
+    let run = Run::new("trace");
+    ops_run(&run, 2, &[("HOST_CUPTI", &cupti())]);
+    let out = run.scratch("trace.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(["export", "--perfetto"])
+        .arg(run.dir())
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let mut named_proc = std::collections::BTreeSet::new();
+    let mut named_thread = std::collections::BTreeSet::new();
+    let mut cats: BTreeMap<String, usize> = BTreeMap::new();
+    for e in ev {
+        let ph = e["ph"].as_str().unwrap();
+        assert!(e["name"].is_string(), "{e}");
+        let (pid, tid) = (e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap());
+        match ph {
+            "M" => match e["name"].as_str().unwrap() {
+                "process_name" => {
+                    named_proc.insert(pid);
+                }
+                "thread_name" => {
+                    named_thread.insert((pid, tid));
+                }
+                "process_sort_index" => {}
+                other => panic!("metadata {other}"),
+            },
+            "X" => {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                *cats.entry(e["cat"].as_str().unwrap().to_owned()).or_default() += 1;
+            }
+            other => panic!("phase {other}"),
+        }
+    }
+    for e in ev.iter().filter(|e| e["ph"] == "X") {
+        let (pid, tid) = (e["pid"].as_i64().unwrap(), e["tid"].as_i64().unwrap());
+        assert!(
+            named_proc.contains(&pid) && named_thread.contains(&(pid, tid)),
+            "{e}"
+        );
+    }
+    assert_eq!(cats.get("nccl").copied(), Some(run.rows("ops").len()));
+    assert_eq!(cats.get("gpu").copied(), Some(run.rows("gpu").len()));
+    let first = ev.iter().find(|e| e["cat"] == "nccl").unwrap();
+    assert!(
+        first["name"].as_str().unwrap().starts_with("AllReduce 4 KiB #0"),
+        "{first}"
+    );
+}

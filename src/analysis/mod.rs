@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod diff;
+pub mod export;
 pub mod phases;
 pub mod report;
 pub mod scan;
