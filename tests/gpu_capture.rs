@@ -391,3 +391,22 @@ fn perfetto_trace_is_valid_trace_event_json() {
         "{first}"
     );
 }
+
+/// `zcta_set_recording(0)` pauses recording and GPU capture; calls are still
+/// forwarded; `zcta_set_recording(1)` resumes.
+#[test]
+fn recording_can_be_paused_and_resumed() {
+    let run = Run::new("pause");
+    let mut c = run.host(&["pause"]);
+    c.env("HOST_CUPTI", cupti());
+    let out = c.output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert!(text(&out.stdout).contains("ok prev=1,0"), "{}", text(&out.stdout));
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
+    assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
+    assert_eq!(run.rows("gpu").len(), 6, "no GPU records while paused");
+    // Plain (no shim): the scenario runs without the export.
+    let plain = support::host_plain(&["pause"]).output().unwrap();
+    assert!(text(&plain.stdout).contains("ok prev=-2,-2"));
+}

@@ -78,6 +78,15 @@ pub fn active() -> bool {
     STATE.load(Ordering::Relaxed) == ACTIVE
 }
 
+/// Pauses or resumes GPU capture with recording (`zcta_set_recording`): the activity
+/// kinds are disabled while paused, so CUPTI costs nothing then. Ops called while
+/// paused have no rows at all.
+pub fn pause(paused: bool) {
+    if active() {
+        cupti::set_kinds(&ENABLED_KINDS, !paused);
+    }
+}
+
 thread_local! {
     /// The op or group whose NCCL call is running on this thread (0: none).
     static CURRENT: Cell<u64> = const { Cell::new(0) };

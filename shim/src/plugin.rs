@@ -286,6 +286,9 @@ fn parent_of(parent: usize) -> (u64, u64) {
 
 /// `startEvent`. Returns the handle to give NCCL (0: not tracked).
 pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
+    if !crate::state::recording() {
+        return 0; // paused (zcta_set_recording(0)): NCCL skips the event's children
+    }
     let (kind, op_id, ctx) = match ev {
         Start::Untracked => return 0,
         Start::CollApi | Start::P2pApi => (K_API, hooks::current_op().unwrap_or(0), ctx as u64),

@@ -293,7 +293,19 @@ pub fn emit(ev: Event) {
 /// Whether calls are being recorded (activates on first use).
 #[inline]
 pub fn recording() -> bool {
-    recorder().is_some()
+    !PAUSED.load(Ordering::Relaxed) && recorder().is_some()
+}
+
+/// Set by `zcta_set_recording(0)`: calls are forwarded without being recorded.
+static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Pauses (`on = false`) or resumes recording; returns whether it was on.
+pub fn set_recording(on: bool) -> bool {
+    let was_on = !PAUSED.swap(!on, Ordering::AcqRel);
+    if was_on != on {
+        crate::gpu::pause(!on);
+    }
+    was_on
 }
 
 /// In the child of `fork()`. A child of a recording process stops recording: its

@@ -281,6 +281,22 @@ pub fn start(kinds: &[u32]) -> Result<(), String> {
     Ok(())
 }
 
+/// Enables or disables the activity `kinds` (pausing capture without leaving CUPTI).
+pub fn set_kinds(kinds: &[u32], on: bool) {
+    if let Ok(a) = api() {
+        for &k in kinds {
+            // SAFETY: plain call with an activity kind.
+            unsafe {
+                if on {
+                    (a.enable)(k);
+                } else {
+                    (a.disable)(k);
+                }
+            }
+        }
+    }
+}
+
 /// Disables what [`start`] enabled and leaves the subscriber slot.
 pub fn stop(kinds: &[u32]) {
     if let Ok(a) = api() {

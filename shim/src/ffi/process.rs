@@ -140,6 +140,15 @@ pub fn register_gpu_atexit() {
     }
 }
 
+/// `zcta_set_recording(on)`: 0 pauses recording (NCCL calls are still forwarded,
+/// nothing is recorded, CUPTI's activity kinds are off), non-zero resumes. Returns
+/// 1 if recording was on before the call, 0 if it was paused, -1 on an internal
+/// error. For programs and benchmarks: `ctypes.CDLL(None).zcta_set_recording(0)`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub extern "C" fn zcta_set_recording(on: c_int) -> c_int {
+    catch_unwind(|| state::set_recording(on != 0)).map_or(-1, c_int::from)
+}
+
 /// `_exit(2)` interposer: closes our files (bounded wait) when this process owns the
 /// writer, then exits exactly as the real `_exit` would.
 ///
