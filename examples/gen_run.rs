@@ -99,6 +99,7 @@ fn main() {
                     end_reason: "exit".into(),
                     env_json: "{}".into(),
                     profiler_plugin: "zcta".into(),
+                    plugin_comms: 1,
                     cupti: "on".into(),
                     ..ProcessRow::default()
                 };

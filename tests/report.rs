@@ -146,6 +146,7 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine) {
             end_reason: "exit".into(),
             env_json: r#"{"NCCL_CTA_POLICY":"2"}"#.into(),
             profiler_plugin: "zcta".into(),
+            plugin_comms: 1,
             cupti: "on".into(),
             ..ProcessRow::default()
         };
@@ -222,7 +223,11 @@ fn phases_clocks_and_stragglers_from_the_data() {
         "{shares:?}"
     );
     assert!((shares["init"].as_f64().unwrap() - 8.0 / window).abs() < 1e-9);
-    assert!(shares["proxy"].is_null(), "proxy is not measured, not 0");
+    assert_eq!(
+        shares["proxy"].as_f64(),
+        Some(0.0),
+        "the plugin ran and saw no proxy step"
+    );
     // busbw: 16 MiB over the median GPU time, AllReduce factor 2(n-1)/n = 1.5.
     let gpu_us = ar["gpu_median_us"].as_f64().unwrap();
     let bus = ar["busbw_gbs"].as_f64().unwrap();
@@ -387,4 +392,129 @@ fn one_process_alone_is_read_on_the_joining_thread() {
     assert_eq!(ar["count"].as_u64(), Some(50));
     assert!(ar["shares"]["barrier"].is_null());
     assert!((ar["shares"]["init"].as_f64().unwrap() - 2.0 / 200.0).abs() < 1e-9);
+}
+
+/// On a proxy-driven transport the time the GPU waits on the proxy's network steps is
+/// the proxy phase (memcpy first, proxy next, transfer the rest).
+#[test]
+fn network_waits_are_the_proxy_phase() {
+    use zcta::record::{ProxyKind, ProxyRecord};
+    use zcta::tables::ProxyTable;
+    let (_t, dir) = run_dir();
+    for r in &RANKS {
+        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
+        let ctx = Ctx {
+            pid: r.pid,
+            host: r.host.into(),
+        };
+        let mut w = DatasetWriter::<ProxyTable>::new(&dir, &prefix, SinkPolicy::default());
+        for k in 0..50u64 {
+            let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US + r.skew;
+            // A send step waiting on the network from 60 to 160 µs into the op.
+            let row = ProxyRecord {
+                kind: ProxyKind::Step,
+                op_id: Some(k + 1),
+                comm_hash: Some(1),
+                rank: Some(r.rank),
+                pid: None,
+                channel: Some(0),
+                peer: None,
+                n_steps: None,
+                chunk_size: None,
+                is_send: None,
+                step: Some(0),
+                start_ns: t0 + 55 * US,
+                stop_ns: Some(t0 + 160 * US),
+                in_progress_ns: None,
+                send_gpu_wait_ns: Some(t0 + 55 * US),
+                send_peer_wait_ns: None,
+                send_wait_ns: Some(t0 + 60 * US),
+                recv_wait_ns: None,
+                recv_flush_wait_ns: None,
+                recv_gpu_wait_ns: None,
+                trans_size: Some(1 << 20),
+                ctrl_first_state: None,
+                ctrl_first_ns: None,
+                ctrl_last_state: None,
+                ctrl_last_ns: None,
+                appended_ops: None,
+                gpu_timer_start: None,
+                gpu_timer_stop: None,
+                tid: 1,
+            };
+            w.append(&row, &ctx).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let j = json(&dir);
+    let sh = &group(&j, "AllReduce")["shares"];
+    // After the barrier (50 µs) every rank has 150 µs of GPU time, 100 of them proxy.
+    assert!(
+        (sh["proxy"].as_f64().unwrap() - 4.0 * 100.0 / 800.0).abs() < 1e-9,
+        "{sh}"
+    );
+    assert!(
+        (sh["transfer"].as_f64().unwrap() - 4.0 * 50.0 / 800.0).abs() < 1e-9,
+        "{sh}"
+    );
+}
+
+/// A run directory from schema version 1 (no GPU columns): reported, GPU phases not
+/// measured.
+#[test]
+fn an_older_schema_is_read_with_gpu_not_measured() {
+    use std::sync::Arc;
+    let (_t, dir) = run_dir();
+    let gpu_cols = [
+        "launch_ns",
+        "gpu_start_ns",
+        "gpu_end_ns",
+        "engine",
+        "kernel",
+        "n_kernels",
+        "n_memcpy",
+        "memcpy_bytes",
+    ];
+    for entry in std::fs::read_dir(dir.join("ops")).unwrap() {
+        let path = entry.unwrap().path();
+        let f = std::fs::File::open(&path).unwrap();
+        let batches: Vec<_> = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect();
+        let old = batches[0].schema();
+        let keep: Vec<usize> = (0..old.fields().len())
+            .filter(|&i| !gpu_cols.contains(&old.field(i).name().as_str()))
+            .collect();
+        let mut meta = old.metadata().clone();
+        meta.insert(zcta::SCHEMA_VERSION_KEY, "1");
+        let schema = Arc::new(old.project(&keep).unwrap().with_metadata(meta.clone()));
+        let out = std::fs::File::create(&path).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_key_value_metadata(Some(
+                meta.iter()
+                    .map(|(k, v)| parquet::file::metadata::KeyValue::new(k.clone(), v.clone()))
+                    .collect(),
+            ))
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(out, schema.clone(), Some(props)).unwrap();
+        for b in &batches {
+            w.write(&b.project(&keep).unwrap().with_schema(schema.clone()).unwrap())
+                .unwrap();
+        }
+        w.close().unwrap();
+    }
+    let j = json(&dir);
+    let ar = group(&j, "AllReduce");
+    assert_eq!(
+        (
+            ar["engine"].as_str(),
+            ar["count"].as_u64(),
+            ar["measured"].as_u64()
+        ),
+        (Some("not measured"), Some(200), Some(0))
+    );
+    assert!(ar["p50_us"].is_null() && ar["shares"]["init"].is_null());
 }

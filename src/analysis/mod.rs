@@ -70,6 +70,8 @@ pub struct ProcView {
     pub env: HashMap<String, String>,
     pub cupti: Option<String>,
     pub profiler_plugin: Option<String>,
+    /// NCCL initialised our profiler plugin for at least one communicator.
+    pub plugin_active: bool,
 }
 
 /// A registered memory window (`ncclCommWindowRegister` that succeeded).
@@ -95,6 +97,9 @@ pub struct Run {
     pub windows: Vec<Window>,
     /// Proxy-thread copies by (host, pid, op key): op_id, or the group's id | 1<<63.
     pub proxy_copies: ProxyCopies,
+    /// Network waits of NCCL's proxy steps (send: SendWait → stop; receive: RecvWait →
+    /// flush/GPU wait or stop) by (host, pid, op_id).
+    pub proxy_steps: ProxyCopies,
     /// Nodes per communicator as NCCL's plugin reported them.
     pub nccl_nodes: Vec<i32>,
     /// Files that could not be read, with the reason.
@@ -163,6 +168,9 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 env,
                 cupti: opt_str(col::<StringArray>(b, "cupti"), r),
                 profiler_plugin: opt_str(col::<StringArray>(b, "profiler_plugin"), r),
+                plugin_active: opt_str(col::<StringArray>(b, "profiler_plugin"), r).as_deref()
+                    == Some("zcta")
+                    && opt_u64(col::<UInt64Array>(b, "plugin_comms"), r).unwrap_or(0) > 0,
             });
         }
     }
@@ -228,6 +236,48 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 .entry((h, pid.value(r), key))
                 .or_default()
                 .push((s.value(r), e.value(r)));
+        }
+    }
+    let px = reader::read_table(run_dir, "proxy")?;
+    note(&mut run, &px);
+    for b in &px.batches {
+        let (Some(host), Some(pid), Some(ev)) = (
+            col::<StringArray>(b, "host"),
+            col::<Int32Array>(b, "pid"),
+            col::<StringArray>(b, "event"),
+        ) else {
+            continue;
+        };
+        let l = |n: &str, r: usize| {
+            col::<Int64Array>(b, n)
+                .filter(|a| !a.is_null(r))
+                .map(|a| a.value(r))
+        };
+        for r in 0..b.num_rows() {
+            if ev.value(r) != "ProxyStep" {
+                continue;
+            }
+            let Some(op) = opt_u64(col::<UInt64Array>(b, "op_id"), r) else {
+                continue;
+            };
+            let stop = l("stop_ns", r);
+            let mut spans = Vec::new();
+            if let (Some(s), Some(e)) = (l("send_wait_ns", r), stop) {
+                spans.push((s, e));
+            }
+            if let Some(s) = l("recv_wait_ns", r)
+                && let Some(e) = l("recv_flush_wait_ns", r).or(l("recv_gpu_wait_ns", r)).or(stop)
+            {
+                spans.push((s, e));
+            }
+            if spans.is_empty() {
+                continue;
+            }
+            let h = run.host(host.value(r));
+            run.proxy_steps
+                .entry((h, pid.value(r), op))
+                .or_default()
+                .extend(spans);
         }
     }
     let nc = reader::read_table(run_dir, "nccl_comms")?;
@@ -308,6 +358,13 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<Sc
     let mut skipped = Vec::new();
     let mut hosts_seen = run.hosts.len();
     let copies = std::mem::take(&mut run.proxy_copies);
+    let steps = std::mem::take(&mut run.proxy_steps);
+    let plugin: std::collections::HashSet<(usize, i32)> = run
+        .procs
+        .iter()
+        .filter(|p| p.plugin_active)
+        .map(|p| (p.host, p.pid))
+        .collect();
     scan::join(streams, run, &mut skipped, u64::MAX, |members, complete| {
         hosts_seen = hosts_seen.max(members.iter().map(|o| o.host + 1).max().unwrap_or(0));
         let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
@@ -340,12 +397,18 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<Sc
         }
         for o in members {
             let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));
-            let p = phases_of(o, last_start, &copies);
+            let p = phases_of(
+                o,
+                last_start,
+                &copies,
+                plugin.contains(&(o.host, o.pid)).then_some(&steps),
+            );
             stats.ops += 1;
             visit(o, &p);
         }
     });
     run.proxy_copies = copies;
+    run.proxy_steps = steps;
     run.skipped.extend(skipped);
     let mut stragglers: Vec<Straggler> = straggle
         .into_iter()
@@ -386,7 +449,13 @@ pub(crate) fn op_key(o: &OpView) -> Option<(u64, u64, i32, i32)> {
     }
 }
 
-fn phases_of(o: &OpView, last_start: Option<i64>, copies: &ProxyCopies) -> Phases {
+/// `steps`: the proxy steps, when the op's process ran the profiler plugin.
+fn phases_of(
+    o: &OpView,
+    last_start: Option<i64>,
+    copies: &ProxyCopies,
+    steps: Option<&ProxyCopies>,
+) -> Phases {
     let memcpy = match (o.engine, o.gpu_start, o.gpu_end) {
         (None, ..) => None,
         (Some("copy_engine"), ..) => Some(0), // the copies are the transfer
@@ -400,7 +469,18 @@ fn phases_of(o: &OpView, last_start: Option<i64>, copies: &ProxyCopies) -> Phase
         }
         (Some(_), ..) => Some(0),
     };
+    let proxy = match (o.gpu_start, o.gpu_end, steps) {
+        (Some(s), Some(e), Some(steps)) => {
+            let b = last_start.map_or(s, |l| l.clamp(s, e.max(s)));
+            Some(match steps.get(&(o.host, o.pid, o.op_id)) {
+                Some(spans) => phases::covered(&mut spans.clone(), b, e),
+                None => 0,
+            })
+        }
+        _ => None,
+    };
     phases::split(&Cuts {
+        proxy,
         api_start: o.api_start,
         launch: o.launch,
         gpu_start: o.gpu_start,

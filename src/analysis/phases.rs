@@ -1,6 +1,6 @@
 //! The phase model (docs/phases.md): one op's window on one rank, `[api_start,
 //! gpu_end]`, cut at four points into init, queue, barrier and the GPU remainder, which
-//! is split into memcpy and transfer.
+//! is split into memcpy, proxy and transfer.
 //!
 //! Every cut point is clamped into the window and after the previous one, so the
 //! phases never overlap, never go negative, and always add up to the window. A cut
@@ -23,6 +23,10 @@ pub struct Cuts {
     /// transfer itself (proxy-thread copies); `Some(0)` when CUPTI saw none.
     /// `None`: not measured (CUPTI off).
     pub memcpy: Option<i64>,
+    /// Time inside `[barrier end, gpu_end]` in which the op's data was with NCCL's
+    /// proxy thread (network send/receive waits of its ProxySteps); `Some(0)` when the
+    /// profiler plugin ran but reported no step; `None`: not measured (no plugin).
+    pub proxy: Option<i64>,
 }
 
 /// The phases of one op on one rank (ns). `None`: not measured.
@@ -35,7 +39,6 @@ pub struct Phases {
     pub barrier: Option<i64>,
     pub transfer: Option<i64>,
     pub memcpy: Option<i64>,
-    /// Always `None` in this version: the proxy thread's waits are inside `transfer`.
     pub proxy: Option<i64>,
     /// Window time that belongs to phases that could not be told apart.
     pub unresolved: i64,
@@ -98,14 +101,23 @@ pub fn split(c: &Cuts) -> Phases {
         }
         None => None,
     };
-    match (rest_start, c.memcpy) {
-        (Some(b), Some(m)) => {
+    // The rest: memcpy first, then proxy, transfer is what remains.
+    match (rest_start, c.memcpy, c.proxy) {
+        (Some(b), Some(m), Some(x)) => {
+            let m = m.clamp(0, e - b);
+            let x = x.clamp(0, e - b - m);
+            p.memcpy = Some(m);
+            p.proxy = Some(x);
+            p.transfer = Some(e - b - m - x);
+        }
+        (Some(b), Some(m), None) => {
+            // Without the plugin, proxy and transfer cannot be told apart.
             let m = m.clamp(0, e - b);
             p.memcpy = Some(m);
-            p.transfer = Some(e - b - m);
+            p.unresolved += e - b - m;
         }
-        (Some(b), None) => p.unresolved += e - b,
-        (None, _) => p.unresolved += e - s,
+        (Some(b), None, _) => p.unresolved += e - b,
+        (None, ..) => p.unresolved += e - s,
     }
     p
 }
@@ -145,13 +157,25 @@ mod tests {
             gpu_end: Some(200),
             last_start: Some(150),
             memcpy: Some(20),
+            proxy: Some(10),
         });
         assert_eq!(p.window, Some(100));
         assert_eq!(
-            (p.init, p.queue, p.barrier, p.memcpy, p.transfer),
-            (Some(10), Some(20), Some(20), Some(20), Some(30))
+            (p.init, p.queue, p.barrier, p.memcpy, p.proxy, p.transfer),
+            (Some(10), Some(20), Some(20), Some(20), Some(10), Some(20))
         );
-        assert_eq!((p.proxy, p.unresolved), (None, 0));
+        assert_eq!(p.unresolved, 0);
+        // Without the plugin, proxy and transfer are not measured.
+        let q = split(&Cuts {
+            proxy: None,
+            api_start: 100,
+            launch: Some(110),
+            gpu_start: Some(130),
+            gpu_end: Some(200),
+            last_start: Some(150),
+            memcpy: Some(20),
+        });
+        assert_eq!((q.proxy, q.transfer, q.unresolved), (None, None, 30));
     }
 
     #[test]
@@ -163,6 +187,7 @@ mod tests {
             gpu_end: Some(50),
             last_start: None,
             memcpy: Some(0),
+            proxy: Some(0),
         });
         assert_eq!(
             (p.init, p.queue, p.barrier, p.transfer, p.memcpy),
@@ -182,6 +207,7 @@ mod tests {
             gpu_end: Some(60),
             last_start: Some(40),
             memcpy: Some(0),
+            proxy: Some(0),
         });
         assert_eq!((p.barrier, p.transfer), (Some(30), Some(20)));
         // The last rank itself has none; a start past the end is clamped.
@@ -194,6 +220,7 @@ mod tests {
                 gpu_end: Some(60),
                 last_start: None,
                 memcpy: Some(0),
+                proxy: Some(0),
             }
         });
         assert_eq!((late.barrier, late.transfer), (Some(50), Some(0)));
@@ -217,8 +244,9 @@ mod tests {
             e in proptest::option::of(-1_000_000i64..3_000_000),
             last in proptest::option::of(-1_000_000i64..3_000_000),
             m in proptest::option::of(-10i64..2_000_000),
+            x in proptest::option::of(-10i64..2_000_000),
         ) {
-            let p = split(&Cuts { api_start: a, launch: l, gpu_start: s, gpu_end: e, last_start: last, memcpy: m });
+            let p = split(&Cuts { api_start: a, launch: l, gpu_start: s, gpu_end: e, last_start: last, memcpy: m, proxy: x });
             let sum: i64 = p.values().iter().map(|v| v.unwrap_or(0)).sum();
             match p.window {
                 Some(w) => {
