@@ -265,6 +265,19 @@ fn phases_clocks_and_stragglers_from_the_data() {
             .contains("80 × issued on the legacy default stream"),
         "{ce}"
     );
+    assert!(
+        ce["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("80 × buffers not in a window"),
+        "{ce}"
+    );
+    let st = &j["stragglers"][0];
+    assert_eq!(
+        (st["collectives"].as_u64(), st["last"][0]["rank"].as_i64()),
+        (Some(70), Some(3))
+    );
+    assert_eq!(st["last"][0]["times_last"].as_u64(), Some(50));
 }
 
 #[test]

@@ -79,6 +79,9 @@ pub struct Report {
     pub mix: Vec<(String, String, u64)>,
     pub findings: Vec<Finding>,
     pub link_peak_gbs: f64,
+    /// Per communicator (most collectives first, at most 8): the rank that started
+    /// last most often, how often, and the median wait it caused.
+    pub stragglers: Vec<super::Straggler>,
     /// Human notes: skipped files, pending logs, clocks.
     pub notes: Vec<String>,
 }
@@ -195,6 +198,7 @@ pub struct Builder {
     ce_requested: bool,
     multi_node: bool,
     ce_took: u64,
+    ce_fell_back: u64,
     ce_reasons: BTreeMap<&'static str, u64>,
     not_ce_capable: u64,
     proxy_ops: u64,
@@ -218,6 +222,7 @@ impl Builder {
             ce_requested: !env_is(run, "NCCL_CTA_POLICY", "2").is_empty(),
             multi_node: run.nccl_nodes.iter().any(|&n| n > 1),
             ce_took: 0,
+            ce_fell_back: 0,
             ce_reasons: BTreeMap::new(),
             not_ce_capable: 0,
             proxy_ops: 0,
@@ -270,16 +275,31 @@ impl Builder {
                 let wins = self.windows.get(&(o.host, o.pid, o.comm_ptr));
                 let in_window =
                     |p: u64| p == 0 || wins.is_some_and(|w| w.iter().any(|&(a, b)| p >= a && p < b));
-                let why = if self.multi_node {
-                    "more than one node (the copy engine path is single-node)"
-                } else if o.stream == 0 {
-                    "issued on the legacy default stream"
-                } else if !(in_window(o.sendbuff) && in_window(o.recvbuff)) {
-                    "buffers not in a window registered with NCCL_WIN_COLL_SYMMETRIC"
-                } else {
-                    "not knowable from the run (NCCL_DEBUG=INFO says whether 'Init CE' ran)"
-                };
-                *self.ce_reasons.entry(why).or_default() += 1;
+                // Every condition that is not met, not just the first.
+                let mut known = false;
+                for (missing, why) in [
+                    (
+                        self.multi_node,
+                        "more than one node (the copy engine path is single-node)",
+                    ),
+                    (o.stream == 0, "issued on the legacy default stream"),
+                    (
+                        !(in_window(o.sendbuff) && in_window(o.recvbuff)),
+                        "buffers not in a window registered with NCCL_WIN_COLL_SYMMETRIC",
+                    ),
+                ] {
+                    if missing {
+                        known = true;
+                        *self.ce_reasons.entry(why).or_default() += 1;
+                    }
+                }
+                if !known {
+                    *self
+                        .ce_reasons
+                        .entry("not knowable from the run (NCCL_DEBUG=INFO says whether 'Init CE' ran)")
+                        .or_default() += 1;
+                }
+                self.ce_fell_back += 1;
             }
             _ => {}
         }
@@ -322,6 +342,7 @@ impl Builder {
                 .collect(),
             findings: self.findings(run, stats),
             link_peak_gbs: self.link_peak_gbs,
+            stragglers: stats.stragglers.iter().take(8).cloned().collect(),
             notes: Vec::new(),
         };
         for s in &run.skipped {
@@ -374,7 +395,7 @@ impl Builder {
                 fix: "queue, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
             });
         }
-        let fell_back: u64 = self.ce_reasons.values().sum();
+        let fell_back = self.ce_fell_back;
         if fell_back > 0 {
             let r: Vec<String> = self
                 .ce_reasons
@@ -386,7 +407,11 @@ impl Builder {
                     "copy-engine path requested (NCCL_CTA_POLICY=2) but {fell_back} of {} capable ops ran on SM kernels",
                     fell_back + self.ce_took
                 ),
-                evidence: format!("{}; why: {}", pids(&env_is(run, "NCCL_CTA_POLICY", "2")), r.join("; ")),
+                evidence: format!(
+                    "{}; conditions not met (an op can miss several): {}",
+                    pids(&env_is(run, "NCCL_CTA_POLICY", "2")),
+                    r.join("; ")
+                ),
                 fix: "allocate both buffers from NCCL's allocator (torch.cuda.MemPool(backend.mem_allocator)), register them with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), and issue on a non-default stream (docs/dev/cupti.md; shared/REFERENCE.md recipe)".into(),
             });
         }
@@ -526,6 +551,30 @@ pub fn render_text(r: &Report) -> String {
         let _ = write!(s, " {engine} {n}");
     }
     let _ = writeln!(s);
+    if !r.stragglers.is_empty() {
+        let _ = writeln!(s, "\nwho arrives last (per communicator)");
+        for st in &r.stragglers {
+            match st.last.first() {
+                Some(&(rank, n, wait)) => {
+                    let _ = writeln!(
+                        s,
+                        "  {:016x}  {} collectives: rank {rank} last in {n} ({:.0}%), first rank waits {:.1} us (median)",
+                        st.comm_id,
+                        st.collectives,
+                        100.0 * n as f64 / st.collectives.max(1) as f64,
+                        wait as f64 / 1e3
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "  {:016x}  {} collectives: all ranks start together",
+                        st.comm_id, st.collectives
+                    );
+                }
+            }
+        }
+    }
     if r.findings.is_empty() {
         let _ = writeln!(s, "\nfindings: none");
     } else {
@@ -562,6 +611,10 @@ pub fn render_json(r: &Report) -> Value {
         })).collect::<Vec<_>>(),
         "mix": r.mix.iter().map(|(o, e, n)| json!({"op": o, "engine": e, "count": n})).collect::<Vec<_>>(),
         "findings": r.findings.iter().map(|f| json!({"title": f.title, "evidence": f.evidence, "fix": f.fix})).collect::<Vec<_>>(),
+        "stragglers": r.stragglers.iter().map(|st| json!({
+            "comm_id": st.comm_id, "collectives": st.collectives,
+            "last": st.last.iter().map(|(rank, n, wait)| json!({"rank": rank, "times_last": n, "median_wait_us": *wait as f64 / 1e3})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
         "notes": r.notes,
     })
 }
