@@ -72,8 +72,90 @@ enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Run a command under the shim (LD_PRELOAD and a run id for it and its
+    /// children), then print the run's report. Exits with the command's status.
+    Run {
+        /// Parent of the run directory.
+        #[arg(long, default_value = "zcta-runs")]
+        out: PathBuf,
+        /// Run id (default: run-<UTC time>-<pid>).
+        #[arg(long)]
+        run_id: Option<String>,
+        /// libzcta_prof.so (default: $ZCTA_SHIM, else next to this zcta binary).
+        #[arg(long)]
+        shim: Option<PathBuf>,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true)]
+        cmd: Vec<std::ffi::OsString>,
+    },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
+}
+
+/// The shim to preload: `--shim`, `$ZCTA_SHIM`, or `libzcta_prof.so` next to this binary.
+fn find_shim(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let cand = arg
+        .or_else(|| std::env::var_os("ZCTA_SHIM").map(PathBuf::from))
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(|d| d.join("libzcta_prof.so")))
+        });
+    match cand {
+        Some(p) if p.is_file() => Ok(std::fs::canonicalize(&p).unwrap_or(p)),
+        Some(p) => anyhow::bail!(
+            "{}: no such file (build it with `cargo build --release`, or pass --shim / set ZCTA_SHIM)",
+            p.display()
+        ),
+        None => anyhow::bail!("cannot tell where libzcta_prof.so is: pass --shim or set ZCTA_SHIM"),
+    }
+}
+
+/// `zcta run`: the command's exit status (128 + signal when it was killed).
+fn run_cmd(
+    out: &Path,
+    run_id: Option<String>,
+    shim: Option<PathBuf>,
+    cmd: &[std::ffi::OsString],
+) -> anyhow::Result<ExitCode> {
+    let shim = find_shim(shim)?;
+    let id = run_id.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        format!("run-{now}-{}", std::process::id())
+    });
+    let mut preload = shim.as_os_str().to_owned();
+    if let Some(prev) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload.push(":");
+        preload.push(prev);
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let status = std::process::Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .env("ZCTA_OUT", out)
+        .env("ZCTA_RUN_ID", &id)
+        .status()
+        .with_context(|| format!("cannot run {:?}", cmd[0]))?;
+    let code = status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + status.signal().unwrap_or(0)
+    });
+    let dir = out.join(&id);
+    eprintln!(
+        "zcta: {:?} exited with {code}; run directory {}",
+        cmd[0],
+        dir.display()
+    );
+    if dir.is_dir() {
+        if let Err(e) = report(&dir, Format::Table, 450.0) {
+            eprintln!("zcta: {e:#}");
+        }
+    } else {
+        eprintln!("zcta: no NCCL call was recorded (no run directory)");
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 /// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped.
@@ -209,6 +291,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => report(&run, format, link_peak_gbps),
         Cmd::Diff { run_a, run_b, format } => diff(&run_a, &run_b, format),
         Cmd::Export { run, output, .. } => export(&run, &output),
+        Cmd::Run {
+            out,
+            run_id,
+            shim,
+            cmd,
+        } => run_cmd(&out, run_id, shim, &cmd),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
                 println!("## `{t}`\n");

@@ -410,3 +410,72 @@ fn recording_can_be_paused_and_resumed() {
     let plain = support::host_plain(&["pause"]).output().unwrap();
     assert!(text(&plain.stdout).contains("ok prev=-2,-2"));
 }
+
+/// `zcta run -- CMD`: CMD runs under the shim with a run id, its report follows, and
+/// its exit status is zcta's.
+#[test]
+fn zcta_run_records_a_command_and_reports_it() {
+    let out = tempfile::tempdir().unwrap();
+    let idf = out.path().join("id");
+    common::write_unique_id(&idf);
+    let shim = common::shim_path();
+    let zcta = |args: &[&std::ffi::OsStr]| {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.args(args);
+        c.output().unwrap()
+    };
+    let host = common::fixtures().host.clone();
+    let o = zcta(&[
+        "run".as_ref(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+        "--run-id".as_ref(),
+        "r1".as_ref(),
+        "--shim".as_ref(),
+        shim.as_os_str(),
+        "--".as_ref(),
+        host.as_os_str(),
+        "ops".as_ref(),
+        "0".as_ref(),
+        "1".as_ref(),
+        idf.as_os_str(),
+        "2".as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("ok"), "the command's own output: {stdout}");
+    assert!(
+        stdout.contains("AllReduce") && stdout.contains("path mix"),
+        "{stdout}"
+    );
+    assert!(out.path().join("r1").join("ops").is_dir());
+    // The command's failure is zcta's exit status; no NCCL call, no run directory.
+    let o = zcta(&[
+        "run".as_ref(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+        "--shim".as_ref(),
+        shim.as_os_str(),
+        "--".as_ref(),
+        "false".as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("no NCCL call was recorded"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = zcta(&[
+        "run".as_ref(),
+        "--shim".as_ref(),
+        "/nonexistent.so".as_ref(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("/nonexistent.so: no such file"),
+        "{}",
+        text(&o.stderr)
+    );
+}
