@@ -88,6 +88,12 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<std::ffi::OsString>,
     },
+    /// Write the `phases` table (one row per op and rank with its phases) into the
+    /// run directory, for pandas/DuckDB.
+    Phases {
+        /// Run directory.
+        run: PathBuf,
+    },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
 }
@@ -291,6 +297,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => report(&run, format, link_peak_gbps),
         Cmd::Diff { run_a, run_b, format } => diff(&run_a, &run_b, format),
         Cmd::Export { run, output, .. } => export(&run, &output),
+        Cmd::Phases { run } => {
+            let mut data = zcta::analysis::load(&run)?;
+            let n = zcta::analysis::write_phases(&mut data)?;
+            for s in &data.skipped {
+                eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+            }
+            println!("{}: {n} rows", run.join("phases").display());
+            Ok(if data.skipped.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Cmd::Run {
             out,
             run_id,

@@ -531,3 +531,51 @@ fn an_older_schema_is_read_with_gpu_not_measured() {
     );
     assert!(ar["p50_us"].is_null() && ar["shares"]["init"].is_null());
 }
+
+/// `zcta phases` writes one row per op and rank whose phases add up to its window.
+#[test]
+fn phases_table_for_pandas_and_duckdb() {
+    use arrow_array::{Array, Int64Array};
+    let (_t, dir) = run_dir();
+    let (code, out, err) = zcta(&["phases", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("280 rows"), "{out}");
+    let t = zcta::reader::read_table(&dir, "phases").unwrap();
+    assert_eq!(t.num_rows(), 280);
+    let cols = [
+        "init_ns",
+        "queue_ns",
+        "barrier_ns",
+        "transfer_ns",
+        "memcpy_ns",
+        "proxy_ns",
+        "unresolved_ns",
+    ];
+    for b in &t.batches {
+        let w = b
+            .column_by_name("window_ns")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        for r in 0..b.num_rows() {
+            let sum: i64 = cols
+                .iter()
+                .map(|c| {
+                    let a = b
+                        .column_by_name(c)
+                        .unwrap()
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .unwrap();
+                    if a.is_null(r) { 0 } else { a.value(r) }
+                })
+                .sum();
+            assert_eq!(sum, w.value(r));
+        }
+    }
+    // Written again, it replaces the earlier table.
+    let (code, _, _) = zcta(&["phases", dir.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(zcta::reader::read_table(&dir, "phases").unwrap().num_rows(), 280);
+}

@@ -63,7 +63,7 @@ type Samples = BTreeMap<(&'static str, u64), (u64, Vec<[Option<i64>; 8]>, BTreeM
 fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     let mut out: Samples = BTreeMap::new();
     let mut rng = Rng(0xD1FF);
-    super::scan(run, |o, p| {
+    super::scan(run, |o, p, _| {
         if o.result != 0 {
             return;
         }

@@ -319,7 +319,7 @@ const CLOCK_ROWS: u64 = 4_000_000;
 /// with its phases (see docs/phases.md). Memory stays bounded by the operations in
 /// flight across ranks, not by the run's size (two passes when several hosts need
 /// their clocks aligned). Files that cannot be read are added to `run.skipped`.
-pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<ScanStats, ReadError> {
+pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
     let streams = scan::streams(&run.dir)?;
     run.pending_logs += reader::list_table(&run.dir, "ops")?.1.len();
     let several_hosts = run.hosts.len() > 1;
@@ -334,7 +334,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<Sc
             run,
             &mut skipped,
             CLOCK_ROWS,
-            |members, complete| {
+            |members, complete, _| {
                 if complete && members.len() > 1 && members[0].peer.is_none() {
                     pairs.add(members.iter().filter_map(|o| o.gpu_end.map(|e| (o.host, e))));
                 }
@@ -365,48 +365,60 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases)) -> Result<Sc
         .filter(|p| p.plugin_active)
         .map(|p| (p.host, p.pid))
         .collect();
-    scan::join(streams, run, &mut skipped, u64::MAX, |members, complete| {
-        hosts_seen = hosts_seen.max(members.iter().map(|o| o.host + 1).max().unwrap_or(0));
-        let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
-        let mut last: Option<i64> = None;
-        let grouped = complete || members.len() > 1 || op_key(&members[0]).is_some();
-        if complete {
-            let starts: Vec<(i64, i32)> = members
-                .iter()
-                .filter_map(|o| Some((o.gpu_start? - offset(o.host)?, o.rank?)))
-                .collect();
-            if starts.len() == members.len() {
-                let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
-                let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
-                last = Some(latest);
-                if members[0].peer.is_none() && members.len() > 1 {
-                    let e = straggle.entry(members[0].comm_id.unwrap_or(0)).or_default();
-                    e.0 += 1;
-                    if latest > earliest {
-                        let r = e.1.entry(last_rank).or_default();
-                        r.0 += 1;
-                        if r.1.len() < 100_000 {
-                            r.1.push(latest - earliest);
+    let mut names: Vec<std::sync::Arc<str>> = Vec::new();
+    scan::join(
+        streams,
+        run,
+        &mut skipped,
+        u64::MAX,
+        |members, complete, hosts| {
+            if members.iter().any(|o| o.host >= names.len()) {
+                let h = hosts.lock().unwrap_or_else(|p| p.into_inner());
+                names = h.iter().map(|n| std::sync::Arc::from(n.as_str())).collect();
+            }
+            hosts_seen = hosts_seen.max(members.iter().map(|o| o.host + 1).max().unwrap_or(0));
+            let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
+            let mut last: Option<i64> = None;
+            let grouped = complete || members.len() > 1 || op_key(&members[0]).is_some();
+            if complete {
+                let starts: Vec<(i64, i32)> = members
+                    .iter()
+                    .filter_map(|o| Some((o.gpu_start? - offset(o.host)?, o.rank?)))
+                    .collect();
+                if starts.len() == members.len() {
+                    let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
+                    let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
+                    last = Some(latest);
+                    if members[0].peer.is_none() && members.len() > 1 {
+                        let e = straggle.entry(members[0].comm_id.unwrap_or(0)).or_default();
+                        e.0 += 1;
+                        if latest > earliest {
+                            let r = e.1.entry(last_rank).or_default();
+                            r.0 += 1;
+                            if r.1.len() < 100_000 {
+                                r.1.push(latest - earliest);
+                            }
                         }
                     }
                 }
             }
-        }
-        if grouped && last.is_none() {
-            stats.incomplete += 1;
-        }
-        for o in members {
-            let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));
-            let p = phases_of(
-                o,
-                last_start,
-                &copies,
-                plugin.contains(&(o.host, o.pid)).then_some(&steps),
-            );
-            stats.ops += 1;
-            visit(o, &p);
-        }
-    });
+            if grouped && last.is_none() {
+                stats.incomplete += 1;
+            }
+            for o in members {
+                let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));
+                let p = phases_of(
+                    o,
+                    last_start,
+                    &copies,
+                    plugin.contains(&(o.host, o.pid)).then_some(&steps),
+                );
+                stats.ops += 1;
+                let host = names.get(o.host).map_or("", |n| &**n);
+                visit(o, &p, host);
+            }
+        },
+    );
     run.proxy_copies = copies;
     run.proxy_steps = steps;
     run.skipped.extend(skipped);
@@ -488,4 +500,62 @@ fn phases_of(
         last_start,
         memcpy,
     })
+}
+
+/// Writes the `phases` table of the run (`RUN/phases/`), replacing an earlier one.
+/// Returns the rows written.
+pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
+    let dir = run.dir.join("phases");
+    if dir.is_dir() {
+        std::fs::remove_dir_all(&dir).map_err(|e| WritePhasesError::Io(dir.clone(), e))?;
+    }
+    let ctx = crate::tables::Ctx {
+        pid: 0,
+        host: "".into(),
+    };
+    let mut w = crate::sink::DatasetWriter::<crate::tables::PhasesTable>::new(
+        &run.dir,
+        "phases",
+        crate::sink::SinkPolicy::default(),
+    );
+    let mut err = None;
+    let mut host: std::sync::Arc<str> = "".into();
+    let mut n = 0u64;
+    scan(run, |o, p, h| {
+        if err.is_some() {
+            return;
+        }
+        if &*host != h {
+            host = h.into();
+        }
+        let row = crate::tables::phases::PhaseRow {
+            host: host.clone(),
+            op: o.clone(),
+            phases: *p,
+        };
+        match w.append(&row, &ctx) {
+            Ok(()) => n += 1,
+            Err(e) => err = Some(e),
+        }
+    })
+    .map_err(WritePhasesError::Read)?;
+    if let Some(e) = err {
+        return Err(WritePhasesError::Write(e));
+    }
+    w.close().map_err(WritePhasesError::Write)?;
+    Ok(n)
+}
+
+/// Errors of [`write_phases`].
+#[derive(Debug, thiserror::Error)]
+pub enum WritePhasesError {
+    /// Reading the run failed.
+    #[error(transparent)]
+    Read(#[from] crate::reader::ReadError),
+    /// Writing the table failed.
+    #[error(transparent)]
+    Write(#[from] crate::sink::SinkError),
+    /// Removing the earlier table failed.
+    #[error("{0}: {1}")]
+    Io(std::path::PathBuf, std::io::Error),
 }

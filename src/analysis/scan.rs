@@ -377,14 +377,15 @@ fn produce(mut s: Stream, hosts: &Mutex<Vec<String>>, tx: crossbeam_channel::Sen
 }
 
 /// Streams the ops rows of `files` (one list per process; the first `max_rows` in
-/// API-start order) and hands each operation to `on_group` once: all its ranks' rows with `complete = true`, or whatever rows
+/// API-start order) and hands each operation to `on_group` once (with the host-name
+/// table `OpView::host` indexes): all its ranks' rows with `complete = true`, or whatever rows
 /// exist with `complete = false` (missing ranks, or an op that joins nothing).
 pub fn join(
     files: Vec<Vec<PathBuf>>,
     run: &mut Run,
     skipped: &mut Vec<Skipped>,
     max_rows: u64,
-    on_group: impl FnMut(&[OpView], bool),
+    on_group: impl FnMut(&[OpView], bool, &Mutex<Vec<String>>),
 ) {
     let hosts = Mutex::new(std::mem::take(&mut run.hosts));
     let threaded = files.len() > 1 && files.len() <= MAX_READER_THREADS;
@@ -416,7 +417,7 @@ fn merge(
     hosts: &Mutex<Vec<String>>,
     skipped: &mut Vec<Skipped>,
     max_rows: u64,
-    mut on_group: impl FnMut(&[OpView], bool),
+    mut on_group: impl FnMut(&[OpView], bool, &Mutex<Vec<String>>),
 ) {
     let mut heap = BinaryHeap::new();
     for (i, s) in streams.iter_mut().enumerate() {
@@ -437,7 +438,7 @@ fn merge(
         }
         n += 1;
         match op_key(&o) {
-            None => on_group(std::slice::from_ref(&o), false),
+            None => on_group(std::slice::from_ref(&o), false, hosts),
             Some(k) => {
                 let want = if k.2 == -1 {
                     o.nranks.unwrap_or(1).clamp(1, 64) as usize
@@ -454,7 +455,7 @@ fn merge(
                 p.members.push(o);
                 if complete(p, k.2 == -1) {
                     let p = pending.remove(&k).expect("present");
-                    on_group(&p.members, true);
+                    on_group(&p.members, true, hosts);
                 }
             }
         }
@@ -466,7 +467,7 @@ fn merge(
                 fifo.pop_front();
                 if pending.get(&k).is_some_and(|p| p.born == born) {
                     let p = pending.remove(&k).expect("present");
-                    on_group(&p.members, false);
+                    on_group(&p.members, false, hosts);
                 }
             }
             // Entries completed long ago leave stale FIFO slots; keep the FIFO small.
@@ -478,6 +479,6 @@ fn merge(
     let mut rest: Vec<Pending> = pending.into_values().collect();
     rest.sort_by_key(|p| p.born);
     for p in rest {
-        on_group(&p.members, false);
+        on_group(&p.members, false, hosts);
     }
 }

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod nccl_comms;
 pub mod nccl_ops;
 pub mod ops;
+pub mod phases;
 pub mod process;
 pub mod proxy;
 
@@ -23,6 +24,7 @@ pub use gpu::GpuTable;
 pub use nccl_comms::NcclCommsTable;
 pub use nccl_ops::NcclOpsTable;
 pub use ops::OpsTable;
+pub use phases::PhasesTable;
 pub use process::{ProcessRow, ProcessTable};
 pub use proxy::ProxyTable;
 
@@ -90,7 +92,7 @@ const fn info<T: Table>() -> TableInfo {
 }
 
 /// Every table, in documentation order. Adding a table: one line here.
-pub const TABLES: [TableInfo; 8] = [
+pub const TABLES: [TableInfo; 9] = [
     info::<OpsTable>(),
     info::<GpuTable>(),
     info::<CommsTable>(),
@@ -98,11 +100,12 @@ pub const TABLES: [TableInfo; 8] = [
     info::<NcclOpsTable>(),
     info::<ProxyTable>(),
     info::<NcclCommsTable>(),
+    info::<PhasesTable>(),
     info::<ProcessTable>(),
 ];
 
 /// Names of every table, in documentation order (`process` last: recovery relies on it).
-pub const ALL_TABLES: [&str; 8] = [
+pub const ALL_TABLES: [&str; 9] = [
     TABLES[0].name,
     TABLES[1].name,
     TABLES[2].name,
@@ -111,6 +114,7 @@ pub const ALL_TABLES: [&str; 8] = [
     TABLES[5].name,
     TABLES[6].name,
     TABLES[7].name,
+    TABLES[8].name,
 ];
 
 /// A table by name.
