@@ -1,0 +1,19 @@
+-- Phase shares of the summed end-to-end window per (op, size bucket, engine); needs
+-- `zcta phases <run>` first. NULL share: not measured.
+-- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'; .read analysis/sql/phase_breakdown.sql"
+select op,
+       cast(pow(2, floor(log2(greatest(bytes, 1)))) as bigint) as size,
+       coalesce(engine, 'not measured') as engine,
+       count(*) as ops,
+       median(window_ns) / 1e3 as p50_us,
+       sum(init_ns) / sum(window_ns) as init,
+       sum(queue_ns) / sum(window_ns) as queue,
+       sum(barrier_ns) / sum(window_ns) as barrier,
+       sum(transfer_ns) / sum(window_ns) as transfer,
+       sum(memcpy_ns) / sum(window_ns) as memcpy,
+       sum(proxy_ns) / sum(window_ns) as proxy,
+       sum(unresolved_ns) / sum(window_ns) as unresolved
+from read_parquet(getvariable('run') || '/phases/*.parquet', union_by_name = true)
+where window_ns is not null
+group by all
+order by op, size;

@@ -1,0 +1,79 @@
+"""analysis/zcta_analysis on a run recorded with the shim, the stand-in NCCL and the
+stand-in CUPTI (so GPU columns and phases exist)."""
+
+import pathlib
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from test_readers import FIX, ROOT, host, run_job  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(ROOT / "analysis"))
+import zcta_analysis as za  # noqa: E402
+from zcta_analysis.__main__ import main as cli  # noqa: E402
+
+ZCTA = ROOT / "target" / "debug" / "zcta"
+
+
+@pytest.fixture(scope="module")
+def run(host, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("runs")
+    import os
+
+    os.environ["HOST_CUPTI"] = str(host.parent / "cupti" / "libcupti.so.13")
+    try:
+        r = run_job(host, out, "ana", ranks=2, iters=3)
+    finally:
+        del os.environ["HOST_CUPTI"]
+    subprocess.run([ZCTA, "phases", r], check=True, capture_output=True)
+    (r / "ops" / "_leftover.wal").write_bytes(b"not a parquet file")
+    return r
+
+
+def test_load_and_duckdb_agree(run):
+    r = za.load(run)
+    assert len(r.ops) == 2 * 3 * 11
+    assert len(r.phases) == len(r.ops)
+    assert len(r.process) == 2 and (r.process.cupti == "on").all()
+    con = za.connect(run)
+    for t, df in (("ops", r.ops), ("gpu", r.gpu), ("process", r.process), ("phases", r.phases)):
+        assert con.execute(f"select count(*) from {t}").fetchone()[0] == len(df), t
+
+
+def test_breakdown_shares_add_up(run):
+    b = za.breakdown(run)
+    assert set(b.op) >= {"AllReduce", "AlltoAll", "Send", "Recv"}
+    shares = b[list(za.PHASES)].fillna(0).sum(axis=1)
+    assert ((shares - 1).abs() < 1e-9).all()
+    assert (b.engine == "sm_kernel").all()
+
+
+def test_compare_a_run_with_itself(run):
+    c = za.compare(run, run)
+    assert (c.window_change_us == 0).all()
+
+
+def test_sql_files_run_in_duckdb(run):
+    con = duckdb.connect()
+    con.execute(f"set variable run = '{run}'")
+    for f in sorted((ROOT / "analysis" / "sql").glob("*.sql")):
+        rows = con.execute(f.read_text()).fetchall()
+        assert rows, f.name
+
+
+def test_plot_cli_writes_a_png(run, tmp_path):
+    out = tmp_path / "p.png"
+    assert cli(["plot", str(run), str(run), "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        za.load(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="zcta phases"):
+        za.breakdown(tmp_path / "empty")
+    assert cli(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
