@@ -1,5 +1,6 @@
 """Plots of one or two runs (matplotlib): stacked phase shares per (op, size) side by
-side per run, and bus bandwidth against message size with the link peak drawn."""
+side per run, bus bandwidth against message size with the link peak drawn, and the
+per-rank arrival skew of the busiest communicator (first run)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
     import matplotlib.pyplot as plt
 
     loaded = [load(r) for r in runs]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(12, 9))
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(12, 13))
     tables = [breakdown(r) for r in loaded]
     keys = sorted({(o, s) for t in tables for o, s in zip(t.op, t["size"])})
     width = 0.8 / len(tables)
@@ -70,8 +71,33 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
     ax2.set_xlabel("message size (bytes, nccl-tests convention)")
     ax2.set_ylabel("bus bandwidth (GB/s)")
     ax2.legend(fontsize=7)
+    skew_heatmap(loaded[0], ax3, fig)
     fig.tight_layout()
     path = pathlib.Path(out)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def skew_heatmap(r, ax, fig) -> None:
+    """Rank × collective: how late each rank's GPU started after the first rank (µs),
+    for the communicator with the most collectives (one host's clock)."""
+    ops = r.ops
+    if ops.empty or "gpu_start_ns" not in ops:
+        ax.set_axis_off()
+        return
+    c = ops[~ops.op.isin(["Send", "Recv"]) & ops.seq.notna() & ops.gpu_start_ns.notna() & ops.comm_id.notna()]
+    if c.empty:
+        ax.set_axis_off()
+        return
+    comm = c.comm_id.value_counts().idxmax()
+    c = c[c.comm_id == comm]
+    m = c.pivot_table(index="rank", columns="seq", values="gpu_start_ns", aggfunc="min")
+    m = (m - m.min(axis=0)) / 1e3
+    im = ax.imshow(m.values, aspect="auto", interpolation="nearest", cmap="magma")
+    ax.set_yticks(range(len(m.index)))
+    ax.set_yticklabels([str(int(x)) for x in m.index])
+    ax.set_xlabel("collective (seq)")
+    ax.set_ylabel("rank")
+    ax.set_title(f"arrival skew on communicator {int(comm):016x}: GPU start after the first rank (us)")
+    fig.colorbar(im, ax=ax)
