@@ -51,9 +51,14 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
     ax1.set_xticks([j + width * (len(tables) - 1) / 2 for j in range(len(keys))])
     ax1.set_xticklabels([f"{o}\n{_label(s)}" for o, s in keys], fontsize=7)
     ax1.set_ylabel("share of end-to-end time")
-    ax1.set_title("where the time went" + ("" if len(runs) == 1 else f" (bars: {', '.join(pathlib.Path(r).name for r in runs)})"))
+    ax1.set_title(
+        "where the time went"
+        + ("" if len(runs) == 1 else f" (left bar A = {pathlib.Path(runs[0]).name}, right bar B = {pathlib.Path(runs[1]).name})"),
+        fontsize=9,
+    )
     ax1.legend(ncol=7, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    for r in loaded:
+    names = "AB"
+    for ri, r in enumerate(loaded):
         ops = r.ops
         if ops.empty or "gpu_end_ns" not in ops:
             continue
@@ -65,12 +70,14 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
             f = BUSBW.get(op, lambda n: 1.0)
             m = d.groupby("bytes").agg(dur=("dur", "median"), n=("nranks", "max"))
             bw = [b / t * f(n) for b, t, n in zip(m.index, m.dur, m.n.fillna(1)) if t > 0]
-            ax2.plot(list(m.index[: len(bw)]), bw, marker="o", label=f"{pathlib.Path(r.path).name}: {op}")
+            tag = f"{names[ri]}: " if len(loaded) > 1 else ""
+            style = "-" if ri == 0 else "--"
+            ax2.plot(list(m.index[: len(bw)]), bw, style, marker="o", label=f"{tag}{op}")
     ax2.axhline(link_peak_gbps, color="black", linestyle="--", linewidth=1, label=f"link peak {link_peak_gbps:.0f} GB/s")
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("message size (bytes, nccl-tests convention)")
     ax2.set_ylabel("bus bandwidth (GB/s)")
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=7, ncol=3)
     skew_heatmap(loaded[0], ax3, fig)
     fig.tight_layout()
     path = pathlib.Path(out)
@@ -94,10 +101,16 @@ def skew_heatmap(r, ax, fig) -> None:
     c = c[c.comm_id == comm]
     m = c.pivot_table(index="rank", columns="seq", values="gpu_start_ns", aggfunc="min")
     m = (m - m.min(axis=0)) / 1e3
-    im = ax.imshow(m.values, aspect="auto", interpolation="nearest", cmap="magma")
+    import numpy as np
+
+    vmax = float(np.nanpercentile(m.values, 99)) or None  # one outlier must not hide the rest
+    im = ax.imshow(m.values, aspect="auto", interpolation="nearest", cmap="magma", vmin=0, vmax=vmax)
     ax.set_yticks(range(len(m.index)))
     ax.set_yticklabels([str(int(x)) for x in m.index])
     ax.set_xlabel("collective (seq)")
     ax.set_ylabel("rank")
-    ax.set_title(f"arrival skew on communicator {int(comm):016x}: GPU start after the first rank (us)")
+    ax.set_title(
+        f"arrival skew on communicator {int(comm):016x}: GPU start after the first rank (us, colour scale to the 99th percentile)",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=ax)
