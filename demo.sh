@@ -33,4 +33,6 @@ fi
 echo
 "$zcta" summary "$out/$run_id"
 echo
+"$zcta" report "$out/$run_id"
+echo
 echo "DuckDB: select op, count(*), sum(bytes) from read_parquet('$out/$run_id/ops/**/*.parquet') group by op;"
