@@ -124,6 +124,50 @@ pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
     Ok(data)
 }
 
+/// Streams every complete file of `table`, a batch at a time and only `columns`, into
+/// `f`: memory stays bounded by one batch. The result lists the files read, those
+/// skipped (a file that breaks off part-way is listed too; its earlier batches were
+/// used) and the pending logs; its `batches` stay empty.
+pub fn for_each_batch(
+    run_dir: &Path,
+    table: &str,
+    columns: &[&str],
+    mut f: impl FnMut(&RecordBatch),
+) -> Result<TableData, ReadError> {
+    check_run_dir(run_dir)?;
+    let schema = tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
+    let (files, pending_logs) = list_table(run_dir, table)?;
+    let mut data = TableData {
+        pending_logs,
+        ..TableData::default()
+    };
+    for path in files {
+        match stream_file(&path, &schema, columns, 64 * 1024) {
+            Ok(batches) => {
+                let mut broke = None;
+                for b in batches {
+                    match b {
+                        Ok(b) => f(&b),
+                        Err(reason) => {
+                            broke = Some(reason);
+                            break;
+                        }
+                    }
+                }
+                match broke {
+                    None => data.files.push(path),
+                    Some(reason) => data.skipped.push(Skipped {
+                        path,
+                        reason: format!("{reason} (rows before it were used)"),
+                    }),
+                }
+            }
+            Err(reason) => data.skipped.push(Skipped { path, reason }),
+        }
+    }
+    Ok(data)
+}
+
 /// Batches of one Parquet file of a table, only the `columns` asked for (a column the
 /// file lacks, from an older schema version, reads as NULL), `batch_rows` at a time:
 /// memory stays bounded whatever the file's size. Opening errors, and a decoder error

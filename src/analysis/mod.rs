@@ -108,15 +108,20 @@ pub struct Run {
     pub pending_logs: usize,
 }
 
+/// Index of host name `h` in `hosts`, added when new.
+pub(crate) fn intern(hosts: &mut Vec<String>, h: &str) -> usize {
+    match hosts.iter().position(|x| x == h) {
+        Some(i) => i,
+        None => {
+            hosts.push(h.to_owned());
+            hosts.len() - 1
+        }
+    }
+}
+
 impl Run {
     fn host(&mut self, h: &str) -> usize {
-        match self.hosts.iter().position(|x| x == h) {
-            Some(i) => i,
-            None => {
-                self.hosts.push(h.to_owned());
-                self.hosts.len() - 1
-            }
-        }
+        intern(&mut self.hosts, h)
     }
 }
 
@@ -207,79 +212,109 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
             });
         }
     }
-    let gpu = reader::read_table(run_dir, "gpu")?;
+    // The gpu and proxy tables can be as long as ops: streamed, only what is kept.
+    let mut copies = ProxyCopies::default();
+    let mut hosts = std::mem::take(&mut run.hosts);
+    let gpu = reader::for_each_batch(
+        run_dir,
+        "gpu",
+        &[
+            "host",
+            "pid",
+            "attribution",
+            "start_ns",
+            "end_ns",
+            "op_id",
+            "group_id",
+        ],
+        |b| {
+            let (Some(host), Some(pid), Some(how), Some(s), Some(e)) = (
+                col::<StringArray>(b, "host"),
+                col::<Int32Array>(b, "pid"),
+                col::<StringArray>(b, "attribution"),
+                col::<Int64Array>(b, "start_ns"),
+                col::<Int64Array>(b, "end_ns"),
+            ) else {
+                return;
+            };
+            for r in 0..b.num_rows() {
+                if how.value(r) != "proxy_window" {
+                    continue;
+                }
+                let key = match (
+                    opt_u64(col::<UInt64Array>(b, "op_id"), r),
+                    opt_u64(col::<UInt64Array>(b, "group_id"), r),
+                ) {
+                    (_, Some(g)) => crate::gpu::GROUP_BIT | g,
+                    (Some(op), None) => op,
+                    (None, None) => continue,
+                };
+                let h = intern(&mut hosts, host.value(r));
+                copies
+                    .entry((h, pid.value(r), key))
+                    .or_default()
+                    .push((s.value(r), e.value(r)));
+            }
+        },
+    )?;
+    let mut steps = ProxyCopies::default();
+    let px = reader::for_each_batch(
+        run_dir,
+        "proxy",
+        &[
+            "host",
+            "pid",
+            "event",
+            "op_id",
+            "stop_ns",
+            "send_wait_ns",
+            "recv_wait_ns",
+            "recv_flush_wait_ns",
+            "recv_gpu_wait_ns",
+        ],
+        |b| {
+            let (Some(host), Some(pid), Some(ev)) = (
+                col::<StringArray>(b, "host"),
+                col::<Int32Array>(b, "pid"),
+                col::<StringArray>(b, "event"),
+            ) else {
+                return;
+            };
+            let l = |n: &str, r: usize| {
+                col::<Int64Array>(b, n)
+                    .filter(|a| !a.is_null(r))
+                    .map(|a| a.value(r))
+            };
+            for r in 0..b.num_rows() {
+                if ev.value(r) != "ProxyStep" {
+                    continue;
+                }
+                let Some(op) = opt_u64(col::<UInt64Array>(b, "op_id"), r) else {
+                    continue;
+                };
+                let stop = l("stop_ns", r);
+                let mut spans = Vec::new();
+                if let (Some(s), Some(e)) = (l("send_wait_ns", r), stop) {
+                    spans.push((s, e));
+                }
+                if let Some(s) = l("recv_wait_ns", r)
+                    && let Some(e) = l("recv_flush_wait_ns", r).or(l("recv_gpu_wait_ns", r)).or(stop)
+                {
+                    spans.push((s, e));
+                }
+                if spans.is_empty() {
+                    continue;
+                }
+                let h = intern(&mut hosts, host.value(r));
+                steps.entry((h, pid.value(r), op)).or_default().extend(spans);
+            }
+        },
+    )?;
+    run.hosts = hosts;
+    run.proxy_copies = copies;
+    run.proxy_steps = steps;
     note(&mut run, &gpu);
-    for b in &gpu.batches {
-        let (Some(host), Some(pid), Some(how), Some(s), Some(e)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "attribution"),
-            col::<Int64Array>(b, "start_ns"),
-            col::<Int64Array>(b, "end_ns"),
-        ) else {
-            continue;
-        };
-        for r in 0..b.num_rows() {
-            if how.value(r) != "proxy_window" {
-                continue;
-            }
-            let key = match (
-                opt_u64(col::<UInt64Array>(b, "op_id"), r),
-                opt_u64(col::<UInt64Array>(b, "group_id"), r),
-            ) {
-                (_, Some(g)) => crate::gpu::GROUP_BIT | g,
-                (Some(op), None) => op,
-                (None, None) => continue,
-            };
-            let h = run.host(host.value(r));
-            run.proxy_copies
-                .entry((h, pid.value(r), key))
-                .or_default()
-                .push((s.value(r), e.value(r)));
-        }
-    }
-    let px = reader::read_table(run_dir, "proxy")?;
     note(&mut run, &px);
-    for b in &px.batches {
-        let (Some(host), Some(pid), Some(ev)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "event"),
-        ) else {
-            continue;
-        };
-        let l = |n: &str, r: usize| {
-            col::<Int64Array>(b, n)
-                .filter(|a| !a.is_null(r))
-                .map(|a| a.value(r))
-        };
-        for r in 0..b.num_rows() {
-            if ev.value(r) != "ProxyStep" {
-                continue;
-            }
-            let Some(op) = opt_u64(col::<UInt64Array>(b, "op_id"), r) else {
-                continue;
-            };
-            let stop = l("stop_ns", r);
-            let mut spans = Vec::new();
-            if let (Some(s), Some(e)) = (l("send_wait_ns", r), stop) {
-                spans.push((s, e));
-            }
-            if let Some(s) = l("recv_wait_ns", r)
-                && let Some(e) = l("recv_flush_wait_ns", r).or(l("recv_gpu_wait_ns", r)).or(stop)
-            {
-                spans.push((s, e));
-            }
-            if spans.is_empty() {
-                continue;
-            }
-            let h = run.host(host.value(r));
-            run.proxy_steps
-                .entry((h, pid.value(r), op))
-                .or_default()
-                .extend(spans);
-        }
-    }
     let nc = reader::read_table(run_dir, "nccl_comms")?;
     note(&mut run, &nc);
     for b in &nc.batches {

@@ -220,14 +220,7 @@ impl Stream {
         let host = match &self.last_host {
             Some((n, i)) if n == host_name => *i,
             _ => {
-                let mut h = hosts.lock().unwrap_or_else(|p| p.into_inner());
-                let i = match h.iter().position(|x| x == host_name) {
-                    Some(i) => i,
-                    None => {
-                        h.push(host_name.to_owned());
-                        h.len() - 1
-                    }
-                };
+                let i = super::intern(&mut hosts.lock().unwrap_or_else(|p| p.into_inner()), host_name);
                 self.last_host = Some((host_name.to_owned(), i));
                 i
             }
