@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use zcta::gpu::{Engine, OpGpu, OpRow};
 use zcta::nccl::OpKind;
 use zcta::record::OpRecord;
-use zcta::sink::{DatasetWriter, SinkPolicy, write_parquet_file};
-use zcta::tables::{Ctx, OpsTable, ProcessRow, ProcessTable, RowBuilder, Table};
+use zcta::sink::{DatasetWriter, SinkPolicy, write_process_file};
+use zcta::tables::{Ctx, OpsTable, ProcessRow};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -103,12 +103,7 @@ fn main() {
                     cupti: "on".into(),
                     ..ProcessRow::default()
                 };
-                let mut b = <ProcessTable as Table>::Builder::default();
-                b.append(&row, &ctx);
-                let batch = b.finish(&ProcessTable::schema()).expect("batch");
-                let p = dir.join("process").join(format!("{prefix}.parquet"));
-                std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-                write_parquet_file::<ProcessTable>(&p, &[batch]).expect("process row");
+                write_process_file(&dir, &prefix, &row, &ctx).expect("process row");
             });
         }
     });

@@ -554,10 +554,7 @@ impl Writer {
     }
 
     fn process_final_path(&self) -> PathBuf {
-        self.info
-            .run_dir
-            .join(ProcessTable::NAME)
-            .join(format!("{}.parquet", self.info.prefix))
+        process_file(&self.info.run_dir, &self.info.prefix)
     }
 
     /// Logs the `process` row (end_reason "running") so a killed process still
@@ -715,9 +712,7 @@ impl Writer {
                 row.ops_without_gpu = Some(s.ops_without_gpu);
             }
         }
-        let final_path = self.process_final_path();
-        let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&final_path, e))?;
-        write_parquet_file::<ProcessTable>(&final_path, &[batch])?;
+        write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx)?;
         if let Some((wal, log)) = self.process_wal.take() {
             drop(log);
             fs::remove_file(&wal).map_err(|e| SinkError::io(&wal, e))?;
@@ -757,6 +752,25 @@ impl Writer {
             &mut self.nccl_comms,
         ]
     }
+}
+
+/// `run_dir/process/<prefix>.parquet`: the final file of a process's `process` row.
+pub fn process_file(run_dir: &Path, prefix: &str) -> PathBuf {
+    run_dir.join(ProcessTable::NAME).join(format!("{prefix}.parquet"))
+}
+
+/// Writes a process's final `process` row (creating the table's directory).
+pub fn write_process_file(
+    run_dir: &Path,
+    prefix: &str,
+    row: &ProcessRow,
+    ctx: &Ctx,
+) -> Result<(), SinkError> {
+    let path = process_file(run_dir, prefix);
+    let dir = path.parent().expect("has parent");
+    fs::create_dir_all(dir).map_err(|e| SinkError::io(dir, e))?;
+    let batch = process_batch(row, ctx).map_err(|e| SinkError::arrow(&path, e))?;
+    write_parquet_file::<ProcessTable>(&path, &[batch])
 }
 
 fn process_batch(row: &ProcessRow, ctx: &Ctx) -> Result<RecordBatch, arrow_schema::ArrowError> {

@@ -8,8 +8,8 @@ use std::process::Command;
 use zcta::gpu::{Engine, OpGpu, OpRow};
 use zcta::nccl::OpKind;
 use zcta::record::OpRecord;
-use zcta::sink::{DatasetWriter, SinkPolicy, write_parquet_file};
-use zcta::tables::{Ctx, OpsTable, ProcessRow, ProcessTable, RowBuilder, Table};
+use zcta::sink::{DatasetWriter, SinkPolicy, write_process_file};
+use zcta::tables::{Ctx, OpsTable, ProcessRow};
 
 const US: i64 = 1_000;
 /// Host B's clock runs 3 ms ahead of host A's.
@@ -150,12 +150,7 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine) {
             cupti: "on".into(),
             ..ProcessRow::default()
         };
-        let mut b = <ProcessTable as Table>::Builder::default();
-        b.append(&row, &ctx);
-        let batch = b.finish(&ProcessTable::schema()).unwrap();
-        let p = dir.join("process").join(format!("{prefix}.parquet"));
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        write_parquet_file::<ProcessTable>(&p, &[batch]).unwrap();
+        write_process_file(dir, &prefix, &row, &ctx).unwrap();
     }
 }
 
