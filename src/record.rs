@@ -199,6 +199,51 @@ pub struct ProxyRecord {
     pub tid: i32,
 }
 
+impl ProxyRecord {
+    /// A record with every optional field NULL (not known).
+    pub fn new(
+        kind: ProxyKind,
+        op_id: Option<u64>,
+        comm_hash: Option<u64>,
+        rank: Option<i32>,
+        start_ns: i64,
+        stop_ns: Option<i64>,
+        tid: i32,
+    ) -> Self {
+        ProxyRecord {
+            kind,
+            op_id,
+            comm_hash,
+            rank,
+            pid: None,
+            channel: None,
+            peer: None,
+            n_steps: None,
+            chunk_size: None,
+            is_send: None,
+            step: None,
+            start_ns,
+            stop_ns,
+            in_progress_ns: None,
+            send_gpu_wait_ns: None,
+            send_peer_wait_ns: None,
+            send_wait_ns: None,
+            recv_wait_ns: None,
+            recv_flush_wait_ns: None,
+            recv_gpu_wait_ns: None,
+            trans_size: None,
+            ctrl_first_state: None,
+            ctrl_first_ns: None,
+            ctrl_last_state: None,
+            ctrl_last_ns: None,
+            appended_ops: None,
+            gpu_timer_start: None,
+            gpu_timer_stop: None,
+            tid,
+        }
+    }
+}
+
 /// A communicator as NCCL's profiler plugin saw it (row of `nccl_comms`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NcclCommRecord {

@@ -420,35 +420,20 @@ fn network_waits_are_the_proxy_phase() {
             let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US + r.skew;
             // A send step waiting on the network from 60 to 160 µs into the op.
             let row = ProxyRecord {
-                kind: ProxyKind::Step,
-                op_id: Some(k + 1),
-                comm_hash: Some(1),
-                rank: Some(r.rank),
-                pid: None,
                 channel: Some(0),
-                peer: None,
-                n_steps: None,
-                chunk_size: None,
-                is_send: None,
                 step: Some(0),
-                start_ns: t0 + 55 * US,
-                stop_ns: Some(t0 + 160 * US),
-                in_progress_ns: None,
                 send_gpu_wait_ns: Some(t0 + 55 * US),
-                send_peer_wait_ns: None,
                 send_wait_ns: Some(t0 + 60 * US),
-                recv_wait_ns: None,
-                recv_flush_wait_ns: None,
-                recv_gpu_wait_ns: None,
                 trans_size: Some(1 << 20),
-                ctrl_first_state: None,
-                ctrl_first_ns: None,
-                ctrl_last_state: None,
-                ctrl_last_ns: None,
-                appended_ops: None,
-                gpu_timer_start: None,
-                gpu_timer_stop: None,
-                tid: 1,
+                ..ProxyRecord::new(
+                    ProxyKind::Step,
+                    Some(k + 1),
+                    Some(1),
+                    Some(r.rank),
+                    t0 + 55 * US,
+                    Some(t0 + 160 * US),
+                    1,
+                )
             };
             w.append(&row, &ctx).unwrap();
         }

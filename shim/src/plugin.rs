@@ -537,7 +537,15 @@ fn read_claimed(s: &Slot) -> Option<PluginEvent> {
                 K_KERNEL_CH => ProxyKind::KernelCh,
                 _ => ProxyKind::Ctrl,
             };
-            let mut r = empty_proxy(proxy_kind, op_id, comm_hash, rank, start_ns, stop_ns);
+            let mut r = ProxyRecord::new(
+                proxy_kind,
+                op_id,
+                comm_hash,
+                rank,
+                start_ns,
+                Some(stop_ns),
+                ffi::sys::gettid(),
+            );
             match proxy_kind {
                 ProxyKind::Op => {
                     r.pid = Some(p(P_SEQ) as u32 as i32);
@@ -581,47 +589,6 @@ fn read_claimed(s: &Slot) -> Option<PluginEvent> {
         _ => return None, // API events: links only, no rows
     };
     Some(ev)
-}
-
-fn empty_proxy(
-    kind: ProxyKind,
-    op_id: Option<u64>,
-    comm_hash: Option<u64>,
-    rank: Option<i32>,
-    start_ns: i64,
-    stop_ns: i64,
-) -> ProxyRecord {
-    ProxyRecord {
-        kind,
-        op_id,
-        comm_hash,
-        rank,
-        pid: None,
-        channel: None,
-        peer: None,
-        n_steps: None,
-        chunk_size: None,
-        is_send: None,
-        step: None,
-        start_ns,
-        stop_ns: Some(stop_ns),
-        in_progress_ns: None,
-        send_gpu_wait_ns: None,
-        send_peer_wait_ns: None,
-        send_wait_ns: None,
-        recv_wait_ns: None,
-        recv_flush_wait_ns: None,
-        recv_gpu_wait_ns: None,
-        trans_size: None,
-        ctrl_first_state: None,
-        ctrl_first_ns: None,
-        ctrl_last_state: None,
-        ctrl_last_ns: None,
-        appended_ops: None,
-        gpu_timer_start: None,
-        gpu_timer_stop: None,
-        tid: ffi::sys::gettid(),
-    }
 }
 
 #[cfg(test)]
