@@ -8,6 +8,7 @@ use anyhow::Context;
 use arrow_array::{Array, Int32Array, StringArray, UInt64Array};
 use clap::{Parser, Subcommand};
 
+use zcta::analysis::median;
 use zcta::reader::{self, TableData};
 use zcta::recover::{LogOutcome, recover_run};
 use zcta::tables;
@@ -482,14 +483,6 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
     for ((func, algo, proto, ch), n) in mix {
         println!("    {func:<14} {algo:<10} {proto:<7} {ch:>3} channels  {n:>8} events");
     }
-}
-
-fn median(v: &mut [i64]) -> Option<i64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_unstable();
-    Some(v[v.len() / 2])
 }
 
 /// The GPU side (CUPTI): whether capture ran in each process, and per op which

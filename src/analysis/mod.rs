@@ -108,6 +108,13 @@ pub struct Run {
     pub pending_logs: usize,
 }
 
+/// Median of `v` (the upper one of the two middle values), `None` when empty.
+/// Sorts `v`.
+pub fn median(v: &mut [i64]) -> Option<i64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
 /// Index of host name `h` in `hosts`, added when new.
 pub(crate) fn intern(hosts: &mut Vec<String>, h: &str) -> usize {
     match hosts.iter().position(|x| x == h) {
@@ -343,7 +350,6 @@ pub struct ScanStats {
     pub stragglers: Vec<Straggler>,
     /// Collectives/pairs whose ranks were not all in the run directory.
     pub incomplete: u64,
-    pub ops: u64,
 }
 
 /// Rows read to estimate host clocks (the first ones in time order; one offset per
@@ -448,7 +454,6 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                     &copies,
                     plugin.contains(&(o.host, o.pid)).then_some(&steps),
                 );
-                stats.ops += 1;
                 let host = names.get(o.host).map_or("", |n| &**n);
                 visit(o, &p, host);
             }
@@ -463,8 +468,8 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
             let mut last: Vec<(i32, u64, i64)> = by
                 .into_iter()
                 .map(|(r, (c, mut w))| {
-                    w.sort_unstable();
-                    (r, c, w[w.len() / 2])
+                    // A rank is here only once it was last with a wait: w has one.
+                    (r, c, median(&mut w).unwrap_or(0))
                 })
                 .collect();
             last.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
