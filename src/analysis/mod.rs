@@ -508,38 +508,35 @@ fn phases_of(
     copies: &ProxyCopies,
     steps: Option<&ProxyCopies>,
 ) -> Phases {
-    let memcpy = match (o.engine, o.gpu_start, o.gpu_end) {
-        (None, ..) => None,
-        (Some("copy_engine"), ..) => Some(0), // the copies are the transfer
-        (Some(_), Some(s), Some(e)) => {
-            let b = last_start.map_or(s, |l| l.clamp(s, e.max(s)));
-            let key = o.group_id.map_or(o.op_id, |g| crate::gpu::GROUP_BIT | g);
-            match copies.get(&(o.host, o.pid, key)) {
-                Some(spans) => Some(phases::covered(&mut spans.clone(), b, e)),
-                None => Some(0),
-            }
-        }
-        (Some(_), ..) => Some(0),
-    };
-    let proxy = match (o.gpu_start, o.gpu_end, steps) {
-        (Some(s), Some(e), Some(steps)) => {
-            let b = last_start.map_or(s, |l| l.clamp(s, e.max(s)));
-            Some(match steps.get(&(o.host, o.pid, o.op_id)) {
-                Some(spans) => phases::covered(&mut spans.clone(), b, e),
-                None => 0,
-            })
-        }
-        _ => None,
-    };
-    phases::split(&Cuts {
-        proxy,
+    let mut cuts = Cuts {
         api_start: o.api_start,
         launch: o.launch,
         gpu_start: o.gpu_start,
         gpu_end: o.gpu_end,
         last_start,
-        memcpy,
-    })
+        memcpy: None,
+        proxy: None,
+    };
+    // Copies and proxy steps are measured over what follows the barrier.
+    let rest = phases::gpu_cuts(&cuts).and_then(|(_, b, e)| Some((b?, e)));
+    let covered = |spans: Option<&Vec<(i64, i64)>>, (b, e): (i64, i64)| {
+        spans.map_or(0, |v| phases::covered(&mut v.clone(), b, e))
+    };
+    cuts.memcpy = match o.engine {
+        None => None,
+        Some("copy_engine") => Some(0), // the copies are the transfer
+        Some(_) => {
+            let key = o.group_id.map_or(o.op_id, |g| crate::gpu::GROUP_BIT | g);
+            Some(rest.map_or(0, |r| covered(copies.get(&(o.host, o.pid, key)), r)))
+        }
+    };
+    cuts.proxy = match (o.gpu_start, o.gpu_end, steps) {
+        (Some(_), Some(_), Some(steps)) => {
+            Some(rest.map_or(0, |r| covered(steps.get(&(o.host, o.pid, o.op_id)), r)))
+        }
+        _ => None,
+    };
+    phases::split(&cuts)
 }
 
 /// Writes the `phases` table of the run (`RUN/phases/`), replacing an earlier one.

@@ -71,14 +71,21 @@ impl Phases {
 }
 
 /// Splits one op's window (see the module docs).
+/// The GPU cut points as [`split`] uses them, each clamped into the window after the
+/// previous one: (gpu_start, barrier end, gpu_end). `None` without GPU times; the
+/// barrier end is `None` without the last rank's start.
+pub fn gpu_cuts(c: &Cuts) -> Option<(i64, Option<i64>, i64)> {
+    let (s, e) = (c.gpu_start?, c.gpu_end?);
+    let e = e.max(c.api_start);
+    let s = s.clamp(c.api_start, e);
+    Some((s, c.last_start.map(|l| l.clamp(s, e)), e))
+}
+
 pub fn split(c: &Cuts) -> Phases {
-    let (Some(s), Some(e)) = (c.gpu_start, c.gpu_end) else {
+    let Some((s, rest_start, e)) = gpu_cuts(c) else {
         return Phases::default();
     };
     let a = c.api_start;
-    let e = e.max(a);
-    let clamp = |v: i64, lo: i64| v.clamp(lo, e);
-    let s = clamp(s, a);
     let mut p = Phases {
         window: Some(e - a),
         ..Phases::default()
@@ -93,14 +100,7 @@ pub fn split(c: &Cuts) -> Phases {
         None => p.unresolved += s - a,
     }
     // barrier | rest, cut at the last rank's start.
-    let rest_start = match c.last_start {
-        Some(last) => {
-            let b = clamp(last, s);
-            p.barrier = Some(b - s);
-            Some(b)
-        }
-        None => None,
-    };
+    p.barrier = rest_start.map(|b| b - s);
     // The rest: memcpy first, then proxy, transfer is what remains.
     match (rest_start, c.memcpy, c.proxy) {
         (Some(b), Some(m), Some(x)) => {
