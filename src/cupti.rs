@@ -36,6 +36,34 @@ pub mod kind {
 /// callback API instead, for the few calls below only.
 pub const ENABLED_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
 
+/// `ZCTA_CUPTI_KINDS` (a developer's knob for measuring what each kind costs): the
+/// activity kinds to enable, a comma-separated subset of `kernel`, `memcpy`, `memcpy2`,
+/// `memset`, or `none`. Anything else is an error (then the default set is used).
+pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let k = match name.to_ascii_lowercase().as_str() {
+            "kernel" => kind::CONCURRENT_KERNEL,
+            "memcpy" => kind::MEMCPY,
+            "memcpy2" => kind::MEMCPY2,
+            "memset" => kind::MEMSET,
+            _ => {
+                return Err(format!(
+                    "unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, none)"
+                ));
+            }
+        };
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    Ok(out)
+}
+
 /// Driver API calls zcta takes a callback on: the kernel launches NCCL uses, and the
 /// stream memory operations (flag syncs) of its copy-engine collectives, which have no
 /// GPU activity record of their own.
@@ -477,5 +505,16 @@ mod tests {
         let mut b = vec![0u8; 64];
         b[0] = 38;
         assert_eq!(decode(&b), None);
+    }
+
+    #[test]
+    fn kinds_knob() {
+        assert_eq!(parse_kinds("none").unwrap(), Vec::<u32>::new());
+        assert_eq!(
+            parse_kinds(" Kernel,memset,kernel ").unwrap(),
+            vec![kind::CONCURRENT_KERNEL, kind::MEMSET]
+        );
+        assert!(parse_kinds("kernel,api").unwrap_err().contains("\"api\""));
+        assert!(parse_kinds("").is_err());
     }
 }

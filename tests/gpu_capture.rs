@@ -392,6 +392,41 @@ fn perfetto_trace_is_valid_trace_event_json() {
     );
 }
 
+/// The developers' knobs that measure what each part of capture costs:
+/// `ZCTA_CUPTI_KINDS` and `ZCTA_CUPTI_CALLBACKS=0` change what is enabled, and the
+/// process row says so.
+#[test]
+fn developer_knobs_change_capture_and_say_so() {
+    // kernel records only: the op still joins its kernel; the program's kernels are foreign.
+    let run = Run::new("knobs");
+    let mut c = run.host(&["window"]);
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_CUPTI_KINDS", "kernel");
+    let out = c.output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 3);
+    assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
+    let p = process(&run);
+    assert_eq!(
+        p.u64("gpu_foreign"),
+        Some(2),
+        "the program's 2 kernels are dropped"
+    );
+    assert!(
+        p.req_str("cupti")
+            .starts_with("on (developer settings: kinds [10]"),
+        "{:?}",
+        p.str("cupti")
+    );
+    // No launch callbacks: no activity can be tied to an op.
+    let run = Run::new("knobs2");
+    let mut c = run.host(&["window"]);
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_CUPTI_CALLBACKS", "0");
+    assert!(c.output().unwrap().status.success());
+    assert!(run.rows("ops").iter().all(|o| o.str("engine") == Some("none")));
+    assert!(process(&run).req_str("cupti").contains("launch callbacks off"));
+}
+
 /// `zcta_set_recording(0)` pauses recording and GPU capture; calls are still
 /// forwarded; `zcta_set_recording(1)` resumes.
 #[test]
@@ -401,7 +436,16 @@ fn recording_can_be_paused_and_resumed() {
     c.env("HOST_CUPTI", cupti());
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
-    assert!(text(&out.stdout).contains("ok prev=1,0"), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("ok prev=1,0"), "{stdout}");
+    // CUPTI's launch callbacks are off while paused (they cost every launch), on again after.
+    let cb = stdout.split("cb=").nth(1).unwrap().trim();
+    let (paused, resumed) = cb.split_once(',').unwrap();
+    assert_eq!(paused, "0", "callbacks delivered while paused: {stdout}");
+    assert!(
+        resumed.parse::<i64>().unwrap() >= 3,
+        "callbacks after resuming: {stdout}"
+    );
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
     assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));

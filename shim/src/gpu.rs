@@ -12,7 +12,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use zcta::cupti::RawApi;
 use zcta::cupti::{self as cu, DRIVER_CBIDS, ENABLED_KINDS, RUNTIME_CBIDS};
@@ -78,12 +78,40 @@ pub fn active() -> bool {
     STATE.load(Ordering::Relaxed) == ACTIVE
 }
 
+/// What capture enables: the activity kinds and whether the launch callbacks are on.
+/// Both are fixed for the process; `ZCTA_CUPTI_KINDS` and `ZCTA_CUPTI_CALLBACKS=0`
+/// change them only to measure what each part costs (docs/dev/cupti.md): with fewer
+/// kinds some GPU work goes unseen, without callbacks no activity joins an op.
+struct Setup {
+    kinds: Vec<u32>,
+    callbacks: bool,
+}
+
+fn setup() -> &'static Setup {
+    static SETUP: OnceLock<Setup> = OnceLock::new();
+    SETUP.get_or_init(|| {
+        let kinds = match std::env::var("ZCTA_CUPTI_KINDS") {
+            Ok(v) => cu::parse_kinds(&v).unwrap_or_else(|e| {
+                warn_once(format_args!("ZCTA_CUPTI_KINDS: {e}; using the default kinds"));
+                ENABLED_KINDS.to_vec()
+            }),
+            Err(_) => ENABLED_KINDS.to_vec(),
+        };
+        let callbacks = !std::env::var("ZCTA_CUPTI_CALLBACKS").is_ok_and(|v| zcta::config::is_off(&v));
+        Setup { kinds, callbacks }
+    })
+}
+
 /// Pauses or resumes GPU capture with recording (`zcta_set_recording`): the activity
-/// kinds are disabled while paused, so CUPTI costs nothing then. Ops called while
-/// paused have no rows at all.
+/// kinds and the launch callbacks are disabled while paused, so CUPTI costs nothing
+/// then. Ops called while paused have no rows at all.
 pub fn pause(paused: bool) {
     if active() {
-        cupti::set_kinds(&ENABLED_KINDS, !paused);
+        let s = setup();
+        cupti::set_kinds(&s.kinds, !paused);
+        if s.callbacks {
+            cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, !paused);
+        }
     }
 }
 
@@ -195,19 +223,34 @@ fn try_start(enabled: bool) -> Result<(), String> {
         warn_once(format_args!("{why}; recording host-side only"));
         return Err(why);
     }
-    if let Err(e) = cupti::subscribe(&DRIVER_CBIDS, &RUNTIME_CBIDS) {
+    let s = setup();
+    let (driver, runtime): (&[u32], &[u32]) = if s.callbacks {
+        (&DRIVER_CBIDS, &RUNTIME_CBIDS)
+    } else {
+        (&[], &[])
+    };
+    if let Err(e) = cupti::subscribe(driver, runtime) {
         let why = format!("another CUPTI client holds CUPTI (Nsight, a debugger, a profiler): {e}");
         warn_once(format_args!("{why}; recording host-side only (GPU columns NULL)"));
         return Err(why);
     }
-    if let Err(e) = cupti::start(&ENABLED_KINDS) {
+    if let Err(e) = cupti::start(&s.kinds) {
         cupti::unsubscribe();
         warn_once(format_args!("cannot start CUPTI: {e}; recording host-side only"));
         return Err(e);
     }
     crate::ffi::process::register_gpu_atexit();
     set_status(|s| {
-        s.cupti = "on".into();
+        let st = setup();
+        s.cupti = if st.kinds == ENABLED_KINDS && st.callbacks {
+            "on".into()
+        } else {
+            format!(
+                "on (developer settings: kinds {:?}, launch callbacks {})",
+                st.kinds,
+                if st.callbacks { "on" } else { "off" }
+            )
+        };
         s.clock = Some("CLOCK_REALTIME".into());
         s.clock_offset_ns = Some(offset);
     });
@@ -217,7 +260,7 @@ fn try_start(enabled: bool) -> Result<(), String> {
 fn stop_for_foreign(what: &str) {
     // Our buffers go to our callback before the newcomer's replaces it.
     cupti::flush(true);
-    cupti::stop(&ENABLED_KINDS);
+    cupti::stop(&setup().kinds);
     STATE.store(OFF, Ordering::Release);
     let when = zcta::clock::now_ns();
     STOPPED_AT.store(when, Ordering::Release);

@@ -231,6 +231,23 @@ pub fn subscribe(driver_cbids: &[u32], runtime_cbids: &[u32]) -> Result<(), Stri
     Ok(())
 }
 
+/// Turns our callbacks on the listed calls on or off (pausing: a disabled callback
+/// costs the launch nothing).
+pub fn set_callbacks(driver_cbids: &[u32], runtime_cbids: &[u32], on: bool) {
+    let h = SUBSCRIBER.load(Ordering::Acquire);
+    if h.is_null() {
+        return;
+    }
+    if let Ok(a) = api() {
+        for (domain, ids) in [(DOMAIN_DRIVER, driver_cbids), (DOMAIN_RUNTIME, runtime_cbids)] {
+            for &c in ids {
+                // SAFETY: h is our live subscriber; plain call.
+                unsafe { (a.enable_callback)(u32::from(on), h, domain, c) };
+            }
+        }
+    }
+}
+
 /// Gives CUPTI's subscriber slot back (another client is taking over).
 pub fn unsubscribe() {
     let h = SUBSCRIBER.swap(std::ptr::null_mut(), Ordering::AcqRel);
