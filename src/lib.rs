@@ -8,7 +8,10 @@
 //!   segments) and the writer loop that drains the shim's bounded queue;
 //! - [`config`]: settings read from the environment, run-id derivation;
 //! - [`reader`]: reading a run directory back, tolerating leftovers;
-//! - [`recover`]: turning the write-ahead logs of a killed process into Parquet.
+//! - [`recover`]: turning the write-ahead logs of a killed process into Parquet;
+//! - [`launch`]: starting a program under the shim (`zcta run`, `zcta doctor --probe`);
+//! - `doctor` (feature `doctor`): which data path NCCL can take on this machine, why
+//!   not the faster one, and a probe run that checks it.
 //!
 //! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
 
@@ -16,8 +19,11 @@ pub mod analysis;
 pub mod clock;
 pub mod config;
 pub mod cupti;
+#[cfg(feature = "doctor")]
+pub mod doctor;
 pub mod gpu;
 pub mod hash;
+pub mod launch;
 pub mod nccl;
 pub mod reader;
 pub mod record;

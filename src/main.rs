@@ -9,6 +9,7 @@ use arrow_array::{Array, Int32Array, StringArray, UInt64Array};
 use clap::{Parser, Subcommand};
 
 use zcta::analysis::median;
+use zcta::launch;
 use zcta::reader::{self, TableData};
 use zcta::recover::{LogOutcome, recover_run};
 use zcta::tables;
@@ -97,25 +98,86 @@ enum Cmd {
     },
     /// Print the documentation of every table's columns (Markdown).
     Schema,
+    /// Which data path each NCCL collective can take on this machine (copy engine,
+    /// SM kernels over NVLink/PCIe P2P, SHM, NET), which conditions are met or
+    /// missing, and how to fix them; --probe checks it with a tiny real 2-GPU run.
+    #[command(after_help = zcta::doctor::EXIT_CODES_HELP)]
+    Doctor(DoctorArgs),
 }
 
-/// The shim to preload: `--shim`, `$ZCTA_SHIM`, or `libzcta_prof.so` next to this binary.
-fn find_shim(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let cand = arg
-        .or_else(|| std::env::var_os("ZCTA_SHIM").map(PathBuf::from))
-        .or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|e| e.parent().map(|d| d.join("libzcta_prof.so")))
-        });
-    match cand {
-        Some(p) if p.is_file() => Ok(std::fs::canonicalize(&p).unwrap_or(p)),
-        Some(p) => anyhow::bail!(
-            "{}: no such file (build it with `cargo build --release`, or pass --shim / set ZCTA_SHIM)",
-            p.display()
-        ),
-        None => anyhow::bail!("cannot tell where libzcta_prof.so is: pass --shim or set ZCTA_SHIM"),
+#[derive(clap::Args, Debug)]
+struct DoctorArgs {
+    /// One JSON document (facts, verdicts, probe) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Run a tiny 2-GPU NCCL exchange (torch.distributed.run) under the shim and
+    /// compare the path predicted with the engine seen.
+    #[arg(long)]
+    probe: bool,
+    /// Nodes the job will span (default: SLURM_JOB_NUM_NODES, WORLD_SIZE /
+    /// LOCAL_WORLD_SIZE, … from the environment, else 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    nodes: Option<u32>,
+    /// Python with torch (default: $ZCTA_PYTHON, else python3).
+    #[arg(long)]
+    python: Option<String>,
+    /// libzcta_prof.so for --probe (default: $ZCTA_SHIM, else next to this zcta).
+    #[arg(long)]
+    shim: Option<PathBuf>,
+    /// Longest time the probe may run, seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(5..=3600))]
+    probe_timeout: u64,
+    /// Keep the probe's script, log and run directory here.
+    #[arg(long)]
+    probe_dir: Option<PathBuf>,
+    /// Read the facts from this JSON file instead of the machine (tests).
+    #[arg(long, hide = true)]
+    facts: Option<PathBuf>,
+}
+
+/// `zcta doctor`: the report, and its exit status (see `EXIT_CODES_HELP`).
+fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
+    use zcta::doctor::{self, probe as dprobe, render};
+    let python = doctor::python_interpreter(a.python);
+    let facts = match a.facts {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+            let mut f: doctor::Facts = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a facts document", p.display()))?;
+            if let Some(n) = a.nodes {
+                f.nodes = doctor::facts::Nodes {
+                    count: n,
+                    source: "--nodes".into(),
+                };
+            }
+            f
+        }
+        None => doctor::gather_here(&python, a.nodes),
+    };
+    let report = doctor::verdicts(&facts);
+    let probe = a.probe.then(|| {
+        eprintln!("zcta doctor: running the probe (at most {} s)…", a.probe_timeout);
+        dprobe::run(
+            &facts,
+            &report,
+            &dprobe::ProbeOptions {
+                python: python.clone(),
+                shim: a.shim,
+                timeout: std::time::Duration::from_secs(a.probe_timeout),
+                dir: a.probe_dir,
+                mib: 16,
+            },
+        )
+    });
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&render::json(&facts, &report, probe.as_ref()))?
+        );
+    } else {
+        print!("{}", render::text(&facts, &report, probe.as_ref()));
     }
+    Ok(ExitCode::from(render::exit_code(&report, probe.as_ref())))
 }
 
 /// `zcta run`: the command's exit status (128 + signal when it was killed).
@@ -125,26 +187,17 @@ fn run_cmd(
     shim: Option<PathBuf>,
     cmd: &[std::ffi::OsString],
 ) -> anyhow::Result<ExitCode> {
-    let shim = find_shim(shim)?;
-    let id = run_id.unwrap_or_else(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        format!("run-{now}-{}", std::process::id())
-    });
-    let mut preload = shim.as_os_str().to_owned();
-    if let Some(prev) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
-        preload.push(":");
-        preload.push(prev);
-    }
+    let shim = launch::find_shim(shim).map_err(anyhow::Error::msg)?;
+    let id = run_id.unwrap_or_else(launch::default_run_id);
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let status = std::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
-        .env("LD_PRELOAD", preload)
-        .env("ZCTA_OUT", out)
-        .env("ZCTA_RUN_ID", &id)
-        .status()
-        .with_context(|| format!("cannot run {:?}", cmd[0]))?;
+    let status = launch::under_shim(
+        std::process::Command::new(&cmd[0]).args(&cmd[1..]),
+        &shim,
+        out,
+        &id,
+    )
+    .status()
+    .with_context(|| format!("cannot run {:?}", cmd[0]))?;
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
@@ -317,6 +370,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             shim,
             cmd,
         } => run_cmd(&out, run_id, shim, &cmd),
+        Cmd::Doctor(a) => doctor(a),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
                 println!("## `{t}`\n");
