@@ -19,40 +19,14 @@ import argparse
 import ctypes
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-SLEEP_CYCLES = 200_000  # ~100 us at H200 clocks: longer than NCCL's host-side enqueue
-
-
-def nccl():
-    """NCCL's API: the shim's exports when it is preloaded (so calls are recorded),
-    else the libnccl torch loaded."""
-    try:
-        lib = ctypes.CDLL(None)
-        lib.ncclCommWindowRegister  # noqa: B018 (probe)
-        return lib
-    except (OSError, AttributeError):
-        path = next(
-            line.split()[-1]
-            for line in open("/proc/self/maps")
-            if "libnccl.so" in line and "zcta" not in line
-        )
-        return ctypes.CDLL(path)
-
-
-def nccl_register(backend, tensors):
-    """ncclCommWindowRegister for each tensor."""
-    f = nccl().ncclCommWindowRegister
-    f.restype = ctypes.c_int
-    comm = ctypes.c_void_p(backend._comm_ptr())
-    for t in tensors:
-        win = ctypes.c_void_p()
-        rc = f(comm, ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.numel() * t.element_size()),
-               ctypes.byref(win), ctypes.c_int(1))
-        if rc != 0:
-            raise RuntimeError(f"ncclCommWindowRegister returned {rc}")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from nccl_bench import SLEEP_CYCLES, nccl, register_windows  # noqa: E402
 
 
 def main() -> None:
@@ -85,7 +59,7 @@ def main() -> None:
                     [("a", n1), ("b", n1), ("ag_in", n1), ("ag_out", n1 * world),
                      ("t_in", n16), ("t_out", n16)]}
         dist.barrier()
-        nccl_register(backend, list(bufs.values()))
+        register_windows(backend, list(bufs.values()))
         stream = torch.cuda.Stream(device=dev)
     else:
         bufs = {k: alloc(n) for k, n in

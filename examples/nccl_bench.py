@@ -1,0 +1,119 @@
+"""Shared pieces of the examples' NCCL timing loops (paths.py, stress.py) and the GPU
+tests: rank setup, buffers in NCCL symmetric windows (the copy-engine recipe of
+shared/REFERENCE.md), CUDA-event timing of one op at a time, and nccl-tests bandwidth.
+"""
+
+import ctypes
+import math
+import os
+import statistics
+
+import torch
+import torch.distributed as dist
+
+# A GPU sleep before the start event keeps the GPU busy while the host enqueues the op,
+# so the events time the GPU's work, not the host's enqueue (~100 us at H200 clocks).
+SLEEP_CYCLES = 200_000
+
+# nccl-tests bus-bandwidth factors, n = ranks.
+BUSBW = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def setup():
+    """init_process_group on this rank's GPU; returns (rank, world, device)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+    return rank, world, dev
+
+
+def nccl():
+    """NCCL's API: the shim's exports when it is preloaded (so calls are recorded),
+    else the libnccl this process mapped (torch's)."""
+    try:
+        lib = ctypes.CDLL(None)
+        lib.ncclCommWindowRegister  # noqa: B018 (probe)
+        return lib
+    except (OSError, AttributeError):
+        with open("/proc/self/maps") as maps:
+            path = next(line.split()[-1] for line in maps
+                        if "libnccl.so" in line and "zcta" not in line)
+        return ctypes.CDLL(path)
+
+
+def register_windows(backend, tensors):
+    """ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC) for each tensor."""
+    f = nccl().ncclCommWindowRegister
+    f.restype = ctypes.c_int
+    comm = ctypes.c_void_p(backend._comm_ptr())
+    for t in tensors:
+        win = ctypes.c_void_p()
+        rc = f(comm, ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.numel() * t.element_size()),
+               ctypes.byref(win), ctypes.c_int(1))
+        if rc != 0:
+            raise RuntimeError(f"ncclCommWindowRegister returned {rc}")
+
+
+def buffers(dev, sizes, symmetric):
+    """float32 tensors of the given element counts (a dict name -> count). With
+    `symmetric`, allocated from NCCL's allocator and registered as symmetric windows
+    (the copy-engine path needs both), after a barrier so every rank registers."""
+    if not symmetric:
+        return {k: torch.empty(n, device=dev) for k, n in sizes.items()}
+    backend = dist.group.WORLD._get_backend(dev)
+    with torch.cuda.use_mem_pool(torch.cuda.MemPool(backend.mem_allocator)):
+        bufs = {k: torch.empty(n, device=dev) for k, n in sizes.items()}
+    dist.barrier()
+    register_windows(backend, list(bufs.values()))
+    return bufs
+
+
+def time_op(fn, stream, iters, warmup=3):
+    """GPU time of `fn` (one collective on `stream`) per call, in microseconds, each
+    call between its own pair of CUDA events."""
+    for _ in range(warmup):
+        fn()
+    events = []
+    for _ in range(iters):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
+        e0.record(stream)
+        fn()
+        e1.record(stream)
+        events.append((e0, e1))
+    torch.cuda.synchronize()
+    return [e0.elapsed_time(e1) * 1e3 for e0, e1 in events]
+
+
+def stats(us):
+    """median, p99, mean, standard deviation, min, max of a list of times (us)."""
+    s = sorted(us)
+    p99 = s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+    return {"median": statistics.median(s), "p99": p99, "mean": statistics.fmean(s),
+            "std": statistics.pstdev(s), "min": s[0], "max": s[-1], "n": len(s)}
+
+
+def busbw_gbs(op, nbytes, us, world):
+    """nccl-tests bus bandwidth, GB/s (1e9 bytes), of an op moving `nbytes` in `us`."""
+    return nbytes / (us * 1e-6) / 1e9 * BUSBW[op](world)
+
+
+def fmt_bytes(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def parse_size(text):
+    """'1M', '16MiB', '1G', '4096' -> bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return int(t[:-1] if mult > 1 else t) * mult
