@@ -11,7 +11,9 @@
 //! - [`recover`]: turning the write-ahead logs of a killed process into Parquet;
 //! - [`launch`]: starting a program under the shim (`zcta run`, `zcta doctor --probe`);
 //! - `doctor` (feature `doctor`): which data path NCCL can take on this machine, why
-//!   not the faster one, and a probe run that checks it.
+//!   not the faster one, and a probe run that checks it;
+//! - [`analysis`]: the phase model, cross-rank join, `zcta report`/`diff`/`export`;
+//! - [`synth`]: synthetic run directories for benchmarks and scale tests.
 //!
 //! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
 
@@ -29,6 +31,7 @@ pub mod reader;
 pub mod record;
 pub mod recover;
 pub mod sink;
+pub mod synth;
 pub mod tables;
 
 /// Prints one `zcta: ...` line on stderr. Never panics (unlike `eprintln!`, which
