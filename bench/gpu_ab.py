@@ -4,11 +4,13 @@
 
 The same two processes alternate blocks with recording on and off
 (`zcta_set_recording`, exported by the shim: off = calls forwarded, nothing recorded,
-CUPTI's activity kinds disabled), so machine and start-up variance cancel out. What
+CUPTI's activity kinds and launch callbacks disabled), so machine and start-up variance cancel out. What
 it cannot switch off is NCCL's own cost of having the profiler plugin loaded (the
 plugin's callbacks return at once while paused); compare `ZCTA_NCCL_PLUGIN=0` runs
 for that. Rank 0 prints one line per measurement: median of the "on" blocks, of the
-"off" blocks, their ratio and a 95 % bootstrap interval of the ratio.
+"off" blocks, their ratio with a 95 % bootstrap interval, and the median of the
+paired ratios (each "on" block over its neighbouring "off" block, which cancels slow
+drift) with its interval.
 """
 
 import argparse
@@ -16,13 +18,19 @@ import ctypes
 import os
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import train  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--blocks", type=int, default=20, help="blocks per setting")
+ap.add_argument("--only", help="comma-separated subset: train, allreduce, a2a1, a2a128")
 args = ap.parse_args()
 
 rank = int(os.environ["RANK"])
@@ -39,7 +47,7 @@ a1, b1 = torch.randn((1 << 20) // 4, device=dev), torch.empty((1 << 20) // 4, de
 a128, b128 = torch.randn((128 << 20) // 4, device=dev), torch.empty((128 << 20) // 4, device=dev)
 
 
-def host_loop(n=500):
+def host_loop(n=2000):
     t = time.perf_counter()
     for _ in range(n):
         dist.all_reduce(small)
@@ -55,14 +63,32 @@ def a2a_loop(a, b, n):
     return (time.perf_counter() - t) / n * 1e6
 
 
+model = train.Model(train.parse_args([]), int(os.environ["WORLD_SIZE"]), rank, dev)
+
+
+def train_steps(n=10):
+    t = time.perf_counter()
+    for _ in range(n):
+        model.step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e3
+
+
 tests = {
-    "8-byte all_reduce, us/call": host_loop,
-    "1 MiB all_to_all, us/op": lambda: a2a_loop(a1, b1, 200),
-    "128 MiB all_to_all, us/op": lambda: a2a_loop(a128, b128, 10),
+    "train": ("examples/train.py step, ms", train_steps),
+    "allreduce": ("8-byte all_reduce, us/call", host_loop),
+    "a2a1": ("1 MiB all_to_all, us/op", lambda: a2a_loop(a1, b1, 1000)),
+    "a2a128": ("128 MiB all_to_all, us/op", lambda: a2a_loop(a128, b128, 40)),
 }
-for fn in tests.values():  # warm-up, recording on
+if args.only:
+    tests = {k: v for k, v in tests.items() if k in args.only.split(",")}
+tests = dict(tests.values())
+for _ in range(10):  # warm-up, recording on
+    model.step()
+for fn in tests.values():
     fn()
 res = {name: {True: [], False: []} for name in tests}
+pairs = {name: [] for name in tests}  # (on, off) of blocks 2k and 2k+1: neighbours in time
 for blk in range(2 * args.blocks):
     on = blk % 2 == 0 if (blk // 2) % 2 == 0 else blk % 2 == 1  # ABBA order
     torch.cuda.synchronize()
@@ -70,23 +96,31 @@ for blk in range(2 * args.blocks):
     set_recording(1 if on else 0)
     for name, fn in tests.items():
         res[name][on].append(fn())
+        if blk % 2 == 1:
+            pairs[name].append(res[name][True][-1] / res[name][False][-1])
 set_recording(1)
 
 
-def ci(on, off, reps=2000):
+def ci(stat, samples, reps=2000):
+    """95 % bootstrap interval of stat(resampled samples...)."""
     rng = random.Random(7)
-    r = []
-    for _ in range(reps):
-        r.append(statistics.median(rng.choices(on, k=len(on))) / statistics.median(rng.choices(off, k=len(off))))
-    r.sort()
+    r = sorted(stat(*[rng.choices(x, k=len(x)) for x in samples]) for _ in range(reps))
     return r[int(0.025 * reps)], r[int(0.975 * reps)]
 
 
+def ratio_of_medians(on, off):
+    return statistics.median(on) / statistics.median(off)
+
+
 if rank == 0:
-    print(f"{'measurement':28} {'on (median)':>12} {'off (median)':>13} {'ratio':>7}  95% CI")
+    print(f"{'measurement':28} {'on (median)':>12} {'off (median)':>13} {'ratio':>7}  95% CI           "
+          f"{'paired':>7}  95% CI")
     for name, v in res.items():
         m_on, m_off = statistics.median(v[True]), statistics.median(v[False])
-        lo, hi = ci(v[True], v[False])
-        print(f"{name:28} {m_on:12.2f} {m_off:13.2f} {m_on / m_off:7.3f}  [{lo:.3f}, {hi:.3f}]")
+        lo, hi = ci(ratio_of_medians, [v[True], v[False]])
+        pm = statistics.median(pairs[name])
+        plo, phi = ci(statistics.median, [pairs[name]])
+        print(f"{name:28} {m_on:12.2f} {m_off:13.2f} {m_on / m_off:7.3f}  [{lo:.3f}, {hi:.3f}]  "
+              f"{pm:7.3f}  [{plo:.3f}, {phi:.3f}]")
 dist.barrier()
 dist.destroy_process_group()

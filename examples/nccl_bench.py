@@ -1,15 +1,13 @@
 """Shared pieces of the examples' NCCL timing loops (paths.py, stress.py) and the GPU
 tests: rank setup, buffers in NCCL symmetric windows (the copy-engine recipe of
 shared/REFERENCE.md), CUDA-event timing of one op at a time, and nccl-tests bandwidth.
+torch is imported where it is used, so the arithmetic can be tested without it.
 """
 
 import ctypes
 import math
 import os
 import statistics
-
-import torch
-import torch.distributed as dist
 
 # A GPU sleep before the start event keeps the GPU busy while the host enqueues the op,
 # so the events time the GPU's work, not the host's enqueue (~100 us at H200 clocks).
@@ -27,6 +25,9 @@ BUSBW = {
 
 def setup():
     """init_process_group on this rank's GPU; returns (rank, world, device)."""
+    import torch
+    import torch.distributed as dist
+
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(dev)
@@ -65,6 +66,9 @@ def buffers(dev, sizes, symmetric):
     """float32 tensors of the given element counts (a dict name -> count). With
     `symmetric`, allocated from NCCL's allocator and registered as symmetric windows
     (the copy-engine path needs both), after a barrier so every rank registers."""
+    import torch
+    import torch.distributed as dist
+
     if not symmetric:
         return {k: torch.empty(n, device=dev) for k, n in sizes.items()}
     backend = dist.group.WORLD._get_backend(dev)
@@ -78,6 +82,8 @@ def buffers(dev, sizes, symmetric):
 def time_op(fn, stream, iters, warmup=3):
     """GPU time of `fn` (one collective on `stream`) per call, in microseconds, each
     call between its own pair of CUDA events."""
+    import torch
+
     for _ in range(warmup):
         fn()
     events = []

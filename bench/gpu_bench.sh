@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU benchmark (2 GPUs, torch, NCCL 2.28; about 6 minutes on the 2×H200): is zcta
+# cheap enough to leave on, and right?
+#
+# 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
+#    configuration — plain, zcta (defaults), kernelch (zcta + NCCL's per-channel GPU
+#    timers), profiler (torch.profiler, CPU + CUDA activities) — in a rotated order.
+#    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
+#    128 MiB all_to_all loops.
+# 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks
+#    with zcta recording on and off (ABBA), so start-up variance cancels out.
+# 3. Accuracy (in the first zcta process): zcta's GPU duration per op vs CUDA events
+#    around the same op; zcta's busbw vs an nccl-tests-style loop; phase conservation
+#    over every op of the run (`zcta phases`).
+# 4. Data: bytes on disk per op, writer lag (bench/wal_lag.py watching the write-ahead
+#    log), CUPTI records dropped, queue drops.
+# bench/gpu_bench_report.py prints every table (markdown) at the end.
+#
+# Builds nothing: expects the shim and the zcta CLI in CARRY_DIR, e.g. after
+#   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
+# usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta kernelch profiler"] bench/gpu_bench.sh [CARRY_DIR]
+# Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+bin=$(cd "${1:-$root/.carry}" && pwd)
+out=${OUT:-$root/gpu-out}
+rounds=${ROUNDS:-3}
+blocks=${AB_BLOCKS:-16}
+read -r -a configs <<<"${CONFIGS:-plain zcta kernelch profiler}"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
+shim="$bin/libzcta_prof.so"
+[ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
+work=$(mktemp -d)
+mkdir -p "$out" "$work/res" "$work/logs"
+runs="$work/runs"
+status=0
+t0=$(date +%s)
+
+for ((r = 0; r < rounds; r++)); do
+  n=${#configs[@]}
+  for ((i = 0; i < n; i++)); do
+    c=${configs[$(((i + r) % n))]}
+    envs=(ZCTA_OUT="$runs" ZCTA_RUN_ID="$c-$r")
+    case $c in
+      zcta) envs+=(LD_PRELOAD="$shim") ;;
+      kernelch) envs+=(LD_PRELOAD="$shim" ZCTA_NCCL_KERNEL_CH=1) ;;
+    esac
+    extra=()
+    watcher=
+    if [ "$c" = zcta ] && [ "$r" = 0 ]; then
+      extra=(--accuracy)
+      python3 "$here/wal_lag.py" "$runs/zcta-0" "$work/res/wal_lag.json" "$work/stop" &
+      watcher=$!
+    fi
+    echo "== round $r: $c"
+    env "${envs[@]}" timeout 300 torchrun --standalone --nproc-per-node 2 "$here/gpu_job.py" \
+      --config "$c" --round "$r" --out "$work/res" "${extra[@]}" >"$work/logs/$c-$r.log" 2>&1 \
+      || { echo "FAIL  $c round $r"; tail -15 "$work/logs/$c-$r.log"; status=1; }
+    if [ -n "$watcher" ]; then touch "$work/stop"; wait "$watcher"; fi
+  done
+done
+
+echo "== in-process A/B ($blocks blocks per setting)"
+ZCTA_OUT="$runs" ZCTA_RUN_ID=ab LD_PRELOAD="$shim" timeout 300 torchrun --standalone --nproc-per-node 2 \
+  "$here/gpu_ab.py" --blocks "$blocks" >"$work/logs/ab.log" 2>&1 \
+  || { echo "FAIL  in-process A/B"; tail -15 "$work/logs/ab.log"; status=1; }
+grep -A10 '^measurement' "$work/logs/ab.log" >"$work/res/ab.txt"
+
+if [ -d "$runs/zcta-0" ]; then
+  du -sb "$runs/zcta-0" | cut -f1 >"$work/res/disk_bytes"   # before `zcta phases` adds its table
+  "$bin/zcta" phases "$runs/zcta-0" >"$work/logs/phases.log" 2>&1 || status=1
+  "$bin/zcta" report --format json "$runs/zcta-0" >"$work/res/report.json" 2>"$work/logs/report.err" || status=1
+  "$bin/zcta" summary "$runs/zcta-0" >"$work/logs/summary.txt" 2>&1
+fi
+python3 "$here/gpu_bench_report.py" "$work" "$runs" | tee "$out/bench.md" || status=1
+echo "wall: $(($(date +%s) - t0)) s"
+tar czf "$out/bench.tgz" -C "$work" logs res
+exit $status

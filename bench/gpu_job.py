@@ -1,0 +1,145 @@
+"""One process pair of bench/gpu_bench.sh (run under torchrun): the workloads whose
+cost the benchmark compares, measured the same way whatever is attached.
+
+    torchrun --standalone --nproc-per-node 2 bench/gpu_job.py --config zcta --out DIR
+
+--config names what is attached (the launcher sets LD_PRELOAD and the environment;
+this job only checks it): plain, zcta, kernelch (zcta + NCCL's per-channel GPU timers),
+profiler (torch.profiler with CPU + CUDA activities around the measured part).
+
+Measured, in this order, each the median of --reps repetitions:
+- train step: examples/train.py's model, --train-steps steps after 10 warm-up steps,
+  each step synchronised (ms);
+- 8-byte all_reduce host loop: 500 calls then one synchronise (us per call);
+- 1 MiB and 128 MiB all_to_all_single: back-to-back loops (us per op).
+--accuracy (last, so the run's final ops are these): per op and size, 30 calls each
+between its own CUDA events (zcta's GPU duration of the same op is compared later), and
+an nccl-tests-style loop (events around 20 back-to-back calls, enqueued while the GPU
+sleeps) for busbw.
+Rank 0 writes DIR/<config>-<round>.json.
+"""
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+import nccl_bench as nb  # noqa: E402
+import train  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--config", required=True, choices=["plain", "zcta", "kernelch", "profiler"])
+ap.add_argument("--round", type=int, default=0)
+ap.add_argument("--out", required=True)
+ap.add_argument("--reps", type=int, default=5)
+ap.add_argument("--train-steps", type=int, default=30)
+ap.add_argument("--accuracy", action="store_true")
+args = ap.parse_args()
+
+rank, world, dev = nb.setup()
+try:
+    ctypes.CDLL(None).zcta_set_recording  # noqa: B018
+    shim = True
+except AttributeError:
+    shim = False
+if shim != (args.config in ("zcta", "kernelch")):
+    sys.exit(f"gpu_job.py: config {args.config} but the shim is {'' if shim else 'not '}preloaded")
+
+model = train.Model(train.parse_args(["--dispatch", "dropless"]), world, rank, dev)
+small = torch.ones(2, device=dev)
+mib = 1 << 20
+a1, b1 = torch.randn(mib // 4, device=dev), torch.empty(mib // 4, device=dev)
+a128, b128 = torch.randn(128 * mib // 4, device=dev), torch.empty(128 * mib // 4, device=dev)
+
+
+def train_step_ms():
+    times = []
+    for _ in range(args.train_steps):
+        t = time.perf_counter()
+        model.step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def host_loop_us(n=500):
+    t = time.perf_counter()
+    for _ in range(n):
+        dist.all_reduce(small)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def a2a_us(a, b, n):
+    t = time.perf_counter()
+    for _ in range(n):
+        dist.all_to_all_single(b, a)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+tests = {
+    "train_step_ms": train_step_ms,
+    "allreduce_8B_us": host_loop_us,
+    "a2a_1MiB_us": lambda: a2a_us(a1, b1, 200),
+    "a2a_128MiB_us": lambda: a2a_us(a128, b128, 10),
+}
+for _ in range(10):  # warm-up: connections, allocator, autotuning
+    model.step()
+for fn in tests.values():
+    fn()
+torch.cuda.synchronize()
+dist.barrier()
+
+if args.config == "profiler":
+    from torch.profiler import ProfilerActivity, profile
+    ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+else:
+    ctx = contextlib.nullcontext()
+res = {k: [] for k in tests}
+with ctx:
+    for _ in range(args.reps):
+        for name, fn in tests.items():
+            res[name].append(fn())
+
+acc, acc_start_ns = [], time.time_ns()
+if args.accuracy:
+    stream = torch.cuda.current_stream(dev)
+    for size in (mib, 16 * mib, 128 * mib):
+        n = size // 4
+        x, y = a128[:n], b128[:n]
+        for op, fn in (("AllReduce", lambda: dist.all_reduce(x)),
+                       ("AlltoAll", lambda: dist.all_to_all_single(y, x))):
+            per_call = nb.time_op(fn, stream, 30)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # ~2 ms of GPU sleep: the host enqueues all 20 calls before the GPU reaches
+            # e0, so the loop times the GPU, as nccl-tests does, not Python's enqueue.
+            torch.cuda.synchronize()
+            dist.barrier()  # both ranks start the sleep together, or one waits for the other
+            torch.cuda._sleep(20 * nb.SLEEP_CYCLES)
+            e0.record(stream)
+            for _ in range(20):
+                fn()
+            e1.record(stream)
+            torch.cuda.synchronize()
+            loop_us = e0.elapsed_time(e1) * 1e3 / 20
+            acc.append({"op": op, "bytes": size, "event_us": per_call, "loop_us": loop_us})
+
+if rank == 0:
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with open(Path(args.out) / f"{args.config}-{args.round}.json", "w") as f:
+        json.dump({"config": args.config, "round": args.round, "world": world, "pid": os.getpid(),
+                   "medians": {k: statistics.median(v) for k, v in res.items()}, "reps": res,
+                   "accuracy": acc, "accuracy_start_ns": acc_start_ns}, f)
+dist.barrier()
+dist.destroy_process_group()

@@ -1,0 +1,98 @@
+"""The GPU benchmark's and examples' host-side pieces, driven without a GPU: the timing
+arithmetic of examples/nccl_bench.py, bench/wal_lag.py on a live stand-in run, and
+bench/gpu_bench_report.py on a stand-in run plus synthetic job results."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from test_readers import ROOT, host, run_job, shim  # noqa: F401 (fixture)
+
+sys.path.insert(0, str(ROOT / "examples"))
+import nccl_bench as nb  # noqa: E402
+
+ZCTA = ROOT / "target" / "debug" / "zcta"
+
+
+def test_nccl_bench_arithmetic():
+    assert nb.parse_size("1M") == 1 << 20
+    assert nb.parse_size("16MiB") == 16 << 20
+    assert nb.parse_size("1g") == 1 << 30
+    assert nb.parse_size("4096") == 4096
+    assert [nb.fmt_bytes(n) for n in (1 << 30, 3 << 20, 1536, 7)] == ["1 GiB", "3 MiB", "1536 B", "7 B"]
+    s = nb.stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s["median"], s["min"], s["max"], s["n"], s["p99"]) == (3.0, 1.0, 5.0, 5, 5.0)
+    # nccl-tests: AllReduce 2(n-1)/n, AlltoAll (n-1)/n, Broadcast 1; GB = 1e9 bytes.
+    assert nb.busbw_gbs("all_reduce", 10**9, 1e6, 2) == pytest.approx(1.0)
+    assert nb.busbw_gbs("all_to_all", 10**9, 1e6, 8) == pytest.approx(7 / 8)
+    assert nb.busbw_gbs("broadcast", 10**9, 1e6, 4) == pytest.approx(1.0)
+
+
+def test_wal_lag_sees_rows_become_durable(host, tmp_path):  # noqa: F811
+    """A live process under the shim: every row the watcher sees in the log is
+    durable within the hold (1 s) plus one flush (0.5 s), give or take the poll."""
+    idfile = tmp_path / "id"
+    idfile.write_bytes(os.urandom(128))
+    env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(tmp_path), "ZCTA_RUN_ID": "lag",
+           "HOST_CUPTI": str(host.parent / "cupti" / "libcupti.so.13")}
+    p = subprocess.Popen([host, "loop", idfile], env=env, stdout=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"started"
+    stop, out = tmp_path / "stop", tmp_path / "lag.json"
+    w = subprocess.Popen([sys.executable, ROOT / "bench" / "wal_lag.py", tmp_path / "lag", out, stop])
+    time.sleep(4)
+    stop.touch()
+    assert w.wait(timeout=30) == 0
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    lag = json.loads(out.read_text())
+    assert lag["rows"] > 100, lag
+    assert lag["rows_without_gpu_end"] == 0, lag
+    assert 0 < lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"] < 4000, lag
+
+
+def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.environ["HOST_CUPTI"] = str(host.parent / "cupti" / "libcupti.so.13")
+    try:
+        run = run_job(host, runs, "zcta-0", ranks=2, iters=10)
+    finally:
+        del os.environ["HOST_CUPTI"]
+    subprocess.run([ZCTA, "phases", run], check=True, capture_output=True)
+    ops = pd.read_parquet(run / "ops")
+    mine = ops[(ops["rank"] == 0) & (ops.op == "AllReduce")].sort_values("api_start_ns")
+    size = int(mine.bytes.iloc[0])
+    mine = mine[mine.bytes == size]
+    zcta_us = ((mine.gpu_end_ns - mine.gpu_start_ns) / 1e3).tolist()[3:]
+    res = tmp_path / "work" / "res"
+    res.mkdir(parents=True)
+    measures = ["train_step_ms", "allreduce_8B_us", "a2a_1MiB_us", "a2a_128MiB_us"]
+    for config, scale in (("plain", 1.0), ("zcta", 1.1)):
+        for rnd in (0, 1):
+            med = {m: 10.0 * scale * (1 + rnd) for m in measures}
+            acc = []
+            if config == "zcta" and rnd == 0:
+                # Events 1 us longer than zcta's GPU span of the same calls.
+                acc = [{"op": "AllReduce", "bytes": size, "event_us": [z + 1.0 for z in zcta_us], "loop_us": 50.0}]
+            (res / f"{config}-{rnd}.json").write_text(json.dumps(
+                {"config": config, "round": rnd, "world": 2, "medians": med, "reps": {}, "accuracy": acc,
+                 "accuracy_start_ns": int(ops.api_start_ns.min()) - 1}))
+    (res / "disk_bytes").write_text("123456")
+    (res / "wal_lag.json").write_text(json.dumps({"rows": 10, "p50_ms": 1200.0, "p99_ms": 1500.0,
+                                                  "max_ms": 1510.0, "poll_ms": 50}))
+    out = subprocess.run([sys.executable, ROOT / "bench" / "gpu_bench_report.py", tmp_path / "work", runs],
+                         check=True, capture_output=True, text=True).stdout
+    # Ratio per round against plain of the same round: 1.1 in both rounds.
+    assert "| examples/train.py step (ms) | zcta ≤ 1.01× | 15.00 | 16.50 (1.100× [1.100, 1.100]) |" in out, out
+    row = next(line for line in out.splitlines() if line.startswith("| AllReduce |") and "sm_kernel" in line)
+    assert "| -1.0 | -1.0..-1.0 |" in row, row
+    assert "window ≠ Σ phases + unresolved: **0**" in out, out
+    assert f"| bytes on disk per op (whole run directory, every table) | {123456 / len(ops):.1f} |" in out
+    assert "| CUPTI records dropped | 0 |" in out
+    assert "1200 / 1500 / 1510 ms" in out
