@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import nccl_bench as nb  # noqa: E402
 import train  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -47,20 +48,6 @@ a1, b1 = torch.randn((1 << 20) // 4, device=dev), torch.empty((1 << 20) // 4, de
 a128, b128 = torch.randn((128 << 20) // 4, device=dev), torch.empty((128 << 20) // 4, device=dev)
 
 
-def host_loop(n=2000):
-    t = time.perf_counter()
-    for _ in range(n):
-        dist.all_reduce(small)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
-def a2a_loop(a, b, n):
-    t = time.perf_counter()
-    for _ in range(n):
-        dist.all_to_all_single(b, a)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 model = train.Model(train.parse_args([]), int(os.environ["WORLD_SIZE"]), rank, dev)
@@ -76,9 +63,9 @@ def train_steps(n=10):
 
 tests = {
     "train": ("examples/train.py step, ms", train_steps),
-    "allreduce": ("8-byte all_reduce, us/call", host_loop),
-    "a2a1": ("1 MiB all_to_all, us/op", lambda: a2a_loop(a1, b1, 1000)),
-    "a2a128": ("128 MiB all_to_all, us/op", lambda: a2a_loop(a128, b128, 40)),
+    "allreduce": ("8-byte all_reduce, us/call", lambda: nb.per_call_us(lambda: dist.all_reduce(small), 2000)),
+    "a2a1": ("1 MiB all_to_all, us/op", lambda: nb.per_call_us(lambda: dist.all_to_all_single(b1, a1), 1000)),
+    "a2a128": ("128 MiB all_to_all, us/op", lambda: nb.per_call_us(lambda: dist.all_to_all_single(b128, a128), 40)),
 }
 if args.only:
     tests = {k: v for k, v in tests.items() if k in args.only.split(",")}

@@ -72,27 +72,11 @@ def train_step_ms():
     return statistics.median(times)
 
 
-def host_loop_us(n=500):
-    t = time.perf_counter()
-    for _ in range(n):
-        dist.all_reduce(small)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
-def a2a_us(a, b, n):
-    t = time.perf_counter()
-    for _ in range(n):
-        dist.all_to_all_single(b, a)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
-
-
 tests = {
     "train_step_ms": train_step_ms,
-    "allreduce_8B_us": host_loop_us,
-    "a2a_1MiB_us": lambda: a2a_us(a1, b1, 200),
-    "a2a_128MiB_us": lambda: a2a_us(a128, b128, 10),
+    "allreduce_8B_us": lambda: nb.per_call_us(lambda: dist.all_reduce(small), 500),
+    "a2a_1MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b1, a1), 200),
+    "a2a_128MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b128, a128), 10),
 }
 for _ in range(10):  # warm-up: connections, allocator, autotuning
     model.step()

@@ -98,6 +98,20 @@ def time_op(fn, stream, iters, warmup=3):
     return [e0.elapsed_time(e1) * 1e3 for e0, e1 in events]
 
 
+def per_call_us(fn, n):
+    """Host wall time per call of `fn` over n back-to-back calls and one final
+    synchronise, in microseconds (what a loop of small ops costs the program)."""
+    import time
+
+    import torch
+
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
 def stats(us):
     """median, p99, mean, standard deviation, min, max of a list of times (us)."""
     s = sorted(us)

@@ -7,6 +7,10 @@ buffers come from NCCL's allocator, are registered as symmetric windows
 (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) and the collectives run on a side
 stream: the torch 2.11 recipe for NCCL's copy-engine path. The doctor then reads what
 the zcta shim recorded. Lines starting with "zcta-probe:" are for the doctor.
+
+It is embedded in the zcta binary and runs from a temporary directory on machines
+without this repository, so it cannot import examples/nccl_bench.py: the window
+registration below repeats that file's `register_windows` on purpose.
 """
 
 import argparse
