@@ -77,3 +77,27 @@ def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="zcta phases"):
         za.breakdown(tmp_path / "empty")
     assert cli(["plot", str(tmp_path / "empty"), "-o", str(tmp_path / "x.png")]) == 2
+
+
+def test_older_schema_files_read_with_nulls(run, tmp_path):
+    """A run holding a schema-1 ops file (before GPU capture: no GPU columns) next to
+    current ones: load() and connect() read both; the old rows' GPU columns are NULL."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(run, mixed)
+    cur = sorted((mixed / "ops").glob("*.parquet"))[0]
+    t = pq.read_table(cur)
+    gpu_cols = ["launch_ns", "gpu_start_ns", "gpu_end_ns", "engine", "kernel", "n_kernels", "n_memcpy", "memcpy_bytes"]
+    old = t.drop_columns([c for c in gpu_cols if c in t.column_names])
+    meta = {k: v for k, v in (t.schema.metadata or {}).items()}
+    meta[b"zcta.schema_version"] = b"1"
+    pq.write_table(old.replace_schema_metadata(meta), mixed / "ops" / "oldhost-p1.parquet")
+    r = za.load(mixed)
+    assert len(r.ops) == 2 * 3 * 11 + old.num_rows
+    assert r.ops.gpu_start_ns.isna().sum() == old.num_rows
+    assert r.ops.engine.isna().sum() == old.num_rows
+    con = za.connect(mixed)
+    assert con.execute("select count(*) from ops where engine is null").fetchone()[0] == old.num_rows
