@@ -1,0 +1,68 @@
+//! Host-side cost of the shim per interposed NCCL call, under criterion: the C host of
+//! `tests/fixtures/` calls `ncclAllReduce` in a loop on the no-op stand-in libnccl,
+//! plain and with `libzcta_prof.so` preloaded (every record kept: the queue is made
+//! large enough). Each sample is one host process timing N calls itself
+//! (`host bench N` prints ns per call, start-up and warm-up excluded); criterion's
+//! `iter_custom` takes that (times the sample's iteration count) as the sample's time;
+//! each process makes at least 2 M calls. The difference of the two is what the shim
+//! adds. Needs a C compiler and the release shim:
+//! `cargo build --release -p zcta-shim && cargo bench --bench host_cost`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+
+/// Calls per host process at least: a short loop would mostly time the writer
+/// thread's start-up competing for the core, not the steady per-call cost.
+const MIN_CALLS: u64 = 2_000_000;
+
+fn calls(host: &Path, n: u64, shim: Option<&Path>, out: &Path) -> Duration {
+    let mut c = Command::new(host);
+    c.arg("bench").arg(n.max(MIN_CALLS).to_string());
+    if let Some(s) = shim {
+        c.env("LD_PRELOAD", s)
+            .env("ZCTA_OUT", out)
+            .env("ZCTA_QUEUE_CAPACITY", "4194304");
+    }
+    let o = c.output().expect("run the host");
+    assert!(o.status.success(), "host bench failed: {o:?}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let ns: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ns_per_call "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("ns_per_call in the host's output");
+    Duration::from_nanos((ns * n as f64) as u64)
+}
+
+fn bench(c: &mut Criterion) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shim = root.join("target/release/libzcta_prof.so");
+    assert!(
+        shim.exists(),
+        "{} missing: cargo build --release -p zcta-shim first",
+        shim.display()
+    );
+    let fx = tempfile::tempdir().expect("temp dir");
+    let ok = Command::new("bash")
+        .arg(root.join("tests/fixtures/build.sh"))
+        .arg(fx.path())
+        .status()
+        .expect("build the fixtures");
+    assert!(ok.success(), "tests/fixtures/build.sh failed");
+    let host = fx.path().join("host");
+    let out = fx.path().join("runs");
+    let mut g = c.benchmark_group("ncclAllReduce on the stand-in libnccl");
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(10));
+    g.bench_function("plain", |b| b.iter_custom(|n| calls(&host, n, None, &out)));
+    g.bench_function("under the shim", |b| {
+        b.iter_custom(|n| calls(&host, n, Some(&shim), &out))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
