@@ -64,6 +64,25 @@ pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
+/// The names `parse_kinds` takes, for the kinds given (`none` for none).
+pub fn kind_names(kinds: &[u32]) -> String {
+    let names: Vec<&str> = kinds
+        .iter()
+        .map(|&k| match k {
+            kind::CONCURRENT_KERNEL => "kernel",
+            kind::MEMCPY => "memcpy",
+            kind::MEMCPY2 => "memcpy2",
+            kind::MEMSET => "memset",
+            _ => "other",
+        })
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(",")
+    }
+}
+
 /// Driver API calls zcta takes a callback on: the kernel launches NCCL uses, and the
 /// stream memory operations (flag syncs) of its copy-engine collectives, which have no
 /// GPU activity record of their own.
@@ -516,5 +535,10 @@ mod tests {
         );
         assert!(parse_kinds("kernel,api").unwrap_err().contains("\"api\""));
         assert!(parse_kinds("").is_err());
+        assert_eq!(
+            kind_names(&parse_kinds("memset,kernel").unwrap()),
+            "memset,kernel"
+        );
+        assert_eq!(kind_names(&[]), "none");
     }
 }

@@ -414,7 +414,7 @@ fn developer_knobs_change_capture_and_say_so() {
     );
     assert!(
         p.req_str("cupti")
-            .starts_with("on (developer settings: kinds [10]"),
+            .starts_with("on (developer settings: kinds kernel,"),
         "{:?}",
         p.str("cupti")
     );
@@ -453,6 +453,24 @@ fn recording_can_be_paused_and_resumed() {
     // Plain (no shim): the scenario runs without the export.
     let plain = support::host_plain(&["pause"]).output().unwrap();
     assert!(text(&plain.stdout).contains("ok prev=-2,-2"));
+}
+
+/// A pause asked for before the first communicator (before capture starts) holds
+/// once capture starts: no launch callbacks, no rows, until recording resumes.
+#[test]
+fn a_pause_before_capture_starts_is_applied_when_it_starts() {
+    let run = Run::new("pause_early");
+    let mut c = run.host(&["pause_early"]);
+    c.env("HOST_CUPTI", cupti());
+    let out = c.output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("ok cb=0,"), "callbacks while paused: {stdout}");
+    let resumed: i64 = stdout.trim().rsplit(',').next().unwrap().parse().unwrap();
+    assert!(resumed >= 3, "{stdout}");
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 3, "only the calls after resuming are recorded");
+    assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
 }
 
 /// `zcta run -- CMD`: CMD runs under the shim with a run id, its report follows, and

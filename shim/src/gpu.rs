@@ -92,7 +92,7 @@ fn setup() -> &'static Setup {
     SETUP.get_or_init(|| {
         let kinds = match std::env::var("ZCTA_CUPTI_KINDS") {
             Ok(v) => cu::parse_kinds(&v).unwrap_or_else(|e| {
-                warn_once(format_args!("ZCTA_CUPTI_KINDS: {e}; using the default kinds"));
+                zcta::warn(format_args!("ZCTA_CUPTI_KINDS: {e}; using the default kinds"));
                 ENABLED_KINDS.to_vec()
             }),
             Err(_) => ENABLED_KINDS.to_vec(),
@@ -102,16 +102,30 @@ fn setup() -> &'static Setup {
     })
 }
 
+/// Serialises the capture's state changes — the end of [`start`], [`pause`] and a
+/// foreign client's takeover — so none of them undoes another half-way.
+static CTL: Mutex<()> = Mutex::new(());
+
+fn ctl() -> std::sync::MutexGuard<'static, ()> {
+    CTL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Pauses or resumes GPU capture with recording (`zcta_set_recording`): the activity
 /// kinds and the launch callbacks are disabled while paused, so CUPTI costs nothing
-/// then. Ops called while paused have no rows at all.
+/// then. Ops called while paused have no rows at all. A pause asked for before capture
+/// starts is applied when it starts.
 pub fn pause(paused: bool) {
+    let _g = ctl();
     if active() {
-        let s = setup();
-        cupti::set_kinds(&s.kinds, !paused);
-        if s.callbacks {
-            cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, !paused);
-        }
+        apply_pause(paused);
+    }
+}
+
+fn apply_pause(paused: bool) {
+    let s = setup();
+    cupti::set_kinds(&s.kinds, !paused);
+    if s.callbacks {
+        cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, !paused);
     }
 }
 
@@ -170,12 +184,16 @@ pub fn start(enabled: bool) {
     let outcome = try_start(enabled);
     match outcome {
         Ok(()) => {
+            let _g = ctl();
             // A client that arrived while we were starting wins.
             if FOREIGN.load(Ordering::Acquire) {
                 stop_for_foreign("a CUPTI client registered while zcta was starting");
             } else {
                 STARTED_AT.store(zcta::clock::now_ns(), Ordering::Release);
                 STATE.store(ACTIVE, Ordering::Release);
+                if !crate::state::recording() {
+                    apply_pause(true); // paused before the first communicator
+                }
             }
         }
         Err(why) => {
@@ -246,8 +264,8 @@ fn try_start(enabled: bool) -> Result<(), String> {
             "on".into()
         } else {
             format!(
-                "on (developer settings: kinds {:?}, launch callbacks {})",
-                st.kinds,
+                "on (developer settings: kinds {}, launch callbacks {})",
+                cu::kind_names(&st.kinds),
                 if st.callbacks { "on" } else { "off" }
             )
         };
@@ -276,6 +294,7 @@ pub fn foreign_client(what: &str) {
         if FOREIGN.swap(true, Ordering::AcqRel) {
             return;
         }
+        let _g = ctl();
         if STATE
             .compare_exchange(ACTIVE, OFF, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()

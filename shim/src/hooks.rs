@@ -402,7 +402,17 @@ pub fn comm_init(
     real: impl FnOnce() -> i32,
     created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
 ) -> i32 {
-    let Some(g) = enter() else { return real() };
+    let Some(g) = enter() else {
+        // Paused: GPU capture still starts with the first communicator (and stays
+        // paused until recording resumes); otherwise it would never start.
+        if state::paused()
+            && let Some(r) = state::recorder()
+        {
+            let on = r.cupti;
+            protect(|| gpu::start(on));
+        }
+        return real();
+    };
     if let Some(r) = state::recorder() {
         let on = r.cupti;
         protect(|| gpu::start(on));

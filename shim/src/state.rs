@@ -299,6 +299,11 @@ pub fn recording() -> bool {
 /// Set by `zcta_set_recording(0)`: calls are forwarded without being recorded.
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
+/// Whether `zcta_set_recording(0)` paused recording.
+pub fn paused() -> bool {
+    PAUSED.load(Ordering::Relaxed)
+}
+
 /// Pauses (`on = false`) or resumes recording; returns whether it was on.
 pub fn set_recording(on: bool) -> bool {
     let was_on = !PAUSED.swap(!on, Ordering::AcqRel);
