@@ -906,6 +906,8 @@ fn probe_launch_environment_and_failure() {
         .env("NCCL_NVLS_ENABLE", "0")
         .env("NCCL_DEBUG_FILE", "/tmp/somewhere")
         .env("ZCTA_CUPTI", "0")
+        .env("ZCTA_CUPTI_CALLBACKS", "0")
+        .env("ZCTA_CUPTI_KINDS", "none")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(i32::from(EXIT_PROBE)));
@@ -943,10 +945,12 @@ fn probe_launch_environment_and_failure() {
         !env.contains("NCCL_DEBUG_FILE="),
         "NCCL's log must reach the probe's log"
     );
-    assert!(
-        !env.contains("ZCTA_CUPTI="),
-        "GPU capture is needed to see engines"
-    );
+    for knob in ["ZCTA_CUPTI=", "ZCTA_CUPTI_CALLBACKS=", "ZCTA_CUPTI_KINDS="] {
+        assert!(
+            !env.contains(knob),
+            "GPU capture is needed to see engines: {knob}"
+        );
+    }
 }
 
 #[test]

@@ -563,6 +563,9 @@ pub fn run(facts: &Facts, report: &Report, opts: &ProbeOptions) -> ProbeResult {
         .env_remove("NCCL_DEBUG_FILE")
         .env_remove("ZCTA_ENABLE")
         .env_remove("ZCTA_CUPTI")
+        // The developers' knobs would hide the engines the probe compares.
+        .env_remove("ZCTA_CUPTI_KINDS")
+        .env_remove("ZCTA_CUPTI_CALLBACKS")
         .env("OMP_NUM_THREADS", "1")
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
