@@ -8,8 +8,6 @@
 #   no-callbacks     every kind, no launch callbacks (ZCTA_CUPTI_CALLBACKS=0)
 #   host-only        no CUPTI at all (ZCTA_CUPTI=0): host records + plugin
 #   host-no-plugin   ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0: host records only
-#   kernel-window    kernel records only for kernels launched inside NCCL calls
-#                    (ZCTA_CUPTI_KERNEL_WINDOW=1)
 # usage: [BLOCKS=16] bench/gpu_decompose.sh [CARRY_DIR] ; logs to $OUT (default ./gpu-out)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,9 +17,10 @@ out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 work=$(mktemp -d)
-names=(default no-kinds kernel-only no-callbacks host-only host-no-plugin kernel-window)
+trap 'rm -rf "$work"' EXIT
+names=(default no-kinds kernel-only no-callbacks host-only host-no-plugin)
 envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=kernel" "ZCTA_CUPTI_CALLBACKS=0" "ZCTA_CUPTI=0"
-      "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0" "ZCTA_CUPTI_KERNEL_WINDOW=1")
+      "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0")
 only=${ONLY:-allreduce,train}
 printf '%-16s %s\n' setting "measurement  on (median)  off (median)  ratio  95% CI  paired  95% CI"
 for i in "${!names[@]}"; do

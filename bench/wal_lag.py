@@ -6,7 +6,7 @@ Polls RUN_DIR/ops/_*.wal (the write-ahead logs, Arrow IPC streams, flushed to th
 kernel: what survives a SIGKILL) every 50 ms until STOP_FILE exists. Each row seen for
 the first time is durable "now" (CLOCK_REALTIME, the clock of every *_ns column);
 its lag is now - gpu_end_ns. The poll period bounds the error (+0..50 ms). Rows that
-reach only the final Parquet file at exit (never seen in a log) are counted apart.
+reach only the final Parquet file at exit are never seen in a log and not counted.
 Runs as its own process, so it takes nothing from the measured job's Python.
 """
 

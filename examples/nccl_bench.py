@@ -44,8 +44,10 @@ def nccl():
         return lib
     except (OSError, AttributeError):
         with open("/proc/self/maps") as maps:
-            path = next(line.split()[-1] for line in maps
-                        if "libnccl.so" in line and "zcta" not in line)
+            path = next((line.split()[-1] for line in maps
+                         if "libnccl.so" in line and "zcta" not in line), None)
+        if path is None:
+            raise RuntimeError("no libnccl mapped in this process (initialise the NCCL process group first)")
         return ctypes.CDLL(path)
 
 
@@ -62,6 +64,9 @@ def register_windows(backend, tensors):
             raise RuntimeError(f"ncclCommWindowRegister returned {rc}")
 
 
+_POOLS = []
+
+
 def buffers(dev, sizes, symmetric):
     """float32 tensors of the given element counts (a dict name -> count). With
     `symmetric`, allocated from NCCL's allocator and registered as symmetric windows
@@ -72,7 +77,9 @@ def buffers(dev, sizes, symmetric):
     if not symmetric:
         return {k: torch.empty(n, device=dev) for k, n in sizes.items()}
     backend = dist.group.WORLD._get_backend(dev)
-    with torch.cuda.use_mem_pool(torch.cuda.MemPool(backend.mem_allocator)):
+    pool = torch.cuda.MemPool(backend.mem_allocator)
+    _POOLS.append(pool)  # a pool must outlive its tensors (else frees bypass ncclMemFree)
+    with torch.cuda.use_mem_pool(pool):
         bufs = {k: torch.empty(n, device=dev) for k, n in sizes.items()}
     dist.barrier()
     register_windows(backend, list(bufs.values()))
@@ -130,6 +137,13 @@ def fmt_bytes(n):
         if n >= k and n % k == 0:
             return f"{n // k} {unit}"
     return f"{n} B"
+
+
+def elements(nbytes, world):
+    """float32 elements for a message of `nbytes`, rounded down to a multiple of the
+    rank count (all_to_all and all_gather split the buffer evenly)."""
+    n = nbytes // 4
+    return n - n % world
 
 
 def parse_size(text):

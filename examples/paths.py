@@ -76,7 +76,7 @@ def worker(args):
 
     rank, world, dev = nb.setup()
     sizes = [nb.parse_size(s) for s in args.sizes.split(",")]
-    top = max(sizes) // 4  # float32 elements
+    top = nb.elements(max(sizes), world)
     _, symmetric = PATHS[args.worker]
     bufs = nb.buffers(dev, {"a2a_in": top, "a2a_out": top, "ag_in": top // world, "ag_out": top},
                       symmetric)
@@ -86,7 +86,7 @@ def worker(args):
     results = []
     with torch.cuda.stream(stream):
         for size in sizes:
-            n = size // 4
+            n = nb.elements(size, world)
             calls = {
                 "all_to_all": lambda: dist.all_to_all_single(bufs["a2a_out"][:n], bufs["a2a_in"][:n]),
                 "all_gather": lambda: dist.all_gather_into_tensor(bufs["ag_out"][:n],
@@ -134,7 +134,8 @@ def launch(args):
         # The slow paths queue seconds of GPU work behind a call (1 GiB over sockets:
         # ~0.3 s per op): let an op's row wait long enough for its GPU side.
         env.setdefault("ZCTA_GPU_HOLD_MS", "30000")
-        env.update(ZCTA_OUT=str(out), ZCTA_RUN_ID=path, PYTHONPATH=str(HERE),
+        env.update(ZCTA_OUT=str(out), ZCTA_RUN_ID=path,
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])),
                    LD_PRELOAD=" ".join(filter(None, [shim, os.environ.get("LD_PRELOAD")])))
         if (out / path).exists():
             shutil.rmtree(out / path)

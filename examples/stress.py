@@ -12,7 +12,7 @@ What the article's version got wrong, and what this one does instead:
   after a GPU sleep so the events time GPU work, not the host's enqueue;
 - it printed a mean and called np.std without importing numpy: here the median, p99,
   min/max, standard deviation and the jitter (p99 / median − 1, and the coefficient of
-  variation) per size, per rank, and the slowest rank's figures;
+  variation) per size and per rank, and a line for each above --jitter-limit;
 - run under zcta, the same calls land in a run directory, so `zcta report` says which
   engine moved the bytes and where the time went.
 """
@@ -47,19 +47,20 @@ def main():
             print("note: zcta is not loaded: CUDA-event figures only, no run directory "
                   "(run under `zcta run -- torchrun ...` to record)")
     sizes = [nb.parse_size(s) for s in args.sizes.split(",")]
-    top = max(sizes) // 4
+    top = nb.elements(max(sizes), world)
     bufs = nb.buffers(dev, {"inp": top, "out": top}, args.symmetric)
     bufs["inp"].normal_()
+    bufs["out"].normal_()
     stream = torch.cuda.Stream(device=dev)
     rows = []
     with torch.cuda.stream(stream):
         for size in sizes:
-            n = size // 4
+            n = nb.elements(size, world)
             inp, out = bufs["inp"][:n], bufs["out"][:n]
             fn = {
                 "all_to_all": lambda: dist.all_to_all_single(out, inp),
                 "all_gather": lambda: dist.all_gather_into_tensor(out, inp[:n // world]),
-                "all_reduce": lambda: dist.all_reduce(out),
+                "all_reduce": lambda: dist.all_reduce(out, op=dist.ReduceOp.AVG),  # stays finite
             }[args.op]
             s = nb.stats(nb.time_op(fn, stream, args.iters))
             rows.append({"bytes": size, **s})

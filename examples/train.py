@@ -17,7 +17,8 @@ What it puts on the wire each step, the traffic of a real MoE job:
 Each rank owns `--experts-per-rank` experts; their weights are rank-local (expert
 parallelism), so DDP replicates only the dense block and the router. Random data only:
 no downloads. Rank 0 prints the loss every `--log-every` steps and, at the end, the
-median step time. `--json FILE` writes the per-step times (used by bench/gpu_bench.py).
+median step time. `--json FILE` writes the per-step times. bench/gpu_job.py and
+bench/gpu_ab.py import Model from here to time its step.
 """
 
 import argparse
@@ -195,7 +196,8 @@ def main(argv=None):
         if step == 1 or step % args.log_every == 0 or step == args.steps:
             # The mean over ranks: one more all_reduce, as real jobs log it.
             avg = loss.detach().clone()
-            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+            dist.all_reduce(avg)  # SUM then divide: gloo has no AVG
+            avg /= world
             first = first if first is not None else avg.item()
             if rank == 0:
                 print(f"step {step:5d}  loss {avg.item():.4f}  step {times[-1] * 1e3:7.2f} ms", flush=True)

@@ -25,6 +25,8 @@ def test_nccl_bench_arithmetic():
     assert nb.parse_size("16MiB") == 16 << 20
     assert nb.parse_size("1g") == 1 << 30
     assert nb.parse_size("4096") == 4096
+    assert nb.elements(1 << 20, 2) == 262144
+    assert nb.elements(1 << 20, 3) % 3 == 0 and nb.elements(1 << 20, 3) <= 262144
     assert [nb.fmt_bytes(n) for n in (1 << 30, 3 << 20, 1536, 7)] == ["1 GiB", "3 MiB", "1536 B", "7 B"]
     s = nb.stats([5.0, 1.0, 3.0, 2.0, 4.0])
     assert (s["median"], s["min"], s["max"], s["n"], s["p99"]) == (3.0, 1.0, 5.0, 5, 5.0)
