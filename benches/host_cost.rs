@@ -39,7 +39,8 @@ fn calls(host: &Path, n: u64, shim: Option<&Path>, out: &Path) -> Duration {
 
 fn bench(c: &mut Criterion) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let shim = root.join("target/release/libzcta_prof.so");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let shim = target.join("release/libzcta_prof.so");
     assert!(
         shim.exists(),
         "{} missing: cargo build --release -p zcta-shim first",

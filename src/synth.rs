@@ -10,10 +10,11 @@ use crate::sink::{DatasetWriter, SinkError, SinkPolicy, write_process_file};
 use crate::tables::{Ctx, OpsTable, ProcessRow};
 
 /// Writes `rows` ops rows in total over `ranks` ranks on `hosts` hosts (the second
-/// host's clock 3 ms ahead) into `dir`: collectives of 5 kinds and 5 sizes
-/// (1 KiB … 64 MiB) with GPU times, 1 ms apart, rank 5 arriving 30 µs late. Every rank
-/// is written by its own thread.
+/// host's clock 3 ms ahead) into `dir`: collectives of 5 kinds, each with its own size
+/// (1 KiB … 64 MiB), with GPU times, 1 ms apart, rank 5's GPU work starting 30 µs
+/// late. Every rank is written by its own thread. `ranks` and `hosts` are at least 1.
 pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), SinkError> {
+    let (ranks, hosts) = (ranks.max(1), hosts.max(1));
     let per_rank = rows / ranks as u64;
     let kinds = [
         OpKind::AllReduce,
