@@ -647,6 +647,20 @@ fn kill_group(child: &mut std::process::Child) {
     }
     signal("-KILL");
     let _ = child.wait();
+    // Signals arrive asynchronously: give the rest of the group a moment to go.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(2) {
+        let alive = Command::new("kill")
+            .args(["-0", "--", &pgid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[cfg(test)]
