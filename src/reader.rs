@@ -103,15 +103,22 @@ pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<Path
     Ok((parquet, logs))
 }
 
-/// Reads every complete file of `table` in `run_dir`, aligned to the current schema.
-pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
+/// What reading any table starts with: the run directory checked, the table's current
+/// schema, its complete files, and a result holding its pending logs.
+fn open_table(run_dir: &Path, table: &str) -> Result<(SchemaRef, Vec<PathBuf>, TableData), ReadError> {
     check_run_dir(run_dir)?;
     let schema = tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
     let (files, pending_logs) = list_table(run_dir, table)?;
-    let mut data = TableData {
+    let data = TableData {
         pending_logs,
         ..TableData::default()
     };
+    Ok((schema, files, data))
+}
+
+/// Reads every complete file of `table` in `run_dir`, aligned to the current schema.
+pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
+    let (schema, files, mut data) = open_table(run_dir, table)?;
     for path in files {
         match read_file(&path, &schema) {
             Ok(batches) => {
@@ -134,13 +141,7 @@ pub fn for_each_batch(
     columns: &[&str],
     mut f: impl FnMut(&RecordBatch),
 ) -> Result<TableData, ReadError> {
-    check_run_dir(run_dir)?;
-    let schema = tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
-    let (files, pending_logs) = list_table(run_dir, table)?;
-    let mut data = TableData {
-        pending_logs,
-        ..TableData::default()
-    };
+    let (schema, files, mut data) = open_table(run_dir, table)?;
     for path in files {
         match stream_file(&path, &schema, columns, 64 * 1024) {
             Ok(batches) => {
