@@ -36,6 +36,14 @@ pub mod kind {
 /// callback API instead, for the few calls below only.
 pub const ENABLED_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
 
+/// The names of the activity kinds zcta can enable (`ZCTA_CUPTI_KINDS`).
+const KIND_NAMES: [(&str, u32); 4] = [
+    ("kernel", kind::CONCURRENT_KERNEL),
+    ("memcpy", kind::MEMCPY),
+    ("memcpy2", kind::MEMCPY2),
+    ("memset", kind::MEMSET),
+];
+
 /// `ZCTA_CUPTI_KINDS` (a developer's knob for measuring what each kind costs): the
 /// activity kinds to enable, a comma-separated subset of `kernel`, `memcpy`, `memcpy2`,
 /// `memset`, or `none`. Anything else is an error (then the default set is used).
@@ -46,17 +54,13 @@ pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
     }
     let mut out = Vec::new();
     for name in text.split(',').map(str::trim) {
-        let k = match name.to_ascii_lowercase().as_str() {
-            "kernel" => kind::CONCURRENT_KERNEL,
-            "memcpy" => kind::MEMCPY,
-            "memcpy2" => kind::MEMCPY2,
-            "memset" => kind::MEMSET,
-            _ => {
-                return Err(format!(
-                    "unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, none)"
-                ));
-            }
-        };
+        let k = KIND_NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, k)| k)
+            .ok_or_else(|| {
+                format!("unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, none)")
+            })?;
         if !out.contains(&k) {
             out.push(k);
         }
@@ -68,12 +72,11 @@ pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
 pub fn kind_names(kinds: &[u32]) -> String {
     let names: Vec<&str> = kinds
         .iter()
-        .map(|&k| match k {
-            kind::CONCURRENT_KERNEL => "kernel",
-            kind::MEMCPY => "memcpy",
-            kind::MEMCPY2 => "memcpy2",
-            kind::MEMSET => "memset",
-            _ => "other",
+        .map(|&k| {
+            KIND_NAMES
+                .iter()
+                .find(|&&(_, v)| v == k)
+                .map_or("other", |&(n, _)| n)
         })
         .collect();
     if names.is_empty() {
