@@ -12,7 +12,9 @@ import statistics
 import sys
 
 import pandas as pd
-import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 work, runs = sys.argv[1], sys.argv[2]
 res = os.path.join(work, "res")
@@ -52,8 +54,7 @@ if os.path.exists(ab):
 
 
 def table(name):
-    files = sorted(glob.glob(os.path.join(run, name, "*.parquet")))
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True) if files else pd.DataFrame()
+    return read_table(run, name)
 
 
 zj = next((j for j in jobs if j["config"] == "zcta" and j["accuracy"]), None)

@@ -11,7 +11,9 @@ import os
 import sys
 
 import pandas as pd
-import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 mode, run, results = sys.argv[1], sys.argv[2], sys.argv[3]
 failed = False
@@ -24,10 +26,7 @@ def check(ok, msg):
 
 
 def table(name):
-    files = sorted(glob.glob(os.path.join(run, name, "*.parquet")))
-    if not files:
-        return pd.DataFrame()
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    return read_table(run, name)
 
 
 ops, gpu, proc = table("ops"), table("gpu"), table("process")
