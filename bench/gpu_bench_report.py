@@ -53,12 +53,8 @@ if os.path.exists(ab):
     print("```\n" + open(ab).read().rstrip() + "\n```")
 
 
-def table(name):
-    return read_table(run, name)
-
-
 zj = next((j for j in jobs if j["config"] == "zcta" and j["accuracy"]), None)
-ops = table("ops")
+ops = read_table(run, "ops")
 if zj is not None and len(ops):
     print("\n### Accuracy: zcta's GPU duration vs CUDA events around the same op (rank 0)\n")
     print("Each op timed alone between its own events after a GPU sleep (30 calls per row); "
@@ -102,7 +98,7 @@ if zj is not None and len(ops):
             print(f"| {a['op']} | {a['bytes'] >> 20} MiB | {loop:.1f} | {g['busbw_gbs']:.1f} | "
                   f"{g['busbw_gbs'] / loop - 1:+.1%} |")
 
-ph = table("phases")
+ph = read_table(run, "phases")
 if len(ph):
     cols = ["init_ns", "queue_ns", "barrier_ns", "transfer_ns", "memcpy_ns", "proxy_ns"]
     w = ph[ph.window_ns.notna()]
@@ -115,10 +111,10 @@ if len(ph):
           f"a negative phase: **{neg}**; ops with some time unresolved: {unres} "
           f"({unres / max(len(w), 1):.1%}).")
 
-proc = table("process")
+proc = read_table(run, "process")
 if len(ops) and len(proc):
     disk = int(open(os.path.join(res, "disk_bytes")).read()) if os.path.exists(os.path.join(res, "disk_bytes")) else None
-    gpu = table("gpu")
+    gpu = read_table(run, "gpu")
     lag = json.load(open(os.path.join(res, "wal_lag.json"))) if os.path.exists(os.path.join(res, "wal_lag.json")) else {}
     print("\n### Data (the zcta process pair of round 0)\n")
     print("| measure | value |")

@@ -4,8 +4,8 @@ import glob
 import os
 import sys
 
-import pandas as pd
-import pyarrow.parquet as pq
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 out, mode, steps, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 runs = sorted(d for d in glob.glob(os.path.join(out, "*")) if os.path.isdir(d))
@@ -21,10 +21,7 @@ def check(name, cond, detail=""):
 check("one run directory for all workers", len(runs) == 1, [os.path.basename(r) for r in runs])
 if runs:
     run = runs[0]
-    def load(t):
-        fs = [f for f in glob.glob(f"{run}/{t}/*.parquet")]
-        return pd.concat([pq.read_table(f).to_pandas() for f in fs], ignore_index=True) if fs else pd.DataFrame()
-    proc, ops = load("process"), load("ops")
+    proc, ops = read_table(run, "process"), read_table(run, "ops")
     check("one process row per worker (the parent wrote nothing)", len(proc) == world, len(proc))
     want = "_exit" if mode == "fork" else "exit"
     check(f"every worker closed its files (end_reason {want})", len(proc) and (proc.end_reason == want).all(),

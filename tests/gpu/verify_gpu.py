@@ -25,11 +25,7 @@ def check(ok, msg):
     failed |= not ok
 
 
-def table(name):
-    return read_table(run, name)
-
-
-ops, gpu, proc = table("ops"), table("gpu"), table("process")
+ops, gpu, proc = read_table(run, "ops"), read_table(run, "gpu"), read_table(run, "process")
 ranks = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(results, "rank*.json")))]
 profile = any(r["profiler_nccl_kernels"] is not None for r in ranks)
 

@@ -9,17 +9,11 @@ usage: verify_plugin.py default RUN_DIR | net RUN_DIR | user RUN_DIR VALUE
   process row says why.
 """
 
-import glob
 import os
 import sys
 
-import pandas as pd
-import pyarrow.parquet as pq
-
-
-def load(run, t):
-    fs = [f for f in glob.glob(f"{run}/{t}/*.parquet") if not os.path.basename(f).startswith("_")]
-    return pd.concat([pq.read_table(f).to_pandas() for f in fs], ignore_index=True) if fs else pd.DataFrame()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 
 mode, run = sys.argv[1], sys.argv[2]
@@ -33,7 +27,7 @@ def check(name, cond, detail=""):
     print(f"{'PASS' if cond else 'FAIL'}  plugin/{mode}: {name}{': ' + str(detail) if str(detail) else ''}")
 
 
-ops, nops, proxy, proc, ncomms = (load(run, t) for t in ("ops", "nccl_ops", "proxy", "process", "nccl_comms"))
+ops, nops, proxy, proc, ncomms = (read_table(run, t) for t in ("ops", "nccl_ops", "proxy", "process", "nccl_comms"))
 key = ["host", "pid", "op_id"]
 if mode == "kernelch":
     kc = proxy[proxy.event == "KernelCh"] if len(proxy) else proxy

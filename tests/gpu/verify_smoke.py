@@ -9,16 +9,10 @@ import json
 import os
 import sys
 
-import pyarrow.parquet as pq
 import pandas as pd
 
-
-def load(run: str, table: str) -> pd.DataFrame:
-    files = sorted(glob.glob(os.path.join(run, table, "**", "*.parquet"), recursive=True))
-    files = [f for f in files if not os.path.basename(f).startswith("_")]
-    if not files:
-        return pd.DataFrame()
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 
 def main() -> int:
@@ -38,10 +32,10 @@ def main() -> int:
         check(f"rank {r} results bit-identical with and without the shim",
               plain[r]["digest"] == shim.get(r, {}).get("digest"), plain[r]["digest"][:16])
 
-    ops = load(run, "ops")
-    comms = load(run, "comms")
-    proc = load(run, "process")
-    calls = load(run, "calls")
+    ops = read_table(run, "ops")
+    comms = read_table(run, "comms")
+    proc = read_table(run, "process")
+    calls = read_table(run, "calls")
     check("ops rows present", len(ops) > 0, f"{len(ops)} rows")
     check("one process row per rank, none from the launcher", len(proc) == world,
           f"{len(proc)} rows: {proc[['pid', 'rank_env', 'end_reason']].to_dict('records') if len(proc) else ''}")
