@@ -103,6 +103,21 @@ pub fn is_off(value: &str) -> bool {
     )
 }
 
+/// An NCCL profiler event mask (`ZCTA_NCCL_MASK`): a non-negative integer in decimal
+/// or `0x` hex, at most the v5 API's 11 event bits.
+pub fn parse_mask(value: &str) -> Result<i32, String> {
+    let v = value.trim();
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => i32::from_str_radix(hex, 16),
+        None => v.parse::<i32>(),
+    };
+    match parsed {
+        Ok(m) if (0..1 << 11).contains(&m) => Ok(m),
+        Ok(m) => Err(format!("{m} is not an event mask (0..=0x7ff)")),
+        Err(_) => Err(format!("{v:?} is not a number (decimal or 0x hex)")),
+    }
+}
+
 /// Where a run id came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunIdSource {
@@ -318,6 +333,17 @@ pub fn env_json(vars: impl Iterator<Item = (String, String)>) -> String {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn event_masks_parse_in_decimal_and_hex_within_the_v5_bits() {
+        assert_eq!(parse_mask("0"), Ok(0));
+        assert_eq!(parse_mask(" 1598 "), Ok(1598));
+        assert_eq!(parse_mask("0x63e"), Ok(0x63e));
+        assert_eq!(parse_mask("0X7FF"), Ok(0x7ff));
+        assert!(parse_mask("0x800").unwrap_err().contains("not an event mask"));
+        assert!(parse_mask("-1").unwrap_err().contains("not an event mask"));
+        assert!(parse_mask("coll").unwrap_err().contains("not a number"));
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = pairs

@@ -438,14 +438,22 @@ fn recording_can_be_paused_and_resumed() {
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("ok prev=1,0"), "{stdout}");
+    let pair = |key: &str| -> (i64, i64) {
+        let v = stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in {stdout}"));
+        let (a, b) = v.split_once(',').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
     // CUPTI's launch callbacks are off while paused (they cost every launch), on again after.
-    let cb = stdout.split("cb=").nth(1).unwrap().trim();
-    let (paused, resumed) = cb.split_once(',').unwrap();
-    assert_eq!(paused, "0", "callbacks delivered while paused: {stdout}");
-    assert!(
-        resumed.parse::<i64>().unwrap() >= 3,
-        "callbacks after resuming: {stdout}"
-    );
+    let (paused, resumed) = pair("cb");
+    assert_eq!(paused, 0, "callbacks delivered while paused: {stdout}");
+    assert!(resumed >= 3, "callbacks after resuming: {stdout}");
+    // NCCL's event mask is 0 while paused, so NCCL makes no profiler calls at all.
+    let (mask_paused, mask_resumed) = pair("mask");
+    assert_eq!(mask_paused, 0, "{stdout}");
+    assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
     assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));

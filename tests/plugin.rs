@@ -316,6 +316,30 @@ fn zcta_nccl_plugin_0_turns_it_off() {
     assert_no_plugin_tables(&run);
 }
 
+/// `ZCTA_NCCL_MASK` (a developers' setting, to measure what NCCL's events cost)
+/// replaces the mask: with Coll|CollApi only, collectives keep their Coll rows and
+/// point-to-point ops get none; the process row says so.
+#[test]
+fn a_developer_event_mask_replaces_ours() {
+    let run = Run::new("devmask");
+    let outs = two_ranks(&run, 2, &[("ZCTA_NCCL_MASK", "0x202")]);
+    for out in &outs {
+        assert_eq!(stdout_field(out, "mask"), 0x202);
+    }
+    for p in run.rows("process") {
+        assert_eq!(
+            p.str("profiler_plugin"),
+            Some("zcta (developer setting: event mask 0x202)")
+        );
+    }
+    let events: BTreeSet<String> = run
+        .rows("nccl_ops")
+        .iter()
+        .map(|e| e.req_str("event").to_string())
+        .collect();
+    assert_eq!(events, BTreeSet::from(["Coll".to_string()]));
+}
+
 fn assert_no_plugin_tables(run: &Run) {
     let files = support::list_files(&run.dir());
     assert!(

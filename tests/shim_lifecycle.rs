@@ -504,4 +504,6 @@ fn fork_child_of_a_process_without_nccl_records() {
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 22);
     assert!(ops.iter().all(|o| o.i32("pid") == Some(kpid)));
+    // Thread ids are cached per thread; the child's only thread is its own.
+    assert!(ops.iter().all(|o| o.i32("tid") == Some(kpid)));
 }

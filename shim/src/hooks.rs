@@ -23,7 +23,6 @@ use crate::state::{self, protect};
 
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static TID: Cell<i32> = const { Cell::new(0) };
     /// (nesting depth, id of the outermost open group, ops recorded in it)
     static GROUP: Cell<(u32, u64, u32)> = const { Cell::new((0, 0, 0)) };
 }
@@ -78,17 +77,7 @@ fn enter() -> Option<Guard> {
 
 #[inline]
 fn tid() -> i32 {
-    TID.try_with(|t| {
-        let v = t.get();
-        if v != 0 {
-            v
-        } else {
-            let v = ffi::sys::gettid();
-            t.set(v);
-            v
-        }
-    })
-    .unwrap_or(0)
+    ffi::sys::gettid()
 }
 
 fn current_group() -> Option<u64> {

@@ -40,8 +40,30 @@ pub mod bits {
 }
 
 /// The events we ask NCCL for (KernelCh only on request: enabling it makes NCCL start
-/// a proxy thread that polls GPU timers, even on NVLink).
+/// a proxy thread that polls GPU timers, even on NVLink). `ZCTA_NCCL_MASK` (a
+/// developers' setting, to measure what NCCL's events cost) replaces it.
 pub fn activation_mask() -> i32 {
+    static MASK: OnceLock<i32> = OnceLock::new();
+    *MASK.get_or_init(|| mask_override().unwrap_or_else(default_mask))
+}
+
+/// `ZCTA_NCCL_MASK`: an event mask in decimal or 0x-hex; None when unset or invalid
+/// (with a warning).
+pub fn mask_override() -> Option<i32> {
+    let v = std::env::var("ZCTA_NCCL_MASK").ok()?;
+    match zcta::config::parse_mask(&v) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                zcta::warn(format_args!("ZCTA_NCCL_MASK: {e}; using the default events"));
+            }
+            None
+        }
+    }
+}
+
+fn default_mask() -> i32 {
     let mut m = bits::COLL
         | bits::P2P
         | bits::PROXY_OP
@@ -297,7 +319,7 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
         Start::ProxyOp { pid, .. } => {
             // PXN: the op belongs to another process; its parent handle and context
             // are that process's, not ours: neither is looked up.
-            if pid == std::process::id() as i32 {
+            if pid == ffi::sys::pid() as i32 {
                 (K_PROXY_OP, parent_of(parent).0, ctx as u64)
             } else {
                 (K_PROXY_OP, 0, 0)

@@ -228,6 +228,11 @@ fn env_json() -> String {
     )
 }
 
+thread_local! {
+    /// Records this thread handed to the writer (to pace the queue-length check).
+    static SENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 impl Recorder {
     fn is_writer_thread(&self) -> bool {
         self.writer_thread == Some(std::thread::current().id())
@@ -248,7 +253,14 @@ impl Recorder {
         }
         match tx.try_send(ev) {
             Ok(()) => {
-                if tx.len() >= self.wake_at {
+                // The queue's length reads the writer's end too (a cache line it keeps
+                // writing): look only every 64th record of this thread.
+                let check = SENT.try_with(|n| {
+                    let v = n.get().wrapping_add(1);
+                    n.set(v);
+                    v % 64 == 0
+                });
+                if check.unwrap_or(true) && tx.len() >= self.wake_at {
                     self.ctl.wake();
                 }
             }
@@ -309,6 +321,7 @@ pub fn set_recording(on: bool) -> bool {
     let was_on = !PAUSED.swap(!on, Ordering::AcqRel);
     if was_on != on {
         crate::gpu::pause(!on);
+        crate::ffi::plugin::set_nccl_events(on);
     }
     was_on
 }
@@ -352,6 +365,7 @@ pub fn report_panic() {
     for from in [ACTIVE, ACTIVATING, UNINIT] {
         let _ = STATE.compare_exchange(from, DISABLED, Ordering::AcqRel, Ordering::Acquire);
     }
+    crate::ffi::plugin::set_nccl_events(false);
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
         zcta::warn(format_args!(
             "internal error; recording disabled, NCCL calls continue unchanged"

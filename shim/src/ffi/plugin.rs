@@ -5,6 +5,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use crate::plugin::{self, Start};
 use crate::state::protect;
@@ -171,14 +172,36 @@ unsafe extern "C" fn init(
     })
     .unwrap_or(0);
     if handle != 0 && !mask.is_null() {
-        // SAFETY: NCCL passes the address of its global activation mask.
-        unsafe { mask.write(plugin::activation_mask()) };
+        NCCL_MASK.store(mask, Ordering::Release);
+        set_nccl_events(true);
+        if !crate::state::recording() {
+            set_nccl_events(false); // paused meanwhile
+        }
     }
     if !ctx.is_null() {
         // SAFETY: NCCL passes the address of the communicator's context slot.
         unsafe { ctx.write(handle as *mut c_void) };
     }
     0
+}
+
+/// NCCL's global event mask (`ncclProfilerEventMask`, whose address `init` is given).
+static NCCL_MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Asks NCCL for our events (`on`) or for none. NCCL reads the mask atomically at
+/// every API call, so while recording is paused (or off after an internal error)
+/// it skips its profiler work altogether instead of calling us to decline each event.
+pub fn set_nccl_events(on: bool) {
+    let p = NCCL_MASK.load(Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    let v = if on { plugin::activation_mask() } else { 0 };
+    // SAFETY: p is NCCL's global `int ncclProfilerEventMask`: aligned, alive as long as
+    // libnccl is mapped (NCCL is never unloaded while it has communicators, and our
+    // plugin is only called by a loaded NCCL), and only accessed atomically by NCCL
+    // (`__atomic_load_n`) and by us.
+    unsafe { AtomicI32::from_ptr(p) }.store(v, Ordering::Relaxed);
 }
 
 /// Decodes a descriptor.

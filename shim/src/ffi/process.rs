@@ -72,6 +72,10 @@ fn offer_profiler_plugin() {
             None => "off: own path unknown".to_string(),
         }
     };
+    let mode = match crate::plugin::mask_override() {
+        Some(m) if mode == "zcta" => format!("zcta (developer setting: event mask {m:#x})"),
+        _ => mode,
+    };
     let _ = PLUGIN_MODE.set(mode);
 }
 
@@ -112,6 +116,7 @@ fn conf_sets_plugin() -> Option<String> {
 }
 
 extern "C" fn after_fork_child() {
+    super::sys::after_fork_child();
     state::on_fork_child();
 }
 
