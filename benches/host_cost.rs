@@ -1,11 +1,17 @@
 //! Host-side cost of the shim per interposed NCCL call, under criterion: the C host of
-//! `tests/fixtures/` calls `ncclAllReduce` in a loop on the no-op stand-in libnccl,
-//! plain and with `libzcta_prof.so` preloaded (every record kept: the queue is made
-//! large enough). Each sample is one host process timing N calls itself
-//! (`host bench N` prints ns per call, start-up and warm-up excluded); criterion's
-//! `iter_custom` takes that (times the sample's iteration count) as the sample's time;
-//! each process makes at least 2 M calls. The difference of the two is what the shim
-//! adds. Needs a C compiler and the release shim:
+//! `tests/fixtures/` calls `ncclAllReduce` on the no-op stand-in libnccl, plain and
+//! with `libzcta_prof.so` preloaded. Two groups:
+//! - back to back (`host bench N`, the loop timed whole; the queue is made large
+//!   enough to keep every record, since the writer cannot keep up with ~4 M calls/s);
+//! - one call every 5 µs (`host bench N 5000`: each call timed on its own, the
+//!   program busy in between), the rate of a real program, with the default queue.
+//!   Here the record's queue slot was last touched by the writer thread on another
+//!   core; this is the figure to quote.
+//!
+//! Each sample is one host process timing N calls itself (ns per call, start-up and
+//! warm-up excluded); criterion's `iter_custom` takes that (times the sample's
+//! iteration count) as the sample's time. The difference of plain and shim is what the
+//! shim adds. Needs a C compiler and the release shim:
 //! `cargo build --release -p zcta-shim && cargo bench --bench host_cost`.
 
 use std::path::{Path, PathBuf};
@@ -17,14 +23,22 @@ use criterion::{Criterion, criterion_group, criterion_main};
 /// Calls per host process at least: a short loop would mostly time the writer
 /// thread's start-up competing for the core, not the steady per-call cost.
 const MIN_CALLS: u64 = 2_000_000;
+/// Calls per process at least when paced (5 µs apart: 1 s).
+const MIN_PACED: u64 = 200_000;
 
-fn calls(host: &Path, n: u64, shim: Option<&Path>, out: &Path) -> Duration {
+/// `gap_ns`: None for back to back, else the pause between calls.
+fn calls(host: &Path, n: u64, gap_ns: Option<u64>, shim: Option<&Path>, out: &Path) -> Duration {
     let mut c = Command::new(host);
-    c.arg("bench").arg(n.max(MIN_CALLS).to_string());
+    c.arg("bench");
+    match gap_ns {
+        None => c.arg(n.max(MIN_CALLS).to_string()),
+        Some(g) => c.arg(n.max(MIN_PACED).to_string()).arg(g.to_string()),
+    };
     if let Some(s) = shim {
-        c.env("LD_PRELOAD", s)
-            .env("ZCTA_OUT", out)
-            .env("ZCTA_QUEUE_CAPACITY", "4194304");
+        c.env("LD_PRELOAD", s).env("ZCTA_OUT", out);
+        if gap_ns.is_none() {
+            c.env("ZCTA_QUEUE_CAPACITY", "4194304");
+        }
     }
     let o = c.output().expect("run the host");
     assert!(o.status.success(), "host bench failed: {o:?}");
@@ -58,9 +72,19 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("ncclAllReduce on the stand-in libnccl");
     g.sample_size(20);
     g.measurement_time(Duration::from_secs(10));
-    g.bench_function("plain", |b| b.iter_custom(|n| calls(&host, n, None, &out)));
+    g.bench_function("plain", |b| b.iter_custom(|n| calls(&host, n, None, None, &out)));
     g.bench_function("under the shim", |b| {
-        b.iter_custom(|n| calls(&host, n, Some(&shim), &out))
+        b.iter_custom(|n| calls(&host, n, None, Some(&shim), &out))
+    });
+    g.finish();
+    let mut g = c.benchmark_group("ncclAllReduce every 5 us on the stand-in libnccl");
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(30));
+    g.bench_function("plain", |b| {
+        b.iter_custom(|n| calls(&host, n, Some(5000), None, &out))
+    });
+    g.bench_function("under the shim", |b| {
+        b.iter_custom(|n| calls(&host, n, Some(5000), Some(&shim), &out))
     });
     g.finish();
 }

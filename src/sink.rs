@@ -784,12 +784,30 @@ fn process_batch(row: &ProcessRow, ctx: &Ctx) -> Result<RecordBatch, arrow_schem
 /// and is woken only when the queue is half full.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// Where the writer takes records from: the shim's record queue or, in tests, any
+/// channel. `next` never blocks.
+pub trait RecordSource<T> {
+    /// The oldest record, if one is ready.
+    fn next(&self) -> Option<T>;
+    /// Whether no record is queued (a snapshot).
+    fn is_empty(&self) -> bool;
+}
+
+impl<T> RecordSource<T> for crossbeam_channel::Receiver<T> {
+    fn next(&self) -> Option<T> {
+        self.try_recv().ok()
+    }
+    fn is_empty(&self) -> bool {
+        crossbeam_channel::Receiver::is_empty(self)
+    }
+}
+
 /// The writer thread's body: drains `rx` until asked to stop, then closes everything.
 /// Never panics on I/O errors: it reports the first one on stderr (with the path),
 /// marks `ctl.failed` so producers stop, and keeps draining so nobody blocks.
 pub fn run_writer(
-    rx: crossbeam_channel::Receiver<Event>,
-    prx: crossbeam_channel::Receiver<PluginEvent>,
+    rx: impl RecordSource<Event>,
+    prx: impl RecordSource<PluginEvent>,
     mut writer: Writer,
     ctl: Arc<WriterControl>,
 ) {
@@ -846,7 +864,7 @@ pub fn run_writer(
 /// Hands up to `limit` queued records to the writer; once it has failed, counts them
 /// as dropped instead. Returns how many were taken off the queue.
 fn drain<T>(
-    rx: &crossbeam_channel::Receiver<T>,
+    rx: &impl RecordSource<T>,
     limit: usize,
     failed: &mut bool,
     writer: &mut Writer,
@@ -855,7 +873,7 @@ fn drain<T>(
 ) -> usize {
     let mut n = 0usize;
     while n < limit {
-        let Ok(ev) = rx.try_recv() else { break };
+        let Some(ev) = rx.next() else { break };
         n += 1;
         if *failed {
             ctl.dropped.fetch_add(1, Ordering::Relaxed);

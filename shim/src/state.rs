@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crossbeam_channel::{Sender, TrySendError, bounded};
 use zcta::config::{self, Config, ProcFacts};
 use zcta::record::{Event, PluginEvent};
 use zcta::sink::{self, EndReason, ProcessInfo, Writer, WriterControl};
 use zcta::tables::{Ctx, ProcessRow};
 
 use crate::ffi;
+use crate::ffi::queue::{self, Producer};
 
 const UNINIT: u8 = 0;
 const ACTIVATING: u8 = 1;
@@ -34,8 +34,8 @@ static PANIC_REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// The producer side of the queue to the writer thread.
 pub struct Recorder {
-    tx: Sender<Event>,
-    ptx: Sender<PluginEvent>,
+    tx: Producer<Event>,
+    ptx: Producer<PluginEvent>,
     ctl: Arc<WriterControl>,
     wake_at: usize,
     owner_pid: u32,
@@ -164,10 +164,10 @@ fn activate() -> Option<Recorder> {
         },
         row,
     };
-    let (tx, rx) = bounded(cfg.queue_capacity);
+    let (tx, rx) = queue::bounded(cfg.queue_capacity);
     // Plugin records are larger (up to 344 B): half as many slots keeps the memory
     // preallocated for them close to the main queue's.
-    let (ptx, prx) = bounded((cfg.queue_capacity / 2).max(1024));
+    let (ptx, prx) = queue::bounded((cfg.queue_capacity / 2).max(1024));
     let ctl = WriterControl::new();
     let mut writer = Writer::new(info, cfg.policy);
     writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
@@ -246,12 +246,12 @@ impl Recorder {
     }
 
     #[inline]
-    fn send<T>(&self, tx: &Sender<T>, ev: T) {
+    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match tx.try_send(ev) {
+        match tx.try_push(ev) {
             Ok(()) => {
                 // The queue's length reads the writer's end too (a cache line it keeps
                 // writing): look only every 64th record of this thread.
@@ -264,7 +264,7 @@ impl Recorder {
                     self.ctl.wake();
                 }
             }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+            Err(_full) => {
                 self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
                 self.ctl.wake();
             }

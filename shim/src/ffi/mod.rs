@@ -5,6 +5,7 @@
 //! - [`exports`]: the NCCL symbols we export (one line each) and their forwarding;
 //! - [`real`]: finding the real libnccl and its functions, and querying it;
 //! - [`process`]: constructor, fork/exit hooks, the `_exit` interposer;
+//! - [`queue`]: the bounded record queue from NCCL-calling threads to the writer;
 //! - [`sys`]: thin wrappers over libc calls.
 #![allow(unsafe_code)]
 
@@ -12,5 +13,6 @@ pub mod cupti;
 pub mod exports;
 pub mod plugin;
 pub mod process;
+pub mod queue;
 pub mod real;
 pub mod sys;

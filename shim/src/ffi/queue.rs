@@ -1,0 +1,251 @@
+//! The bounded queue that carries records from NCCL-calling threads to the writer:
+//! many producers, one consumer, fixed capacity, never blocks (a full queue refuses
+//! the record, which the caller counts as dropped). The algorithm is Dmitry Vyukov's
+//! bounded queue: each slot has a sequence number that says whose turn it is.
+//!
+//! Why not crossbeam's channel, which uses the same algorithm: under a real program's
+//! call rate (one NCCL call every few microseconds) the slot a producer writes next
+//! was last touched by the writer thread on another core, long ago, and the first
+//! load of it missed every cache — about three quarters of the shim's cost per call
+//! (`perf annotate` of `host bench N GAP_NS`, docs/PERFORMANCE.md). Here each push
+//! ends by prefetching the *next* slot for writing, so that miss is taken in the
+//! background while the program computes, not inside the next NCCL call. Slots are
+//! cache-line aligned so a record never shares a line with its neighbour.
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[repr(align(64))]
+struct Padded(AtomicUsize);
+
+#[repr(align(64))]
+struct Slot<T> {
+    /// `pos` when free for the push at `pos`; `pos + 1` once that push wrote it.
+    seq: AtomicUsize,
+    val: UnsafeCell<MaybeUninit<T>>,
+}
+
+struct Inner<T> {
+    /// Next position to push (shared by producers).
+    tail: Padded,
+    /// Next position to pop (written by the consumer only).
+    head: Padded,
+    slots: Box<[Slot<T>]>,
+    mask: usize,
+}
+
+// SAFETY: a slot's value is written only by the producer that won its position (the
+// compare-and-swap on `tail`) and read only by the single consumer after the
+// producer's release store of `seq`; T is Copy + Send, so moving it between threads
+// is sound and nothing needs dropping.
+unsafe impl<T: Copy + Send> Sync for Inner<T> {}
+// SAFETY: as above.
+unsafe impl<T: Copy + Send> Send for Inner<T> {}
+
+/// The sending side (cloneable, shared by every producing thread).
+pub struct Producer<T>(Arc<Inner<T>>);
+
+impl<T> Clone for Producer<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+/// The receiving side: one, used by one thread at a time (`!Sync`, not `Clone`).
+pub struct Consumer<T> {
+    q: Arc<Inner<T>>,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+/// A queue of at least `capacity` slots (rounded up to a power of two, at least 2).
+pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+    let cap = capacity.max(2).next_power_of_two();
+    let slots = (0..cap)
+        .map(|i| Slot {
+            seq: AtomicUsize::new(i),
+            val: UnsafeCell::new(MaybeUninit::uninit()),
+        })
+        .collect();
+    let q = Arc::new(Inner {
+        tail: Padded(AtomicUsize::new(0)),
+        head: Padded(AtomicUsize::new(0)),
+        slots,
+        mask: cap - 1,
+    });
+    (
+        Producer(Arc::clone(&q)),
+        Consumer {
+            q,
+            _not_sync: PhantomData,
+        },
+    )
+}
+
+impl<T: Copy + Send> Inner<T> {
+    fn len(&self) -> usize {
+        let tail = self.tail.0.load(Ordering::Acquire);
+        let head = self.head.0.load(Ordering::Acquire);
+        tail.wrapping_sub(head).min(self.mask + 1)
+    }
+
+    /// Asks the CPU to bring the slot at `pos` into this core's cache, for writing.
+    #[inline]
+    fn prefetch(&self, pos: usize) {
+        let slot: *const Slot<T> = &self.slots[pos & self.mask];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+            let base = slot.cast::<i8>();
+            for off in (0..size_of::<Slot<T>>()).step_by(64) {
+                // SAFETY: a prefetch is a hint that never faults; the address lies
+                // inside the slot array.
+                unsafe { _mm_prefetch::<_MM_HINT_ET0>(base.wrapping_add(off)) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
+    }
+}
+
+impl<T: Copy + Send> Producer<T> {
+    /// Appends `v`, or gives it back when the queue is full. Never blocks.
+    #[inline]
+    pub fn try_push(&self, v: T) -> Result<(), T> {
+        let q = &*self.0;
+        let mut pos = q.tail.0.load(Ordering::Relaxed);
+        loop {
+            let slot = &q.slots[pos & q.mask];
+            let seq = slot.seq.load(Ordering::Acquire);
+            let dif = seq.wrapping_sub(pos) as isize;
+            if dif == 0 {
+                match q.tail.0.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: winning the CAS for `pos` gives this thread sole
+                        // access to the slot until the store below publishes it.
+                        unsafe { (*slot.val.get()).write(v) };
+                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        q.prefetch(pos.wrapping_add(1));
+                        return Ok(());
+                    }
+                    Err(now) => pos = now,
+                }
+            } else if dif < 0 {
+                return Err(v); // the consumer has not freed this slot yet: full
+            } else {
+                pos = q.tail.0.load(Ordering::Relaxed); // another producer took it
+            }
+        }
+    }
+
+    /// Records in the queue (a snapshot; reads the consumer's position too).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl<T: Copy + Send> Consumer<T> {
+    /// Takes the oldest record, if its producer has finished writing it.
+    pub fn try_pop(&self) -> Option<T> {
+        let q = &*self.q;
+        let pos = q.head.0.load(Ordering::Relaxed);
+        let slot = &q.slots[pos & q.mask];
+        if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+            return None;
+        }
+        // SAFETY: seq == pos + 1 means the producer of `pos` wrote the value and
+        // released it; only this (single) consumer reads it, once.
+        let v = unsafe { (*slot.val.get()).assume_init_read() };
+        slot.seq.store(pos.wrapping_add(q.mask + 1), Ordering::Release);
+        q.head.0.store(pos.wrapping_add(1), Ordering::Release);
+        Some(v)
+    }
+
+    /// Whether the queue held no record at the moment of the snapshot.
+    pub fn is_empty(&self) -> bool {
+        self.q.len() == 0
+    }
+}
+
+impl<T: Copy + Send> zcta::sink::RecordSource<T> for Consumer<T> {
+    fn next(&self) -> Option<T> {
+        self.try_pop()
+    }
+    fn is_empty(&self) -> bool {
+        Consumer::is_empty(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_full_and_wrap_around() {
+        let (p, c) = bounded::<u64>(3); // rounded up to 4
+        for round in 0..1000u64 {
+            for i in 0..4 {
+                p.try_push(round * 4 + i).unwrap();
+            }
+            assert_eq!(p.try_push(99), Err(99), "full at 4");
+            assert_eq!(p.len(), 4);
+            for i in 0..4 {
+                assert_eq!(c.try_pop(), Some(round * 4 + i));
+            }
+            assert_eq!(c.try_pop(), None);
+            assert!(c.is_empty() && p.len() == 0);
+        }
+    }
+
+    #[test]
+    fn many_producers_lose_nothing_and_keep_each_ones_order() {
+        const PRODUCERS: u64 = 4;
+        const EACH: u64 = 200_000;
+        let (p, c) = bounded::<(u64, u64)>(256);
+        let handles: Vec<_> = (0..PRODUCERS)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while i < EACH {
+                        if p.try_push((t, i)).is_ok() {
+                            i += 1;
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0u64; PRODUCERS as usize];
+        let mut got = 0;
+        while got < PRODUCERS * EACH {
+            match c.try_pop() {
+                Some((t, i)) => {
+                    assert_eq!(i, next[t as usize], "producer {t} out of order");
+                    next[t as usize] += 1;
+                    got += 1;
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(c.try_pop(), None);
+        assert!(next.iter().all(|&n| n == EACH));
+    }
+
+    #[test]
+    fn slots_are_whole_cache_lines() {
+        assert_eq!(align_of::<Slot<u8>>(), 64);
+        assert_eq!(size_of::<Slot<[u8; 208]>>() % 64, 0);
+    }
+}
