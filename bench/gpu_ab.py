@@ -4,10 +4,10 @@
 
 The same two processes alternate blocks with recording on and off
 (`zcta_set_recording`, exported by the shim: off = calls forwarded, nothing recorded,
-CUPTI's activity kinds and launch callbacks disabled), so machine and start-up variance cancel out. What
-it cannot switch off is NCCL's own cost of having the profiler plugin loaded (the
-plugin's callbacks return at once while paused); compare `ZCTA_NCCL_PLUGIN=0` runs
-for that. Rank 0 prints one line per measurement: median of the "on" blocks, of the
+CUPTI's activity kinds and launch callbacks disabled, NCCL asked for no profiler
+events), so machine and start-up variance cancel out. Before commit 3cbd2b5 "off" left
+NCCL's event mask set (the plugin declined each event), so NCCL's own profiler work
+was in both halves. Rank 0 prints one line per measurement: median of the "on" blocks, of the
 "off" blocks, their ratio with a 95 % bootstrap interval, and the median of the
 paired ratios (each "on" block over its neighbouring "off" block, which cancels slow
 drift) with its interval.

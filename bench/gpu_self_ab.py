@@ -1,0 +1,171 @@
+"""zcta's cost per NCCL call on ONE GPU: a 1-rank communicator whose ranks send to
+themselves (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd to peer 0). NCCL plans,
+profiles and launches that like any send/recv (ncclDevKernel_SendRecv through
+cuLaunchKernelEx); only the bytes stay on the GPU. It measures what the shim adds to
+a call (host records, profiler plugin, CUPTI kinds and launch callbacks) where no
+second GPU is available. Collectives on one rank take NCCL's one-rank shortcut (no
+plan, no kernel) and are not representative; they are left out.
+
+    LD_PRELOAD=$PWD/.carry/libzcta_prof.so python3 bench/gpu_self_ab.py   # in-process A/B
+    python3 bench/gpu_self_ab.py                                            # plain: loops only
+
+Under the shim, blocks with recording on and off alternate (ABBA), as in
+bench/gpu_ab.py; it prints medians, the ratio and the median paired ratio with 95 %
+bootstrap intervals. Without the shim it prints the plain medians.
+"""
+
+import argparse
+import ctypes
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--blocks", type=int, default=16)
+ap.add_argument("--tag", default="", help="label printed before each line")
+args = ap.parse_args()
+
+dev = torch.device("cuda", 0)
+torch.cuda.set_device(dev)
+stream = torch.cuda.Stream()
+torch.cuda.set_stream(stream)
+s = ctypes.c_void_p(stream.cuda_stream)
+
+
+def nccl_lib():
+    import glob
+
+    import nvidia.nccl  # the wheel torch uses (already loaded by torch)
+
+    return ctypes.CDLL(glob.glob(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so*"))[0])
+
+
+class Nccl:
+    """Each function from the process's global scope (the shim's interposer when it is
+    preloaded), else from libnccl itself (the shim does not export what it does not
+    record, e.g. ncclGetUniqueId)."""
+
+    def __init__(self):
+        self._global, self._nccl = ctypes.CDLL(None), nccl_lib()
+
+    def __getattr__(self, name):
+        try:
+            f = getattr(self._global, name)
+        except AttributeError:
+            f = getattr(self._nccl, name)
+        setattr(self, name, f)
+        return f
+
+
+lib = Nccl()
+set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def check(what, rc):
+    if rc != 0:
+        raise SystemExit(f"{what} returned {rc}")
+
+
+uid = UniqueId()
+check("ncclGetUniqueId", lib.ncclGetUniqueId(ctypes.byref(uid)))
+comm = ctypes.c_void_p()
+check("ncclCommInitRank", lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0))
+NCCL_FLOAT = 7
+small_a, small_b = torch.ones(2, device=dev), torch.empty(2, device=dev)
+big_a, big_b = torch.ones((1 << 20) // 4, device=dev), torch.empty((1 << 20) // 4, device=dev)
+x = torch.ones(2, device=dev)
+
+
+def sendrecv(a, b):
+    n = ctypes.c_size_t(a.numel())
+    pa, pb = ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr())
+
+    def run(k):
+        for _ in range(k):
+            lib.ncclGroupStart()
+            lib.ncclSend(pa, n, NCCL_FLOAT, 0, comm, s)
+            lib.ncclRecv(pb, n, NCCL_FLOAT, 0, comm, s)
+            lib.ncclGroupEnd()
+
+    return run
+
+
+def launch(k):
+    for _ in range(k):
+        x.add_(1)
+
+
+sr8, sr1m = sendrecv(small_a, small_b), sendrecv(big_a, big_b)
+
+
+def step_like(k):
+    # a model step's mix: many small kernels of the program's own, one NCCL call
+    for _ in range(k):
+        launch(30)
+        sr1m(1)
+
+
+def per_item_us(fn, k):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn(k)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / k * 1e6
+
+
+tests = {
+    "send/recv to self, 8 B": (sr8, 2000),
+    "send/recv to self, 1 MiB": (sr1m, 2000),
+    "torch tiny kernel": (launch, 4000),
+    "30 kernels + 1 MiB send/recv": (step_like, 200),
+}
+for fn, k in tests.values():
+    per_item_us(fn, k // 4)
+sr8(1)
+torch.cuda.synchronize()
+b_small = small_b.cpu()
+assert b_small.tolist() == [1.0, 1.0], f"send/recv to self gave {b_small.tolist()}"
+
+res = {t: {True: [], False: []} for t in tests}
+pairs = {t: [] for t in tests}
+for blk in range(2 * args.blocks):
+    on = blk % 2 == 0 if (blk // 2) % 2 == 0 else blk % 2 == 1  # ABBA
+    if set_recording is None:
+        on = True
+    else:
+        set_recording(1 if on else 0)
+    for t, (fn, k) in tests.items():
+        res[t][on].append(per_item_us(fn, k))
+        if set_recording is not None and blk % 2 == 1:
+            pairs[t].append(res[t][True][-1] / res[t][False][-1])
+if set_recording is not None:
+    set_recording(1)
+
+
+def ci(stat, samples, reps=2000):
+    rng = random.Random(7)
+    r = sorted(stat(*[rng.choices(x, k=len(x)) for x in samples]) for _ in range(reps))
+    return r[int(0.025 * reps)], r[int(0.975 * reps)]
+
+
+tag = f"{args.tag:16} " if args.tag else ""
+for t, v in res.items():
+    m_on = statistics.median(v[True])
+    if set_recording is None:
+        print(f"{tag}{t:30} plain {m_on:9.3f} us")
+        continue
+    m_off = statistics.median(v[False])
+    pm = statistics.median(pairs[t])
+    plo, phi = ci(statistics.median, [pairs[t]])
+    print(f"{tag}{t:30} on {m_on:9.3f}  off {m_off:9.3f}  +{m_on - m_off:6.3f} us  paired {pm:6.3f} "
+          f"[{plo:.3f}, {phi:.3f}]")
+check("ncclCommDestroy", lib.ncclCommDestroy(comm))
+sys.stdout.flush()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU: bench/gpu_self_ab.py plain, then under the shim once per setting of the
+# developers' knobs (docs/dev/cupti.md), each its own process:
+#   default         host records + plugin (NCCL's events) + CUPTI kinds + launch callbacks
+#   no-kinds        ... without CUPTI's activity kinds (ZCTA_CUPTI_KINDS=none)
+#   copies-only     ... with the memcpy/memset kinds only, no kernel records
+#   no-callbacks    ... without CUPTI's launch callbacks
+#   nccl-mask-0     ... with the plugin loaded but asking NCCL for no events
+#   host-only       no CUPTI (ZCTA_CUPTI=0): host records + plugin
+#   host-no-plugin  host records only
+# usage: [BLOCKS=16] bench/gpu_self_decompose.sh [CARRY_DIR] ; logs to $OUT (default ./gpu-out)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+bin=$(cd "${1:-$root/.carry}" && pwd)
+out=${OUT:-$root/gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin)
+envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
+      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0")
+{
+  timeout 120 python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag plain 2>&1 | grep -v Warn
+  for i in "${!names[@]}"; do
+    # shellcheck disable=SC2086
+    env ${envs[$i]} ZCTA_OUT="$work/runs-${names[$i]}" LD_PRELOAD="$bin/libzcta_prof.so" timeout 120 \
+      python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag "${names[$i]}" \
+      >"$work/${names[$i]}.log" 2>&1 || { echo "${names[$i]}: failed"; tail -5 "$work/${names[$i]}.log"; continue; }
+    grep -v Warn "$work/${names[$i]}.log"
+  done
+} | tee "$out/self_decompose.txt"
+for d in "$work/runs-default"/*/; do "$bin/zcta" report "$d" 2>&1 | head -12; done
