@@ -1,13 +1,6 @@
 #!/usr/bin/env bash
 # One GPU: bench/gpu_self_ab.py plain, then under the shim once per setting of the
-# developers' knobs (docs/dev/cupti.md), each its own process:
-#   default         host records + plugin (NCCL's events) + CUPTI kinds + launch callbacks
-#   no-kinds        ... without CUPTI's activity kinds (ZCTA_CUPTI_KINDS=none)
-#   copies-only     ... with the memcpy/memset kinds only, no kernel records
-#   no-callbacks    ... without CUPTI's launch callbacks
-#   nccl-mask-0     ... with the plugin loaded but asking NCCL for no events
-#   host-only       no CUPTI (ZCTA_CUPTI=0): host records + plugin
-#   host-no-plugin  host records only
+# developers' knobs (bench/knob_settings.sh), each its own process.
 # usage: [BLOCKS=16] bench/gpu_self_decompose.sh [CARRY_DIR] ; logs to $OUT (default ./gpu-out)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,9 +11,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin)
-envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
-      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0")
+source "$here/knob_settings.sh"
 {
   timeout 120 python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag plain 2>&1 | grep -v Warn
   for i in "${!names[@]}"; do

@@ -1,0 +1,14 @@
+# The settings of the developers' knobs (docs/dev/cupti.md) that bench/gpu_decompose.sh
+# (2 GPUs) and bench/gpu_self_decompose.sh (1 GPU) run one process per; sourced.
+#   default         host records + NCCL's profiler events + CUPTI kinds + launch callbacks
+#   no-kinds        ... without CUPTI's activity kinds (ZCTA_CUPTI_KINDS=none)
+#   copies-only     ... with the memcpy/memset kinds only, no kernel records
+#   no-callbacks    ... without CUPTI's launch callbacks (ZCTA_CUPTI_CALLBACKS=0)
+#   nccl-mask-0     ... with the plugin loaded but asking NCCL for no events (ZCTA_NCCL_MASK=0)
+#   host-only       no CUPTI (ZCTA_CUPTI=0): host records + NCCL's events
+#   host-no-plugin  ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0: host records only
+# shellcheck disable=SC2034
+names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin)
+# shellcheck disable=SC2034
+envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
+      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0")
