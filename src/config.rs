@@ -69,6 +69,13 @@ impl Config {
         let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
         let hold_ms = num("ZCTA_GPU_HOLD_MS", 1_000, 10, 60_000);
         let cupti = env("ZCTA_CUPTI").is_none_or(|v| v.trim().is_empty() || !is_off(&v));
+        // Read by the shim's plugin itself (quietly: it also runs in processes that
+        // never record); the warning for a bad value is given here, once, at activation.
+        if let Some(v) = env("ZCTA_NCCL_MASK").filter(|v| !v.trim().is_empty())
+            && let Err(e) = parse_mask(&v)
+        {
+            warnings.push(format!("ZCTA_NCCL_MASK: {e}; using zcta's events"));
+        }
         let out_dir = env("ZCTA_OUT")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
@@ -104,7 +111,7 @@ pub fn is_off(value: &str) -> bool {
 }
 
 /// An NCCL profiler event mask (`ZCTA_NCCL_MASK`): a non-negative integer in decimal
-/// or `0x` hex, at most the v5 API's 11 event bits.
+/// or `0x` hex, within the v5 API's 12 event bits (Group 1 ... KernelLaunch 1 << 11).
 pub fn parse_mask(value: &str) -> Result<i32, String> {
     let v = value.trim();
     let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
@@ -112,8 +119,8 @@ pub fn parse_mask(value: &str) -> Result<i32, String> {
         None => v.parse::<i32>(),
     };
     match parsed {
-        Ok(m) if (0..1 << 11).contains(&m) => Ok(m),
-        Ok(m) => Err(format!("{m} is not an event mask (0..=0x7ff)")),
+        Ok(m) if (0..1 << 12).contains(&m) => Ok(m),
+        Ok(m) => Err(format!("{m} is not an event mask (0..=0xfff)")),
         Err(_) => Err(format!("{v:?} is not a number (decimal or 0x hex)")),
     }
 }
@@ -340,7 +347,8 @@ mod tests {
         assert_eq!(parse_mask(" 1598 "), Ok(1598));
         assert_eq!(parse_mask("0x63e"), Ok(0x63e));
         assert_eq!(parse_mask("0X7FF"), Ok(0x7ff));
-        assert!(parse_mask("0x800").unwrap_err().contains("not an event mask"));
+        assert_eq!(parse_mask("0x800"), Ok(0x800), "KernelLaunch");
+        assert!(parse_mask("0x1000").unwrap_err().contains("not an event mask"));
         assert!(parse_mask("-1").unwrap_err().contains("not an event mask"));
         assert!(parse_mask("coll").unwrap_err().contains("not a number"));
     }
@@ -418,6 +426,13 @@ mod tests {
         assert_eq!(c.policy.flush_interval, Duration::from_millis(500));
         assert_eq!(c.queue_capacity, 32_768);
         assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        let c = Config::from_env(&env(&[("ZCTA_NCCL_MASK", "coll")]));
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].starts_with("ZCTA_NCCL_MASK"), "{:?}", c.warnings);
+        for quiet in ["", " ", "0x202"] {
+            let c = Config::from_env(&env(&[("ZCTA_NCCL_MASK", quiet)]));
+            assert!(c.warnings.is_empty(), "{quiet:?}: {:?}", c.warnings);
+        }
     }
 
     #[test]

@@ -340,6 +340,27 @@ fn a_developer_event_mask_replaces_ours() {
     assert_eq!(events, BTreeSet::from(["Coll".to_string()]));
 }
 
+/// A bad `ZCTA_NCCL_MASK` is said once, at activation, and our events are asked for.
+#[test]
+fn a_bad_developer_event_mask_warns_once_and_is_ignored() {
+    let run = Run::new("badmask");
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    let out = run
+        .host(&["plugin", "0", "1", idf.to_str().unwrap(), "1"])
+        .env("ZCTA_NCCL_MASK", "coll")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("ZCTA_NCCL_MASK").count(), 1, "{err}");
+    assert!(err.contains("using zcta's events"), "{err}");
+    assert_eq!(stdout_field(&out, "mask") as i32, MASK);
+    for p in run.rows("process") {
+        assert_eq!(p.str("profiler_plugin"), Some("zcta"));
+    }
+}
+
 fn assert_no_plugin_tables(run: &Run) {
     let files = support::list_files(&run.dir());
     assert!(

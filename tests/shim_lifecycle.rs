@@ -157,6 +157,12 @@ fn check_silent(what: &str, make: &dyn Fn() -> Command) {
 fn processes_without_nccl_stay_silent() {
     check_silent("host nonccl", &|| host_plain(&["nonccl"]));
     check_silent("true", &|| clean_cmd("true"));
+    // A bad developer setting is reported at activation, never by a bystander.
+    check_silent("true with a bad ZCTA_NCCL_MASK", &|| {
+        let mut c = clean_cmd("true");
+        c.env("ZCTA_NCCL_MASK", "coll");
+        c
+    });
 
     // python3 may be a wrapper script (pyenv): run the real interpreter directly.
     let exe = Command::new("python3")

@@ -43,24 +43,26 @@ pub mod bits {
 /// a proxy thread that polls GPU timers, even on NVLink). `ZCTA_NCCL_MASK` (a
 /// developers' setting, to measure what NCCL's events cost) replaces it.
 pub fn activation_mask() -> i32 {
-    static MASK: OnceLock<i32> = OnceLock::new();
-    *MASK.get_or_init(|| mask_override().unwrap_or_else(default_mask))
+    // Cached without a lock (a fork while another thread held one would leave the
+    // child waiting forever); computing it twice gives the same value.
+    const UNSET: i32 = i32::MIN;
+    static MASK: AtomicI32 = AtomicI32::new(UNSET);
+    match MASK.load(Ordering::Relaxed) {
+        UNSET => {
+            let m = mask_override().unwrap_or_else(default_mask);
+            MASK.store(m, Ordering::Relaxed);
+            m
+        }
+        m => m,
+    }
 }
 
-/// `ZCTA_NCCL_MASK`: an event mask in decimal or 0x-hex; None when unset or invalid
-/// (with a warning).
+/// `ZCTA_NCCL_MASK`: an event mask in decimal or 0x-hex; None when unset, empty or
+/// invalid. Quiet: this also runs in the constructor of processes that never record;
+/// a bad value is reported once, at activation (`Config::from_env`).
 pub fn mask_override() -> Option<i32> {
     let v = std::env::var("ZCTA_NCCL_MASK").ok()?;
-    match zcta::config::parse_mask(&v) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-            if !WARNED.swap(true, Ordering::Relaxed) {
-                zcta::warn(format_args!("ZCTA_NCCL_MASK: {e}; using the default events"));
-            }
-            None
-        }
-    }
+    zcta::config::parse_mask(&v).ok()
 }
 
 fn default_mask() -> i32 {

@@ -37,7 +37,6 @@ pub struct Recorder {
     tx: Producer<Event>,
     ptx: Producer<PluginEvent>,
     ctl: Arc<WriterControl>,
-    wake_at: usize,
     owner_pid: u32,
     exit_timeout: Duration,
     writer_thread: Option<std::thread::ThreadId>,
@@ -204,7 +203,6 @@ fn activate() -> Option<Recorder> {
         tx,
         ptx,
         ctl,
-        wake_at: cfg.queue_capacity / 2,
         owner_pid: pid,
         exit_timeout: cfg.exit_timeout,
         writer_thread: Some(handle.thread().id()),
@@ -228,11 +226,6 @@ fn env_json() -> String {
     )
 }
 
-thread_local! {
-    /// Records this thread handed to the writer (to pace the queue-length check).
-    static SENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
 impl Recorder {
     fn is_writer_thread(&self) -> bool {
         self.writer_thread == Some(std::thread::current().id())
@@ -252,15 +245,10 @@ impl Recorder {
             return;
         }
         match tx.try_push(ev) {
-            Ok(()) => {
-                // The queue's length reads the writer's end too (a cache line it keeps
-                // writing): look only every 64th record of this thread.
-                let check = SENT.try_with(|n| {
-                    let v = n.get().wrapping_add(1);
-                    n.set(v);
-                    v % 64 == 0
-                });
-                if check.unwrap_or(true) && tx.len() >= self.wake_at {
+            Ok(pos) => {
+                // The queue's length reads the writer's position too (a cache line it
+                // keeps writing): look at every 64th position of this queue only.
+                if pos & 63 == 63 && tx.len().is_some_and(|n| n >= tx.capacity() / 2) {
                     self.ctl.wake();
                 }
             }
@@ -311,6 +299,12 @@ pub fn recording() -> bool {
 /// Set by `zcta_set_recording(0)`: calls are forwarded without being recorded.
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
+/// Whether NCCL should generate our profiler events now: recording is active (not
+/// paused, not stopped by an internal error or in a fork child). No side effects.
+pub fn events_wanted() -> bool {
+    STATE.load(Ordering::SeqCst) == ACTIVE && !PAUSED.load(Ordering::SeqCst)
+}
+
 /// Whether `zcta_set_recording(0)` paused recording.
 pub fn paused() -> bool {
     PAUSED.load(Ordering::Relaxed)
@@ -318,11 +312,11 @@ pub fn paused() -> bool {
 
 /// Pauses (`on = false`) or resumes recording; returns whether it was on.
 pub fn set_recording(on: bool) -> bool {
-    let was_on = !PAUSED.swap(!on, Ordering::AcqRel);
+    let was_on = !PAUSED.swap(!on, Ordering::SeqCst);
     if was_on != on {
         crate::gpu::pause(!on);
-        crate::ffi::plugin::set_nccl_events(on);
     }
+    crate::ffi::plugin::sync_nccl_events();
     was_on
 }
 
@@ -333,7 +327,9 @@ pub fn set_recording(on: bool) -> bool {
 /// one worker per GPU).
 pub fn on_fork_child() {
     if STATE.load(Ordering::Acquire) != UNINIT {
-        STATE.store(DISABLED, Ordering::Release);
+        STATE.store(DISABLED, Ordering::SeqCst);
+        // The child's copy of NCCL's event mask: no events (atomics only, no lock).
+        crate::ffi::plugin::sync_nccl_events();
     }
 }
 
@@ -365,7 +361,7 @@ pub fn report_panic() {
     for from in [ACTIVE, ACTIVATING, UNINIT] {
         let _ = STATE.compare_exchange(from, DISABLED, Ordering::AcqRel, Ordering::Acquire);
     }
-    crate::ffi::plugin::set_nccl_events(false);
+    crate::ffi::plugin::sync_nccl_events();
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
         zcta::warn(format_args!(
             "internal error; recording disabled, NCCL calls continue unchanged"

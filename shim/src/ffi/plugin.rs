@@ -172,10 +172,14 @@ unsafe extern "C" fn init(
     })
     .unwrap_or(0);
     if handle != 0 && !mask.is_null() {
-        NCCL_MASK.store(mask, Ordering::Release);
-        set_nccl_events(true);
-        if !crate::state::recording() {
-            set_nccl_events(false); // paused meanwhile
+        if super::real::in_forwarded_nccl(mask.cast_const().cast()) {
+            NCCL_MASK.store(mask, Ordering::SeqCst);
+            sync_nccl_events();
+        } else {
+            // Another copy of NCCL (which might be unloaded later): asked for our
+            // events once, never written to again.
+            // SAFETY: NCCL passes the address of its global activation mask.
+            unsafe { mask.write(plugin::activation_mask()) };
         }
     }
     if !ctx.is_null() {
@@ -185,23 +189,43 @@ unsafe extern "C" fn init(
     0
 }
 
-/// NCCL's global event mask (`ncclProfilerEventMask`, whose address `init` is given).
+/// NCCL's global event mask (`ncclProfilerEventMask`, whose address `init` is given),
+/// when it belongs to the libnccl we forward to.
 static NCCL_MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Asks NCCL for our events (`on`) or for none. NCCL reads the mask atomically at
-/// every API call, so while recording is paused (or off after an internal error)
-/// it skips its profiler work altogether instead of calling us to decline each event.
-pub fn set_nccl_events(on: bool) {
-    let p = NCCL_MASK.load(Ordering::Acquire);
-    if p.is_null() {
-        return;
+/// Makes NCCL's event mask match the recording state: our events while recording,
+/// none while paused or after an internal error. NCCL reads the mask atomically at
+/// every API call, so when paused it skips its profiler work altogether instead of
+/// calling us to decline each event. Called after every change of that state, from
+/// any thread: each caller re-reads the state after its store and stores again if it
+/// changed meanwhile, so the last store always matches the last state (all SeqCst).
+pub fn sync_nccl_events() {
+    for _ in 0..8 {
+        let p = NCCL_MASK.load(Ordering::SeqCst);
+        if p.is_null() {
+            return;
+        }
+        let want = wanted_mask();
+        // SAFETY: p is the libnccl's global `int ncclProfilerEventMask` (checked at
+        // init to lie in the library we forward to, which stays mapped: the shim
+        // holds a handle to it and never closes it); 4-aligned. NCCL 2.28.9 only
+        // reads it, atomically (`__atomic_load_n`, src/plugin/profiler.cc:218);
+        // later NCCL versions also adjust it plainly inside their own init, right
+        // after our `init` returns, which a pause from another thread at that very
+        // moment could race with (one lost update; the next pause or resume fixes it).
+        unsafe { AtomicI32::from_ptr(p) }.store(want, Ordering::SeqCst);
+        if wanted_mask() == want {
+            return;
+        }
     }
-    let v = if on { plugin::activation_mask() } else { 0 };
-    // SAFETY: p is NCCL's global `int ncclProfilerEventMask`: aligned, alive as long as
-    // libnccl is mapped (NCCL is never unloaded while it has communicators, and our
-    // plugin is only called by a loaded NCCL), and only accessed atomically by NCCL
-    // (`__atomic_load_n`) and by us.
-    unsafe { AtomicI32::from_ptr(p) }.store(v, Ordering::Relaxed);
+}
+
+fn wanted_mask() -> i32 {
+    if crate::state::events_wanted() {
+        plugin::activation_mask()
+    } else {
+        0
+    }
 }
 
 /// Decodes a descriptor.

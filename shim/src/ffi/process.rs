@@ -72,9 +72,9 @@ fn offer_profiler_plugin() {
             None => "off: own path unknown".to_string(),
         }
     };
-    let mode = match crate::plugin::mask_override() {
-        Some(m) if mode == "zcta" => format!("zcta (developer setting: event mask {m:#x})"),
-        _ => mode,
+    let mode = match (mode == "zcta").then(crate::plugin::mask_override).flatten() {
+        Some(m) => format!("zcta (developer setting: event mask {m:#x})"),
+        None => mode,
     };
     let _ = PLUGIN_MODE.set(mode);
 }

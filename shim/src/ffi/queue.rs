@@ -8,9 +8,10 @@
 //! was last touched by the writer thread on another core, long ago, and the first
 //! load of it missed every cache — about three quarters of the shim's cost per call
 //! (`perf annotate` of `host bench N GAP_NS`, docs/PERFORMANCE.md). Here each push
-//! ends by prefetching the *next* slot for writing, so that miss is taken in the
-//! background while the program computes, not inside the next NCCL call. Slots are
-//! cache-line aligned so a record never shares a line with its neighbour.
+//! ends by prefetching the *next* slot, so that miss is taken in the background while
+//! the program computes, not inside the next NCCL call. Slots are cache-line aligned
+//! so a record never shares a line with its neighbour; the capacity is rounded up to a
+//! power of two.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -85,13 +86,19 @@ pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
 }
 
 impl<T: Copy + Send> Inner<T> {
-    fn len(&self) -> usize {
+    /// Records queued, from a consistent snapshot: None when a push moved the tail
+    /// while the positions were read (the caller skips its check rather than spin).
+    /// Reading head between two equal reads of tail gives head <= tail.
+    fn len(&self) -> Option<usize> {
         let tail = self.tail.0.load(Ordering::Acquire);
         let head = self.head.0.load(Ordering::Acquire);
-        tail.wrapping_sub(head).min(self.mask + 1)
+        (self.tail.0.load(Ordering::Acquire) == tail).then(|| tail.wrapping_sub(head))
     }
 
-    /// Asks the CPU to bring the slot at `pos` into this core's cache, for writing.
+    /// Asks the CPU to bring the slot at `pos` into this core's cache before the next
+    /// push writes it. A read prefetch (`prefetcht0`: `_MM_HINT_ET0` needs the
+    /// `prfchw` target feature, which the x86-64 baseline lacks): the line arrives
+    /// shared and the write still upgrades it, but no longer misses every cache.
     #[inline]
     fn prefetch(&self, pos: usize) {
         let slot: *const Slot<T> = &self.slots[pos & self.mask];
@@ -111,9 +118,10 @@ impl<T: Copy + Send> Inner<T> {
 }
 
 impl<T: Copy + Send> Producer<T> {
-    /// Appends `v`, or gives it back when the queue is full. Never blocks.
+    /// Appends `v` and returns its position (0, 1, 2, ... over the queue's life), or
+    /// gives it back when the queue is full. Never blocks.
     #[inline]
-    pub fn try_push(&self, v: T) -> Result<(), T> {
+    pub fn try_push(&self, v: T) -> Result<usize, T> {
         let q = &*self.0;
         let mut pos = q.tail.0.load(Ordering::Relaxed);
         loop {
@@ -133,7 +141,7 @@ impl<T: Copy + Send> Producer<T> {
                         unsafe { (*slot.val.get()).write(v) };
                         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
                         q.prefetch(pos.wrapping_add(1));
-                        return Ok(());
+                        return Ok(pos);
                     }
                     Err(now) => pos = now,
                 }
@@ -145,9 +153,15 @@ impl<T: Copy + Send> Producer<T> {
         }
     }
 
-    /// Records in the queue (a snapshot; reads the consumer's position too).
-    pub fn len(&self) -> usize {
+    /// Records in the queue (a snapshot; reads the consumer's position too); None when
+    /// a concurrent push made the snapshot inconsistent.
+    pub fn len(&self) -> Option<usize> {
         self.0.len()
+    }
+
+    /// Slots: the capacity asked for, rounded up to a power of two.
+    pub fn capacity(&self) -> usize {
+        self.0.mask + 1
     }
 }
 
@@ -168,9 +182,11 @@ impl<T: Copy + Send> Consumer<T> {
         Some(v)
     }
 
-    /// Whether the queue held no record at the moment of the snapshot.
+    /// Whether the queue held no record at the moment of the snapshot (exact from
+    /// the consumer: no push can make a record disappear).
     pub fn is_empty(&self) -> bool {
-        self.q.len() == 0
+        let q = &*self.q;
+        q.tail.0.load(Ordering::Acquire) == q.head.0.load(Ordering::Relaxed)
     }
 }
 
@@ -192,15 +208,15 @@ mod tests {
         let (p, c) = bounded::<u64>(3); // rounded up to 4
         for round in 0..1000u64 {
             for i in 0..4 {
-                p.try_push(round * 4 + i).unwrap();
+                assert_eq!(p.try_push(round * 4 + i), Ok((round * 4 + i) as usize));
             }
             assert_eq!(p.try_push(99), Err(99), "full at 4");
-            assert_eq!(p.len(), 4);
+            assert_eq!((p.len(), p.capacity()), (Some(4), 4));
             for i in 0..4 {
                 assert_eq!(c.try_pop(), Some(round * 4 + i));
             }
             assert_eq!(c.try_pop(), None);
-            assert!(c.is_empty() && p.len() == 0);
+            assert!(c.is_empty() && p.len() == Some(0));
         }
     }
 

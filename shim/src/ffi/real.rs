@@ -130,6 +130,27 @@ fn find_lib() -> Lib {
     }
 }
 
+/// Load address of the object (library) `addr` lies in.
+fn object_base(addr: *const c_void) -> Option<usize> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the address.
+    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded.
+    let base = unsafe { info.assume_init() }.dli_fbase as usize;
+    (base != 0).then_some(base)
+}
+
+/// Whether `addr` (e.g. a global NCCL handed us) lies in the libnccl we forward to —
+/// not in another copy of NCCL in the process, which may be unloaded later.
+pub fn in_forwarded_nccl(addr: *const c_void) -> bool {
+    let Some(f) = GET_VERSION.get(std::ptr::null()) else {
+        return false;
+    };
+    matches!((object_base(addr), object_base(f)), (Some(a), Some(b)) if a == b)
+}
+
 fn object_of(addr: *mut c_void) -> Option<String> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr only reads the address.
