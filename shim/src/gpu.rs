@@ -20,6 +20,7 @@ use zcta::gpu::GpuItem;
 use zcta::sink::{GpuSource, GpuStatus};
 
 use crate::ffi::cupti;
+use crate::ffi::queue::{self, Consumer, Producer};
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -46,17 +47,10 @@ struct CallNote {
     api: RawApi,
 }
 
-/// Callback → writer. Bounded: when full, notes are dropped and counted.
-fn notes() -> &'static (
-    crossbeam_channel::Sender<CallNote>,
-    crossbeam_channel::Receiver<CallNote>,
-) {
-    static Q: std::sync::OnceLock<(
-        crossbeam_channel::Sender<CallNote>,
-        crossbeam_channel::Receiver<CallNote>,
-    )> = std::sync::OnceLock::new();
-    Q.get_or_init(|| crossbeam_channel::bounded(1 << 16))
-}
+/// Callback → writer (the consumer is the [`CuptiSource`]'s). Bounded: when full,
+/// notes are dropped and counted. The record queue (`ffi::queue`), like ops rows:
+/// a note is pushed on every NCCL launch.
+static NOTES: OnceLock<Producer<CallNote>> = OnceLock::new();
 
 fn set_status(f: impl FnOnce(&mut GpuStatus)) {
     let mut g = STATUS.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,7 +162,7 @@ pub fn on_api_enter(driver: bool, cbid: u32, correlation_id: u32) {
             correlation_id,
         },
     };
-    if notes().0.try_send(note).is_err() {
+    if NOTES.get().is_none_or(|q| q.try_push(note).is_err()) {
         cupti::DROPPED.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -331,6 +325,7 @@ pub fn note_proxy_thread() {
 
 /// The writer's view of CUPTI.
 pub struct CuptiSource {
+    notes: Consumer<CallNote>,
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
     /// `ZCTA_CUPTI_DEBUG=1`: what arrived, printed at exit (a developer's aid).
@@ -357,8 +352,13 @@ impl Debug {
 }
 
 impl CuptiSource {
+    /// The writer's side of capture; made once per process, with the recorder.
     pub fn new() -> Self {
+        let (tx, rx) = queue::bounded(1 << 16);
+        // Only the first source's queue is fed (there is one recorder per process).
+        let _ = NOTES.set(tx);
         Self {
+            notes: rx,
             names: HashMap::new(),
             proxy_seen: 0,
             debug: std::env::var("ZCTA_CUPTI_DEBUG")
@@ -375,7 +375,7 @@ impl CuptiSource {
             }
             self.proxy_seen = t.len();
         }
-        while let Ok(n) = notes().1.try_recv() {
+        while let Some(n) = self.notes.try_pop() {
             if n.ext != 0 {
                 out.push(GpuItem::ExtCorr {
                     external_id: n.ext,
