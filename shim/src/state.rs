@@ -359,7 +359,7 @@ pub fn report_panic() {
         r.ctl.internal_error.store(true, Ordering::Release);
     }
     for from in [ACTIVE, ACTIVATING, UNINIT] {
-        let _ = STATE.compare_exchange(from, DISABLED, Ordering::AcqRel, Ordering::Acquire);
+        let _ = STATE.compare_exchange(from, DISABLED, Ordering::SeqCst, Ordering::SeqCst);
     }
     crate::ffi::plugin::sync_nccl_events();
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
