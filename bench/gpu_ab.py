@@ -16,7 +16,6 @@ drift) with its interval.
 import argparse
 import ctypes
 import os
-import random
 import statistics
 import sys
 import time
@@ -77,7 +76,7 @@ for fn in tests.values():
 res = {name: {True: [], False: []} for name in tests}
 pairs = {name: [] for name in tests}  # (on, off) of blocks 2k and 2k+1: neighbours in time
 for blk in range(2 * args.blocks):
-    on = blk % 2 == 0 if (blk // 2) % 2 == 0 else blk % 2 == 1  # ABBA order
+    on = nb.abba_on(blk)
     torch.cuda.synchronize()
     dist.barrier()
     set_recording(1 if on else 0)
@@ -86,13 +85,6 @@ for blk in range(2 * args.blocks):
         if blk % 2 == 1:
             pairs[name].append(res[name][True][-1] / res[name][False][-1])
 set_recording(1)
-
-
-def ci(stat, samples, reps=2000):
-    """95 % bootstrap interval of stat(resampled samples...)."""
-    rng = random.Random(7)
-    r = sorted(stat(*[rng.choices(x, k=len(x)) for x in samples]) for _ in range(reps))
-    return r[int(0.025 * reps)], r[int(0.975 * reps)]
 
 
 def ratio_of_medians(on, off):
@@ -104,9 +96,9 @@ if rank == 0:
           f"{'paired':>7}  95% CI")
     for name, v in res.items():
         m_on, m_off = statistics.median(v[True]), statistics.median(v[False])
-        lo, hi = ci(ratio_of_medians, [v[True], v[False]])
+        lo, hi = nb.bootstrap_ci(ratio_of_medians, [v[True], v[False]])
         pm = statistics.median(pairs[name])
-        plo, phi = ci(statistics.median, [pairs[name]])
+        plo, phi = nb.bootstrap_ci(statistics.median, [pairs[name]])
         print(f"{name:28} {m_on:12.2f} {m_off:13.2f} {m_on / m_off:7.3f}  [{lo:.3f}, {hi:.3f}]  "
               f"{pm:7.3f}  [{plo:.3f}, {phi:.3f}]")
 dist.barrier()

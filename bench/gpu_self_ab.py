@@ -16,13 +16,15 @@ bootstrap intervals. Without the shim it prints the plain medians.
 
 import argparse
 import ctypes
-import os
-import random
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import nccl_bench as nb  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--blocks", type=int, default=16)
@@ -35,33 +37,10 @@ stream = torch.cuda.Stream()
 torch.cuda.set_stream(stream)
 s = ctypes.c_void_p(stream.cuda_stream)
 
-
-def nccl_lib():
-    import glob
-
-    import nvidia.nccl  # the wheel torch uses (already loaded by torch)
-
-    return ctypes.CDLL(glob.glob(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so*"))[0])
-
-
-class Nccl:
-    """Each function from the process's global scope (the shim's interposer when it is
-    preloaded), else from libnccl itself (the shim does not export what it does not
-    record, e.g. ncclGetUniqueId)."""
-
-    def __init__(self):
-        self._global, self._nccl = ctypes.CDLL(None), nccl_lib()
-
-    def __getattr__(self, name):
-        try:
-            f = getattr(self._global, name)
-        except AttributeError:
-            f = getattr(self._nccl, name)
-        setattr(self, name, f)
-        return f
-
-
-lib = Nccl()
+# Recorded calls through the shim's exports when it is preloaded; ncclGetUniqueId
+# (which the shim does not export) from the libnccl torch mapped.
+lib = nb.nccl()
+real = nb.mapped_nccl()
 set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
 
 
@@ -75,7 +54,7 @@ def check(what, rc):
 
 
 uid = UniqueId()
-check("ncclGetUniqueId", lib.ncclGetUniqueId(ctypes.byref(uid)))
+check("ncclGetUniqueId", real.ncclGetUniqueId(ctypes.byref(uid)))
 comm = ctypes.c_void_p()
 check("ncclCommInitRank", lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0))
 NCCL_FLOAT = 7
@@ -137,7 +116,7 @@ assert b_small.tolist() == [1.0, 1.0], f"send/recv to self gave {b_small.tolist(
 res = {t: {True: [], False: []} for t in tests}
 pairs = {t: [] for t in tests}
 for blk in range(2 * args.blocks):
-    on = blk % 2 == 0 if (blk // 2) % 2 == 0 else blk % 2 == 1  # ABBA
+    on = nb.abba_on(blk)
     if set_recording is None:
         on = True
     else:
@@ -150,12 +129,6 @@ if set_recording is not None:
     set_recording(1)
 
 
-def ci(stat, samples, reps=2000):
-    rng = random.Random(7)
-    r = sorted(stat(*[rng.choices(x, k=len(x)) for x in samples]) for _ in range(reps))
-    return r[int(0.025 * reps)], r[int(0.975 * reps)]
-
-
 tag = f"{args.tag:16} " if args.tag else ""
 for t, v in res.items():
     m_on = statistics.median(v[True])
@@ -164,7 +137,7 @@ for t, v in res.items():
         continue
     m_off = statistics.median(v[False])
     pm = statistics.median(pairs[t])
-    plo, phi = ci(statistics.median, [pairs[t]])
+    plo, phi = nb.bootstrap_ci(statistics.median, [pairs[t]])
     print(f"{tag}{t:30} on {m_on:9.3f}  off {m_off:9.3f}  +{m_on - m_off:6.3f} us  paired {pm:6.3f} "
           f"[{plo:.3f}, {phi:.3f}]")
 check("ncclCommDestroy", lib.ncclCommDestroy(comm))

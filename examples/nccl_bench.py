@@ -7,6 +7,7 @@ torch is imported where it is used, so the arithmetic can be tested without it.
 import ctypes
 import math
 import os
+import random
 import statistics
 
 # A GPU sleep before the start event keeps the GPU busy while the host enqueues the op,
@@ -43,12 +44,18 @@ def nccl():
         lib.ncclCommWindowRegister  # noqa: B018 (probe)
         return lib
     except (OSError, AttributeError):
-        with open("/proc/self/maps") as maps:
-            path = next((line.split()[-1] for line in maps
-                         if "libnccl.so" in line and "zcta" not in line), None)
-        if path is None:
-            raise RuntimeError("no libnccl mapped in this process (initialise the NCCL process group first)")
-        return ctypes.CDLL(path)
+        return mapped_nccl()
+
+
+def mapped_nccl():
+    """The libnccl this process mapped (torch's), for what the shim does not export
+    (e.g. ncclGetUniqueId)."""
+    with open("/proc/self/maps") as maps:
+        path = next((line.split()[-1] for line in maps
+                     if "libnccl.so" in line and "zcta" not in line), None)
+    if path is None:
+        raise RuntimeError("no libnccl mapped in this process (initialise the NCCL process group first)")
+    return ctypes.CDLL(path)
 
 
 def register_windows(backend, tensors):
@@ -117,6 +124,19 @@ def per_call_us(fn, n):
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t) / n * 1e6
+
+
+def abba_on(block):
+    """In-process A/B: whether block number `block` has recording on, in ABBA order
+    (on, off, off, on, ...), so a slow drift weighs on both halves alike."""
+    return block % 2 == 0 if (block // 2) % 2 == 0 else block % 2 == 1
+
+
+def bootstrap_ci(stat, samples, reps=2000):
+    """95 % bootstrap interval of stat(resampled samples...) (fixed seed)."""
+    rng = random.Random(7)
+    r = sorted(stat(*[rng.choices(x, k=len(x)) for x in samples]) for _ in range(reps))
+    return r[int(0.025 * reps)], r[int(0.975 * reps)]
 
 
 def stats(us):

@@ -20,13 +20,7 @@ ZCTA = ROOT / "target" / "debug" / "zcta"
 @pytest.fixture(scope="module")
 def run(host, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("runs")
-    import os
-
-    os.environ["HOST_CUPTI"] = str(host.parent / "cupti" / "libcupti.so.13")
-    try:
-        r = run_job(host, out, "ana", ranks=2, iters=3)
-    finally:
-        del os.environ["HOST_CUPTI"]
+    r = run_job(host, out, "ana", ranks=2, iters=3, cupti=True)
     subprocess.run([ZCTA, "phases", r], check=True, capture_output=True)
     (r / "ops" / "_leftover.wal").write_bytes(b"not a parquet file")
     return r

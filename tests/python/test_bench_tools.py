@@ -5,6 +5,7 @@ bench/gpu_bench_report.py on a stand-in run plus synthetic job results."""
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import time
 import pandas as pd
 import pytest
 
-from test_readers import ROOT, host, run_job, shim  # noqa: F401 (fixture)
+from test_readers import ROOT, host, run_job, shim, stand_in_cupti  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(ROOT / "examples"))
 import nccl_bench as nb  # noqa: E402
@@ -36,13 +37,20 @@ def test_nccl_bench_arithmetic():
     assert nb.busbw_gbs("broadcast", 10**9, 1e6, 4) == pytest.approx(1.0)
 
 
+def test_ab_helpers():
+    assert [nb.abba_on(b) for b in range(8)] == [True, False, False, True] * 2
+    lo, hi = nb.bootstrap_ci(statistics.median, [[1.0] * 5 + [3.0] * 5])
+    assert 1.0 <= lo <= hi <= 3.0
+    assert nb.bootstrap_ci(statistics.median, [[2.0] * 9]) == (2.0, 2.0)
+
+
 def test_wal_lag_sees_rows_become_durable(host, tmp_path):  # noqa: F811
     """A live process under the shim: every row the watcher sees in the log is
     durable within the hold (1 s) plus one flush (0.5 s), give or take the poll."""
     idfile = tmp_path / "id"
     idfile.write_bytes(os.urandom(128))
     env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(tmp_path), "ZCTA_RUN_ID": "lag",
-           "HOST_CUPTI": str(host.parent / "cupti" / "libcupti.so.13")}
+           "HOST_CUPTI": stand_in_cupti(host)}
     p = subprocess.Popen([host, "loop", idfile], env=env, stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"started"
     stop, out = tmp_path / "stop", tmp_path / "lag.json"
@@ -61,11 +69,7 @@ def test_wal_lag_sees_rows_become_durable(host, tmp_path):  # noqa: F811
 def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     runs = tmp_path / "runs"
     runs.mkdir()
-    os.environ["HOST_CUPTI"] = str(host.parent / "cupti" / "libcupti.so.13")
-    try:
-        run = run_job(host, runs, "zcta-0", ranks=2, iters=10)
-    finally:
-        del os.environ["HOST_CUPTI"]
+    run = run_job(host, runs, "zcta-0", ranks=2, iters=10, cupti=True)
     subprocess.run([ZCTA, "phases", run], check=True, capture_output=True)
     ops = pd.read_parquet(run / "ops")
     mine = ops[(ops["rank"] == 0) & (ops.op == "AllReduce")].sort_values("api_start_ns")

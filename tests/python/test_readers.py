@@ -30,10 +30,21 @@ def host(tmp_path_factory) -> pathlib.Path:
     return d / "host"
 
 
-def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, iters: int = 5) -> pathlib.Path:
+def stand_in_cupti(host: pathlib.Path) -> str:
+    """The stand-in libcupti that tests/fixtures/build.sh puts beside the host (loaded
+    by the host when HOST_CUPTI names it)."""
+    return str(host.parent / "cupti" / "libcupti.so.13")
+
+
+def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, iters: int = 5,
+            cupti: bool = False) -> pathlib.Path:
+    """`ranks` host processes of the ops scenario under the shim; `cupti`: with the
+    stand-in CUPTI, so GPU columns and phases exist."""
     idfile = out / "id"
     idfile.write_bytes(os.urandom(128))
     env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(out), "ZCTA_RUN_ID": run_id}
+    if cupti:
+        env["HOST_CUPTI"] = stand_in_cupti(host)
     procs = [subprocess.Popen([host, "ops", str(r), str(ranks), idfile, str(iters)], env=env) for r in range(ranks)]
     assert [p.wait() for p in procs] == [0] * ranks
     return out / run_id
