@@ -130,15 +130,20 @@ fn find_lib() -> Lib {
     }
 }
 
-/// Load address of the object (library) `addr` lies in.
-fn object_base(addr: *const c_void) -> Option<usize> {
+/// What the loader knows of the object (library) `addr` lies in.
+fn dl_info(addr: *const c_void) -> Option<libc::Dl_info> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // SAFETY: dladdr only reads the address.
     if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
         return None;
     }
     // SAFETY: dladdr succeeded.
-    let base = unsafe { info.assume_init() }.dli_fbase as usize;
+    Some(unsafe { info.assume_init() })
+}
+
+/// Load address of the object (library) `addr` lies in.
+fn object_base(addr: *const c_void) -> Option<usize> {
+    let base = dl_info(addr)?.dli_fbase as usize;
     (base != 0).then_some(base)
 }
 
@@ -152,13 +157,7 @@ pub fn in_forwarded_nccl(addr: *const c_void) -> bool {
 }
 
 fn object_of(addr: *mut c_void) -> Option<String> {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    // SAFETY: dladdr only reads the address.
-    if unsafe { libc::dladdr(addr, info.as_mut_ptr()) } == 0 {
-        return None;
-    }
-    // SAFETY: dladdr succeeded.
-    let info = unsafe { info.assume_init() };
+    let info = dl_info(addr)?;
     if info.dli_fname.is_null() {
         return None;
     }
