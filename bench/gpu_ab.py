@@ -4,13 +4,14 @@
 
 The same two processes alternate blocks with recording on and off
 (`zcta_set_recording`, exported by the shim: off = calls forwarded, nothing recorded,
-CUPTI's activity kinds and launch callbacks disabled, NCCL asked for no profiler
-events), so machine and start-up variance cancel out. Before commit 3cbd2b5 "off" left
+CUPTI's activity kinds and launch callbacks disabled (ZCTA_PAUSE_CUPTI=1, set here),
+NCCL asked for no profiler events), so machine and start-up variance cancel out. Before commit 3cbd2b5 "off" left
 NCCL's event mask set (the plugin declined each event), so NCCL's own profiler work
 was in both halves. Rank 0 prints one line per measurement: median of the "on" blocks, of the
 "off" blocks, their ratio with a 95 % bootstrap interval, and the median of the
 paired ratios (each "on" block over its neighbouring "off" block, which cancels slow
-drift) with its interval.
+drift) with its interval, and the ratio of the means (what sampled detail,
+ZCTA_SAMPLE, costs over time: blocks inside a window cost more than the others).
 """
 
 import argparse
@@ -33,6 +34,9 @@ ap.add_argument("--blocks", type=int, default=20, help="blocks per setting")
 ap.add_argument("--only", help="comma-separated subset: train, allreduce, a2a1, a2a128")
 args = ap.parse_args()
 
+# "Off" blocks switch CUPTI off too (the GPU is synchronised before every switch, which
+# this needs: docs/dev/cupti.md, "Switching CUPTI"); read when capture starts.
+os.environ.setdefault("ZCTA_PAUSE_CUPTI", "1")
 rank = int(os.environ["RANK"])
 dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
 torch.cuda.set_device(dev)
@@ -93,13 +97,15 @@ def ratio_of_medians(on, off):
 
 if rank == 0:
     print(f"{'measurement':28} {'on (median)':>12} {'off (median)':>13} {'ratio':>7}  95% CI           "
-          f"{'paired':>7}  95% CI")
+          f"{'paired':>7}  95% CI           {'means':>7}  95% CI")
     for name, v in res.items():
         m_on, m_off = statistics.median(v[True]), statistics.median(v[False])
         lo, hi = nb.bootstrap_ci(ratio_of_medians, [v[True], v[False]])
         pm = statistics.median(pairs[name])
         plo, phi = nb.bootstrap_ci(statistics.median, [pairs[name]])
+        mr = statistics.fmean(v[True]) / statistics.fmean(v[False])
+        mlo, mhi = nb.bootstrap_ci(lambda a, b: statistics.fmean(a) / statistics.fmean(b), [v[True], v[False]])
         print(f"{name:28} {m_on:12.2f} {m_off:13.2f} {m_on / m_off:7.3f}  [{lo:.3f}, {hi:.3f}]  "
-              f"{pm:7.3f}  [{plo:.3f}, {phi:.3f}]")
+              f"{pm:7.3f}  [{plo:.3f}, {phi:.3f}]  {mr:7.3f}  [{mlo:.3f}, {mhi:.3f}]")
 dist.barrier()
 dist.destroy_process_group()

@@ -16,6 +16,7 @@ bootstrap intervals. Without the shim it prints the plain medians.
 
 import argparse
 import ctypes
+import os
 import statistics
 import sys
 import time
@@ -35,46 +36,15 @@ dev = torch.device("cuda", 0)
 torch.cuda.set_device(dev)
 stream = torch.cuda.Stream()
 torch.cuda.set_stream(stream)
-s = ctypes.c_void_p(stream.cuda_stream)
 
-# Recorded calls through the shim's exports when it is preloaded; ncclGetUniqueId
-# (which the shim does not export) from the libnccl torch mapped.
-lib = nb.nccl()
-real = nb.mapped_nccl()
+# "Off" blocks switch CUPTI off too; every switch happens with the GPU synchronised,
+# which that needs (docs/dev/cupti.md, "Switching CUPTI").
+os.environ.setdefault("ZCTA_PAUSE_CUPTI", "1")
 set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-def check(what, rc):
-    if rc != 0:
-        raise SystemExit(f"{what} returned {rc}")
-
-
-uid = UniqueId()
-check("ncclGetUniqueId", real.ncclGetUniqueId(ctypes.byref(uid)))
-comm = ctypes.c_void_p()
-check("ncclCommInitRank", lib.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0))
-NCCL_FLOAT = 7
+me = nb.SelfComm(stream)
 small_a, small_b = torch.ones(2, device=dev), torch.empty(2, device=dev)
 big_a, big_b = torch.ones((1 << 20) // 4, device=dev), torch.empty((1 << 20) // 4, device=dev)
 x = torch.ones(2, device=dev)
-
-
-def sendrecv(a, b):
-    n = ctypes.c_size_t(a.numel())
-    pa, pb = ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr())
-
-    def run(k):
-        for _ in range(k):
-            lib.ncclGroupStart()
-            lib.ncclSend(pa, n, NCCL_FLOAT, 0, comm, s)
-            lib.ncclRecv(pb, n, NCCL_FLOAT, 0, comm, s)
-            lib.ncclGroupEnd()
-
-    return run
 
 
 def launch(k):
@@ -82,7 +52,7 @@ def launch(k):
         x.add_(1)
 
 
-sr8, sr1m = sendrecv(small_a, small_b), sendrecv(big_a, big_b)
+sr8, sr1m = me.sendrecv(small_a, small_b), me.sendrecv(big_a, big_b)
 
 
 def step_like(k):
@@ -140,5 +110,5 @@ for t, v in res.items():
     plo, phi = nb.bootstrap_ci(statistics.median, [pairs[t]])
     print(f"{tag}{t:30} on {m_on:9.3f}  off {m_off:9.3f}  +{m_on - m_off:6.3f} us  paired {pm:6.3f} "
           f"[{plo:.3f}, {phi:.3f}]")
-check("ncclCommDestroy", lib.ncclCommDestroy(comm))
+me.destroy()
 sys.stdout.flush()

@@ -58,6 +58,51 @@ def mapped_nccl():
     return ctypes.CDLL(path)
 
 
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+NCCL_FLOAT = 7
+
+
+class SelfComm:
+    """A one-rank communicator whose rank sends to itself (ncclGroupStart, ncclSend,
+    ncclRecv, ncclGroupEnd to peer 0): NCCL plans, profiles and launches that like any
+    send/recv (one ncclDevKernel_SendRecv through cuLaunchKernelEx) on one GPU. Calls
+    go through the shim's exports when it is preloaded."""
+
+    def __init__(self, stream):
+        self.lib = nccl()
+        uid = UniqueId()
+        self._check("ncclGetUniqueId", mapped_nccl().ncclGetUniqueId(ctypes.byref(uid)))
+        self.comm = ctypes.c_void_p()
+        self._check("ncclCommInitRank", self.lib.ncclCommInitRank(ctypes.byref(self.comm), 1, uid, 0))
+        self.stream = ctypes.c_void_p(stream.cuda_stream)
+
+    @staticmethod
+    def _check(what, rc):
+        if rc != 0:
+            raise SystemExit(f"{what} returned {rc}")
+
+    def destroy(self):
+        self._check("ncclCommDestroy", self.lib.ncclCommDestroy(self.comm))
+
+    def sendrecv(self, a, b):
+        """A function running k send/recv groups of float32 tensor a into b."""
+        lib, comm, s = self.lib, self.comm, self.stream
+        n = ctypes.c_size_t(a.numel())
+        pa, pb = ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr())
+
+        def run(k):
+            for _ in range(k):
+                lib.ncclGroupStart()
+                lib.ncclSend(pa, n, NCCL_FLOAT, 0, comm, s)
+                lib.ncclRecv(pb, n, NCCL_FLOAT, 0, comm, s)
+                lib.ncclGroupEnd()
+
+        return run
+
+
 def register_windows(backend, tensors):
     """ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC) for each tensor."""
     f = nccl().ncclCommWindowRegister

@@ -15,7 +15,9 @@
 //! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: no GPU capture (host-only rows, GPU columns NULL) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
+//! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |
 //! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
+//! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI off (read by the shim) |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -76,6 +78,14 @@ impl Config {
         {
             warnings.push(format!("ZCTA_NCCL_MASK: {e}; using zcta's events"));
         }
+        let sampling = match env("ZCTA_SAMPLE").as_deref().map(crate::sample::parse_sampling) {
+            None => None,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                warnings.push(format!("ZCTA_SAMPLE: {e}; every op in full"));
+                None
+            }
+        };
         let out_dir = env("ZCTA_OUT")
             .filter(|s| !s.is_empty())
             .map(PathBuf::from)
@@ -95,6 +105,7 @@ impl Config {
             cupti,
             gpu: GpuPolicy {
                 hold: Duration::from_millis(hold_ms),
+                sampling,
                 ..GpuPolicy::default()
             },
             warnings,
@@ -433,6 +444,12 @@ mod tests {
             let c = Config::from_env(&env(&[("ZCTA_NCCL_MASK", quiet)]));
             assert!(c.warnings.is_empty(), "{quiet:?}: {:?}", c.warnings);
         }
+        let c = Config::from_env(&env(&[("ZCTA_SAMPLE", "1s")]));
+        assert_eq!(c.gpu.sampling, None);
+        assert!(c.warnings[0].starts_with("ZCTA_SAMPLE"), "{:?}", c.warnings);
+        let c = Config::from_env(&env(&[("ZCTA_SAMPLE", "1s/10s")]));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.gpu.sampling.map(|s| s.every), Some(Duration::from_secs(10)));
     }
 
     #[test]

@@ -94,6 +94,12 @@ pub const DRIVER_CBIDS: [u32; 3] = [
     307, // cuLaunchKernel
     667, // cuStreamBatchMemOp_v2
 ];
+/// Whether a traced launch call produces activity records of its own: every one but
+/// `cuStreamBatchMemOp` (CUPTI records no memory operations; docs/dev/cupti.md).
+pub fn launch_has_records(api: &RawApi) -> bool {
+    !(api.driver && api.cbid == DRIVER_CBIDS[2])
+}
+
 /// Runtime API calls likewise: the copy-engine batch copy of NCCL's CE collectives
 /// and the copies its proxy thread issues (`NCCL_*_USE_CUDA_MEMCPY=1`).
 pub const RUNTIME_CBIDS: [u32; 4] = [

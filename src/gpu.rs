@@ -276,6 +276,12 @@ pub struct AttribStats {
     pub foreign: u64,
     /// Ops written before any GPU activity of theirs arrived.
     pub ops_without_gpu: u64,
+    /// Activities dropped because they started before the CUDA call their correlation
+    /// id names (more than [`CAUSALITY_SLACK_NS`] before): a wrong correlation.
+    pub inconsistent: u64,
+    /// Ops called outside the sampling windows (`ZCTA_SAMPLE`): no launch of theirs
+    /// was marked, their GPU columns are NULL.
+    pub ops_unsampled: u64,
 }
 
 /// Joins GPU activities to ops; lives on the writer thread.
@@ -300,7 +306,22 @@ pub struct Attributor {
     op_group: HashMap<u64, u64>,
     pub stats: AttribStats,
     last_prune_ns: i64,
+    /// Sampling windows (`ZCTA_SAMPLE`): an op without a marked launch was not
+    /// sampled (rather than "no GPU activity arrived").
+    sampled: bool,
+    /// With sampling: marked launches whose GPU records have not arrived, and the
+    /// order they were noted in (entries older than the hold are given up).
+    unseen: HashSet<u32>,
+    unseen_order: VecDeque<(i64, u32)>,
 }
+
+/// How far before its launch call an activity may seem to start (clock reading
+/// differences between CUPTI and the callback) before its correlation is taken for
+/// wrong.
+pub const CAUSALITY_SLACK_NS: i64 = 1_000_000;
+
+/// The op of an NCCL kernel on record whose op is not known (yet).
+const UNKNOWN_OP: u64 = 0;
 
 /// How long correlation entries are kept (an activity arrives within seconds of its
 /// call; this bounds memory, not correctness).
@@ -323,6 +344,36 @@ impl Attributor {
             op_group: HashMap::new(),
             stats: AttribStats::default(),
             last_prune_ns: 0,
+            sampled: false,
+            unseen: HashSet::new(),
+            unseen_order: VecDeque::new(),
+        }
+    }
+
+    /// Capture runs in sampling windows ([`crate::sample`]): ops without a marked
+    /// launch are written as not sampled, and launches are tracked until their GPU
+    /// records arrive ([`Self::pending`]).
+    pub fn with_sampling(mut self) -> Self {
+        self.sampled = true;
+        self
+    }
+
+    /// With sampling: marked launches noted within the hold whose GPU records have not
+    /// arrived yet (the window's drain waits for them).
+    pub fn pending(&mut self, now: i64) -> usize {
+        while let Some(&(t, c)) = self.unseen_order.front() {
+            if now - t < self.hold_ns {
+                break;
+            }
+            self.unseen_order.pop_front();
+            self.unseen.remove(&c);
+        }
+        self.unseen.len()
+    }
+
+    fn note_unseen(&mut self, corr: u32, api: &RawApi, now: i64) {
+        if self.sampled && cupti::launch_has_records(api) && self.unseen.insert(corr) {
+            self.unseen_order.push_back((now, corr));
         }
     }
 
@@ -348,9 +399,9 @@ impl Attributor {
             } => {
                 self.ext_of_corr.insert(correlation_id, external_id);
                 self.ext_order.push_back((now, correlation_id));
-                if let Some(api) = self.api_of_corr.get(&correlation_id) {
-                    let start = api.start_ns;
-                    self.note_launch(external_id, start, now);
+                if let Some(&api) = self.api_of_corr.get(&correlation_id) {
+                    self.note_launch(external_id, api.start_ns, now);
+                    self.note_unseen(correlation_id, &api, now);
                 }
             }
             GpuItem::Api(api) => {
@@ -358,6 +409,7 @@ impl Attributor {
                 self.api_order.push_back((now, api.correlation_id));
                 if let Some(&ext) = self.ext_of_corr.get(&api.correlation_id) {
                     self.note_launch(ext, api.start_ns, now);
+                    self.note_unseen(api.correlation_id, &api, now);
                 }
             }
             GpuItem::ProxyThread(t) => {
@@ -369,6 +421,13 @@ impl Attributor {
                     return;
                 }
                 if !self.try_attribute(&a, now, false, out) {
+                    if a.raw.kind == GpuKind::Kernel {
+                        // An NCCL kernel whose op is not known (yet): a proxy copy
+                        // issued while it ran is not given to another op's kernel.
+                        self.kernels
+                            .entry((a.raw.device, a.raw.start_ns))
+                            .or_insert((a.raw.end_ns, UNKNOWN_OP));
+                    }
                     self.waiting.push_back((now, a));
                 }
             }
@@ -387,6 +446,13 @@ impl Attributor {
         let corr = a.raw.correlation_id;
         let api = self.api_of_corr.get(&corr).copied();
         if let Some(&ext) = self.ext_of_corr.get(&corr) {
+            // GPU work cannot start before the call that launched it. On the GPU
+            // machine, kernels launched right after CUPTI's kernel kind was re-enabled
+            // once carried the correlation id of a call made after they ran.
+            if api.is_some_and(|api| a.raw.start_ns < api.start_ns - CAUSALITY_SLACK_NS) {
+                self.stats.inconsistent += 1;
+                return true;
+            }
             self.emit(a, ext, Attribution::NcclCall, api, now, out);
             return true;
         }
@@ -394,9 +460,19 @@ impl Attributor {
             a.raw.kind == GpuKind::Memcpy && api.is_some_and(|api| self.proxy_threads.contains(&api.thread));
         if from_proxy {
             let api = api.expect("checked");
-            if let Some(ext) = self.kernel_at(a.raw.device, api.start_ns, expired) {
-                self.emit(a, ext, Attribution::ProxyWindow, Some(api), now, out);
-                return true;
+            match self.kernel_at(a.raw.device, api.start_ns, expired) {
+                Some(UNKNOWN_OP) if expired => {
+                    // Issued during a kernel whose op is not known (an op called
+                    // outside the sampling windows): not given to another op.
+                    self.stats.foreign += 1;
+                    return true;
+                }
+                Some(UNKNOWN_OP) => return false,
+                Some(ext) => {
+                    self.emit(a, ext, Attribution::ProxyWindow, Some(api), now, out);
+                    return true;
+                }
+                None => {}
             }
             if expired {
                 self.stats.foreign += 1;
@@ -442,6 +518,9 @@ impl Attributor {
                 .insert((a.raw.device, a.raw.start_ns), (a.raw.end_ns, key));
         }
         self.stats.gpu_rows += 1;
+        if self.sampled {
+            self.unseen.remove(&a.raw.correlation_id);
+        }
         out.push(GpuRow {
             act: a.clone(),
             op_id,
@@ -501,12 +580,17 @@ impl Attributor {
             let (_, rec) = self.held.pop_front().expect("front exists");
             let ext = ext_id(rec.op_id, rec.group_id);
             let gpu = match self.agg.get(&ext) {
-                Some(g) => g.columns(),
-                None => {
-                    self.stats.ops_without_gpu += 1;
-                    Agg::default().columns()
+                Some(g) => Some(g.columns()),
+                // No launch of its call was marked: called outside the windows.
+                None if self.sampled => {
+                    self.stats.ops_unsampled += 1;
+                    None
                 }
+                None => Some(Agg::default().columns()),
             };
+            if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
+                self.stats.ops_without_gpu += 1;
+            }
             match rec.group_id {
                 None => {
                     self.agg.remove(&ext);
@@ -515,7 +599,7 @@ impl Attributor {
                     self.op_group.remove(&rec.op_id);
                 }
             }
-            out.push(OpRow { rec, gpu: Some(gpu) });
+            out.push(OpRow { rec, gpu });
         }
     }
 }
@@ -706,6 +790,113 @@ mod tests {
         assert_eq!(ops[1].gpu.as_ref().unwrap().n_memcpy, 2);
         // The window stays the kernel's: proxy copies do not widen it.
         assert_eq!(ops[1].gpu.as_ref().unwrap().gpu_end_ns, Some(400));
+    }
+
+    fn launch(corr: u32, cbid: u32, start: i64) -> GpuItem {
+        GpuItem::Api(RawApi {
+            driver: true,
+            cbid,
+            start_ns: start,
+            end_ns: start + 10,
+            thread: 9,
+            correlation_id: corr,
+        })
+    }
+
+    #[test]
+    fn with_sampling_an_op_without_a_marked_launch_is_not_measured() {
+        let mut at = Attributor::new(100).with_sampling();
+        at.hold(op(1, None), 0); // sampled: marked launch, kernel arrives
+        at.hold(op(2, None), 0); // sampled: marked launch, nothing arrives
+        at.hold(op(3, None), 0); // called outside the windows: no marked launch
+        let mut rows = Vec::new();
+        for it in [
+            ext(1, 10),
+            launch(10, 652, 5),
+            ext(2, 20),
+            launch(20, 652, 6),
+            // op 3's kernel ran while a window drained: recorded, op unknown
+            act(GpuKind::Kernel, 30, 50, 60, Some("ncclDevKernel_AllReduce"), None),
+        ] {
+            at.item(it, 10, &mut rows);
+        }
+        assert_eq!(at.pending(10), 2);
+        at.item(
+            act(GpuKind::Kernel, 10, 20, 30, Some("ncclDevKernel_AllReduce"), None),
+            11,
+            &mut rows,
+        );
+        assert_eq!(at.pending(11), 1);
+        // A launch not heard of within the hold is given up.
+        assert_eq!(at.pending(10 + 100), 0);
+        at.settle(1000, 50, &mut rows);
+        let mut out = Vec::new();
+        at.release(1000, false, &mut out);
+        assert_eq!(out[0].gpu.as_ref().unwrap().engine, Engine::SmKernel);
+        assert_eq!(out[1].gpu.as_ref().unwrap().engine, Engine::None);
+        assert_eq!(out[2].gpu, None);
+        assert_eq!(
+            (at.stats.ops_unsampled, at.stats.ops_without_gpu, at.stats.foreign),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn an_activity_that_ran_before_its_launch_call_is_not_attributed() {
+        let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_AllReduce"), None);
+        let ms = 1_000_000;
+        let (rows, ops, stats) = run(
+            vec![
+                ext(1, 10),
+                launch(10, 652, 20 * ms),
+                k(10, 12 * ms, 13 * ms), // 8 ms before its call: wrong correlation
+                k(10, 20 * ms - ms / 2, 21 * ms), // within the slack: kept
+            ],
+            vec![op(1, None)],
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(stats.inconsistent, 1);
+        assert_eq!(ops[0].gpu.as_ref().unwrap().gpu_start_ns, Some(20 * ms - ms / 2));
+    }
+
+    #[test]
+    fn with_sampling_memops_are_not_waited_for() {
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        at.item(ext(1, 10), 0, &mut rows);
+        at.item(launch(10, cupti::DRIVER_CBIDS[2], 0), 0, &mut rows);
+        assert_eq!(at.pending(1), 0);
+        // Without sampling nothing is tracked.
+        let mut at = Attributor::new(100);
+        at.item(ext(1, 10), 0, &mut rows);
+        at.item(launch(10, 652, 0), 0, &mut rows);
+        assert_eq!(at.pending(1), 0);
+    }
+
+    #[test]
+    fn proxy_copies_never_go_to_an_unsampled_ops_kernel() {
+        let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_SendRecv"), None);
+        let mut at = Attributor::new(100).with_sampling();
+        at.hold(op(1, None), 0);
+        let mut rows = Vec::new();
+        for it in [
+            GpuItem::ProxyThread(77),
+            ext(1, 10),
+            k(10, 100, 200), // op 1, sampled
+            k(20, 300, 400), // an unsampled op's kernel (no marked launch)
+            // issued while the unsampled kernel ran, and after it ended: neither goes
+            // to op 1, the last sampled kernel
+            api(31, 350, 77),
+            act(GpuKind::Memcpy, 31, 360, 370, None, Some(10)),
+            api(32, 450, 77),
+            act(GpuKind::Memcpy, 32, 460, 470, None, Some(10)),
+        ] {
+            at.item(it, 500, &mut rows);
+        }
+        at.settle(2000, 50, &mut rows);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].op_id, Some(1));
+        assert_eq!(at.stats.foreign, 3);
     }
 
     #[test]

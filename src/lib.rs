@@ -9,6 +9,7 @@
 //! - [`config`]: settings read from the environment, run-id derivation;
 //! - [`reader`]: reading a run directory back, tolerating leftovers;
 //! - [`recover`]: turning the write-ahead logs of a killed process into Parquet;
+//! - [`sample`]: sampled detail windows (`ZCTA_SAMPLE`);
 //! - [`launch`]: starting a program under the shim (`zcta run`, `zcta doctor --probe`);
 //! - `doctor` (feature `doctor`): which data path NCCL can take on this machine, why
 //!   not the faster one, and a probe run that checks it;
@@ -30,6 +31,7 @@ pub mod nccl;
 pub mod reader;
 pub mod record;
 pub mod recover;
+pub mod sample;
 pub mod sink;
 pub mod synth;
 pub mod tables;

@@ -548,8 +548,19 @@ fn gpu_view(ops: &TableData, procs: &TableData) {
             println!("    no CUPTI status (files from schema version 1)");
             continue;
         };
+        let sampling = strings(b, "gpu_sampling");
+        let unsampled = u64s(b, "ops_unsampled");
         for i in 0..b.num_rows() {
             println!("    pid {:<8} {}", pid.value(i), cupti.value(i));
+            if let Some(s) = sampling.filter(|s| !s.is_null(i)) {
+                let n = unsampled.filter(|u| !u.is_null(i)).map(|u| u.value(i));
+                println!(
+                    "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops outside the windows, GPU side not measured",
+                    "",
+                    s.value(i),
+                    n.map_or("?".into(), |n| n.to_string())
+                );
+            }
         }
     }
     // op -> (engine -> count, GPU durations, launch-to-start times)

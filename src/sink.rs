@@ -37,6 +37,7 @@ use parquet::schema::types::ColumnPath;
 
 use crate::gpu::{Attributor, GpuItem, GpuRow, OpRow};
 use crate::record::{Event, PluginEvent};
+use crate::sample::{Detail, Sampler, Sampling};
 use crate::tables::{
     CallsTable, CommsTable, Ctx, Encoding, GpuTable, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow,
     ProcessTable, ProxyTable, RowBuilder, Table,
@@ -487,7 +488,14 @@ pub trait GpuSource: Send {
     /// called then is held for its GPU side; otherwise its GPU columns are NULL.
     fn captured(&self, t_ns: i64) -> bool;
     fn status(&self) -> GpuStatus;
+    /// With `ZCTA_SAMPLE`: what runs from now on ([`crate::sample::Detail`]; the shim
+    /// switches the marking of NCCL calls and NCCL's event mask). Sources that cannot
+    /// switch anything ignore it.
+    fn set_detail(&mut self, _detail: Detail) {}
 }
+
+/// How often CUPTI is asked to flush while a sampling window drains.
+const DRAIN_FLUSH_EVERY: Duration = Duration::from_millis(10);
 
 /// How GPU data is joined (see [`crate::gpu`]).
 #[derive(Clone, Copy, Debug)]
@@ -496,6 +504,8 @@ pub struct GpuPolicy {
     pub hold: Duration,
     /// How often CUPTI is asked to flush (keep ≤ 1 s: the 2-second durability bound).
     pub flush_every: Duration,
+    /// `ZCTA_SAMPLE`: detail only in windows ([`crate::sample`]); `None`: every op.
+    pub sampling: Option<Sampling>,
 }
 
 impl Default for GpuPolicy {
@@ -503,6 +513,7 @@ impl Default for GpuPolicy {
         Self {
             hold: Duration::from_millis(1000),
             flush_every: Duration::from_millis(500),
+            sampling: None,
         }
     }
 }
@@ -511,6 +522,7 @@ struct GpuPipe {
     src: Box<dyn GpuSource>,
     policy: GpuPolicy,
     attrib: Attributor,
+    sampler: Option<Sampler>,
     last_flush: Instant,
     items: Vec<GpuItem>,
     rows: Vec<GpuRow>,
@@ -581,10 +593,15 @@ impl Writer {
     /// Attaches the CUPTI side: from now on ops are held for their GPU data while
     /// `src` is active.
     pub fn set_gpu_source(&mut self, src: Box<dyn GpuSource>, policy: GpuPolicy) {
+        let attrib = Attributor::new(policy.hold.as_nanos() as i64);
         self.gpu_pipe = Some(GpuPipe {
             src,
             policy,
-            attrib: Attributor::new(policy.hold.as_nanos() as i64),
+            attrib: match policy.sampling {
+                Some(_) => attrib.with_sampling(),
+                None => attrib,
+            },
+            sampler: policy.sampling.map(|s| Sampler::new(s, policy.hold)),
             last_flush: Instant::now(),
             items: Vec::new(),
             rows: Vec::new(),
@@ -627,7 +644,11 @@ impl Writer {
         if last {
             p.src.finish(&mut p.items);
         } else {
-            let flush = now.duration_since(p.last_flush) >= p.policy.flush_every;
+            // While a sampling window drains, flush often: it ends once the window's
+            // launches have their GPU records.
+            let draining = p.sampler.as_ref().is_some_and(|s| s.state() == Detail::Draining);
+            let since = now.duration_since(p.last_flush);
+            let flush = since >= p.policy.flush_every || (draining && since >= DRAIN_FLUSH_EVERY);
             if flush {
                 p.last_flush = now;
             }
@@ -639,6 +660,12 @@ impl Writer {
         }
         let grace = if last { 0 } else { p.policy.hold.as_nanos() as i64 };
         p.attrib.settle(t, grace, &mut p.rows);
+        if let Some(s) = &mut p.sampler
+            && !last
+            && let Some(d) = s.step(t, p.attrib.pending(t))
+        {
+            p.src.set_detail(d);
+        }
         p.attrib.release(t, last, &mut p.ops);
         let ctx = &self.info.ctx;
         let mut res = Ok(());
@@ -710,7 +737,10 @@ impl Writer {
                 row.gpu_rows = Some(s.gpu_rows);
                 row.gpu_foreign = Some(s.foreign);
                 row.ops_without_gpu = Some(s.ops_without_gpu);
+                row.ops_unsampled = p.policy.sampling.map(|_| s.ops_unsampled);
+                row.gpu_inconsistent = Some(s.inconsistent);
             }
+            row.gpu_sampling = p.policy.sampling.map(|s| s.describe());
         }
         write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx)?;
         if let Some((wal, log)) = self.process_wal.take() {

@@ -427,49 +427,65 @@ fn developer_knobs_change_capture_and_say_so() {
     assert!(process(&run).req_str("cupti").contains("launch callbacks off"));
 }
 
-/// `zcta_set_recording(0)` pauses recording and GPU capture; calls are still
-/// forwarded; `zcta_set_recording(1)` resumes.
+/// `zcta_set_recording(0)` pauses recording; calls are still forwarded;
+/// `zcta_set_recording(1)` resumes. CUPTI stays on while paused (its records of the
+/// paused launches are dropped), unless `ZCTA_PAUSE_CUPTI=1` switches it off too.
 #[test]
 fn recording_can_be_paused_and_resumed() {
-    let run = Run::new("pause");
-    let mut c = run.host(&["pause"]);
-    c.env("HOST_CUPTI", cupti());
-    let out = c.output().unwrap();
-    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
-    let stdout = text(&out.stdout);
-    assert!(stdout.contains("ok prev=1,0"), "{stdout}");
-    let pair = |key: &str| -> (i64, i64) {
-        let v = stdout
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key}= in {stdout}"));
-        let (a, b) = v.split_once(',').unwrap();
-        (a.parse().unwrap(), b.parse().unwrap())
-    };
-    // CUPTI's launch callbacks are off while paused (they cost every launch), on again after.
-    let (paused, resumed) = pair("cb");
-    assert_eq!(paused, 0, "callbacks delivered while paused: {stdout}");
-    assert!(resumed >= 3, "callbacks after resuming: {stdout}");
-    // NCCL's event mask is 0 while paused, so NCCL makes no profiler calls at all.
-    let (mask_paused, mask_resumed) = pair("mask");
-    assert_eq!(mask_paused, 0, "{stdout}");
-    assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
-    let ops = run.rows("ops");
-    assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
-    assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
-    assert_eq!(run.rows("gpu").len(), 6, "no GPU records while paused");
+    for pause_cupti in [false, true] {
+        let run = Run::new("pause");
+        let mut c = run.host(&["pause"]);
+        c.env("HOST_CUPTI", cupti());
+        if pause_cupti {
+            c.env("ZCTA_PAUSE_CUPTI", "1");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("ok prev=1,0"), "{stdout}");
+        let pair = |key: &str| -> (i64, i64) {
+            let v = stdout
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("no {key}= in {stdout}"));
+            let (a, b) = v.split_once(',').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        };
+        let (paused, resumed) = pair("cb");
+        if pause_cupti {
+            assert_eq!(paused, 0, "callbacks delivered while paused: {stdout}");
+        } else {
+            assert!(paused >= 3, "CUPTI stays on while paused: {stdout}");
+        }
+        assert!(resumed >= 3, "callbacks after resuming: {stdout}");
+        // NCCL's event mask is 0 while paused, so NCCL makes no profiler calls at all.
+        let (mask_paused, mask_resumed) = pair("mask");
+        assert_eq!(mask_paused, 0, "{stdout}");
+        assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
+        let ops = run.rows("ops");
+        assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
+        assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
+        assert_eq!(run.rows("gpu").len(), 6, "no GPU rows for paused calls");
+        let foreign = process(&run).req_u64("gpu_foreign");
+        assert_eq!(
+            foreign,
+            if pause_cupti { 0 } else { 3 },
+            "paused launches' records"
+        );
+    }
     // Plain (no shim): the scenario runs without the export.
     let plain = support::host_plain(&["pause"]).output().unwrap();
     assert!(text(&plain.stdout).contains("ok prev=-2,-2"));
 }
 
 /// A pause asked for before the first communicator (before capture starts) holds
-/// once capture starts: no launch callbacks, no rows, until recording resumes.
+/// once capture starts: no rows (and with `ZCTA_PAUSE_CUPTI=1` no launch callbacks)
+/// until recording resumes.
 #[test]
 fn a_pause_before_capture_starts_is_applied_when_it_starts() {
     let run = Run::new("pause_early");
     let mut c = run.host(&["pause_early"]);
-    c.env("HOST_CUPTI", cupti());
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_PAUSE_CUPTI", "1");
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let stdout = text(&out.stdout);
@@ -548,4 +564,104 @@ fn zcta_run_records_a_command_and_reports_it() {
         "{}",
         text(&o.stderr)
     );
+}
+
+#[test]
+fn sampling_windows_measure_only_the_ops_called_in_them() {
+    // 50 ms of every 400 ms, aligned to the clock; ~1.2 s of calls, 11 per 20 ms.
+    let run = Run::new("gpu-sample");
+    let out = ops_run(
+        &run,
+        60,
+        &[
+            ("HOST_CUPTI", &cupti()),
+            ("HOST_ITER_GAP_MS", "20"),
+            ("ZCTA_SAMPLE", "50ms/400ms"),
+        ],
+    );
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let p = process(&run);
+    assert_eq!(p.str("cupti"), Some("on"));
+    assert_eq!(
+        p.str("gpu_sampling"),
+        Some("50 ms of every 400 ms (windows aligned to CLOCK_REALTIME)")
+    );
+    // A marked op never loses its GPU side to a window closing.
+    assert_eq!(p.u64("ops_without_gpu"), Some(0));
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 60 * 11);
+    let (measured, unmeasured): (Vec<&Row>, Vec<&Row>) = ops.iter().partition(|o| !o.is_null("engine"));
+    assert_eq!(p.u64("ops_unsampled"), Some(unmeasured.len() as u64));
+    assert!(
+        !measured.is_empty() && !unmeasured.is_empty(),
+        "{} measured",
+        measured.len()
+    );
+    const MS: i64 = 1_000_000;
+    for o in &measured {
+        assert_eq!(o.str("engine"), Some("sm_kernel"));
+        assert!(o.i64("gpu_start_ns").is_some() && o.i64("launch_ns").is_some());
+        // Called in a window, or just after it (the writer switches within its poll
+        // interval; a slow CI machine gets a wide margin).
+        let phase = o.req_i64("api_start_ns").rem_euclid(400 * MS);
+        assert!(
+            phase < 250 * MS,
+            "measured op called {} ms into the period",
+            phase / MS
+        );
+    }
+    // CUPTI stays on outside the windows: the unsampled ops' kernels are recorded and
+    // dropped, never joined to a sampled op.
+    assert!(p.req_u64("gpu_foreign") > 0);
+    assert!(run.rows("gpu").iter().all(|g| {
+        let (op, group) = (g.u64("op_id"), g.u64("group_id"));
+        measured
+            .iter()
+            .any(|o| o.u64("op_id") == op && op.is_some() || group.is_some() && o.u64("group_id") == group)
+    }));
+    for o in &unmeasured {
+        for c in ["gpu_start_ns", "gpu_end_ns", "launch_ns", "kernel", "n_kernels"] {
+            assert!(o.is_null(c), "{c} of an unsampled op");
+        }
+    }
+    // Ops well inside a window are measured; ops well outside are not.
+    for o in &ops {
+        let phase = o.req_i64("api_start_ns").rem_euclid(400 * MS);
+        if phase > 300 * MS {
+            assert!(
+                o.is_null("engine"),
+                "op called {} ms into the period measured",
+                phase / MS
+            );
+        }
+    }
+    // The report says the GPU side was sampled, and how many ops it lacks.
+    let rep = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .arg("report")
+        .arg(run.dir())
+        .output()
+        .unwrap();
+    let t = text(&rep.stdout);
+    assert!(rep.status.success(), "{}", text(&rep.stderr));
+    assert!(t.contains("sampled (ZCTA_SAMPLE)"), "{t}");
+    assert!(
+        t.contains(&format!("{} ops called outside the windows", unmeasured.len())),
+        "{t}"
+    );
+    // NCCL's events follow the windows too (the stand-in NCCL reports P2p events of
+    // the Send/Recv group here): every measured Send/Recv has them, not every one.
+    let nccl = run.rows("nccl_ops");
+    let with_events: std::collections::BTreeSet<u64> = nccl.iter().filter_map(|e| e.u64("op_id")).collect();
+    let p2p: Vec<&Row> = ops
+        .iter()
+        .filter(|o| matches!(o.req_str("op"), "Send" | "Recv"))
+        .collect();
+    assert!(p2p.iter().any(|o| !with_events.contains(&o.req_u64("op_id"))));
+    for o in p2p.iter().filter(|o| !o.is_null("engine")) {
+        let id = o.req_u64("op_id");
+        assert!(
+            with_events.contains(&id),
+            "measured op {id} without NCCL's events"
+        );
+    }
 }

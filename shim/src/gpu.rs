@@ -79,6 +79,9 @@ pub fn active() -> bool {
 struct Setup {
     kinds: Vec<u32>,
     callbacks: bool,
+    /// `ZCTA_PAUSE_CUPTI=1` (a benchmark's setting): a pause also switches CUPTI's
+    /// kinds and launch callbacks off (see [`sync_capture`]).
+    pause_cupti: bool,
 }
 
 fn setup() -> &'static Setup {
@@ -92,34 +95,85 @@ fn setup() -> &'static Setup {
             Err(_) => ENABLED_KINDS.to_vec(),
         };
         let callbacks = !std::env::var("ZCTA_CUPTI_CALLBACKS").is_ok_and(|v| zcta::config::is_off(&v));
-        Setup { kinds, callbacks }
+        let pause_cupti = std::env::var("ZCTA_PAUSE_CUPTI").is_ok_and(|v| v.trim() == "1");
+        Setup {
+            kinds,
+            callbacks,
+            pause_cupti,
+        }
     })
 }
 
-/// Serialises the capture's state changes — the end of [`start`], [`pause`] and a
-/// foreign client's takeover — so none of them undoes another half-way.
+/// Serialises the capture's state changes — the end of [`start`], [`sync_capture`],
+/// [`CuptiSource::set_detail`] and a foreign client's takeover — so none of them
+/// undoes another half-way.
 static CTL: Mutex<()> = Mutex::new(());
 
 fn ctl() -> std::sync::MutexGuard<'static, ()> {
     CTL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Pauses or resumes GPU capture with recording (`zcta_set_recording`): the activity
-/// kinds and the launch callbacks are disabled while paused, so CUPTI costs nothing
-/// then. Ops called while paused have no rows at all. A pause asked for before capture
-/// starts is applied when it starts.
-pub fn pause(paused: bool) {
-    let _g = ctl();
-    if active() {
-        apply_pause(paused);
+/// Sampling detail ([`zcta::sample::Detail`]) as set by the writer; `FULL` without
+/// `ZCTA_SAMPLE`. It switches the marking of NCCL calls and NCCL's events, never
+/// CUPTI itself: CUPTI's kernel records carry the right correlation id only while the
+/// launch callbacks and the kinds stay on (docs/dev/cupti.md, "Switching CUPTI").
+const FULL: u8 = 0;
+const DRAINING: u8 = 1;
+const DETAIL_OFF: u8 = 2;
+static DETAIL: AtomicU8 = AtomicU8::new(FULL);
+/// Whether the activity kinds and launch callbacks are on (changed under [`ctl`]);
+/// [`start`] turns them on.
+static GPU_ON: AtomicBool = AtomicBool::new(true);
+
+/// `ZCTA_SAMPLE`'s window and period in ns (0: every op), for [`begin`].
+static WINDOW_ON_NS: AtomicI64 = AtomicI64::new(0);
+static WINDOW_EVERY_NS: AtomicI64 = AtomicI64::new(0);
+
+/// Sets the sampling windows (at activation).
+pub fn set_sampling(s: Option<zcta::sample::Sampling>) {
+    if let Some(s) = s {
+        WINDOW_ON_NS.store(s.on.as_nanos() as i64, Ordering::Relaxed);
+        WINDOW_EVERY_NS.store(s.every.as_nanos() as i64, Ordering::Relaxed);
     }
 }
 
-fn apply_pause(paused: bool) {
+/// Whether NCCL's events are wanted by the sampling schedule (not in a closed window).
+pub fn detail_on() -> bool {
+    DETAIL.load(Ordering::SeqCst) != DETAIL_OFF
+}
+
+/// Follows a pause or resume of recording (`zcta_set_recording`). Ops called while
+/// paused have no rows at all. CUPTI stays on by default (its records of paused
+/// launches are dropped): switched off and on while the GPU still had work queued,
+/// CUPTI gave kernel records the correlation id of other calls on the 2×H200. With
+/// `ZCTA_PAUSE_CUPTI=1` the kinds and launch callbacks go off too, so a paused process
+/// costs about what a plain one does — for benchmarks that synchronise the GPU before
+/// they resume (`bench/gpu_ab.py`). A pause asked for before capture starts is applied
+/// when it starts.
+pub fn sync_capture() {
+    let _g = ctl();
+    if active() {
+        apply();
+    }
+}
+
+/// With `ZCTA_PAUSE_CUPTI=1`, makes CUPTI's kinds and callbacks follow recording
+/// (paused or not); caller holds [`ctl`] and capture is active. Kinds go on before the
+/// callbacks and off after them, so a launch the callback noted is always recorded.
+fn apply() {
     let s = setup();
-    cupti::set_kinds(&s.kinds, !paused);
+    let on = !(s.pause_cupti && crate::state::paused());
+    if GPU_ON.swap(on, Ordering::SeqCst) == on {
+        return;
+    }
+    if on {
+        cupti::set_kinds(&s.kinds, true);
+    }
     if s.callbacks {
-        cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, !paused);
+        cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, on);
+    }
+    if !on {
+        cupti::set_kinds(&s.kinds, false);
     }
 }
 
@@ -129,11 +183,19 @@ thread_local! {
     static IS_PROXY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Marks this thread as running the NCCL call of `ext` (hot path); returns whether
-/// [`end`] must clear it.
+/// Marks this thread as running the NCCL call of `ext`, which started at `t`
+/// (CLOCK_REALTIME ns), when capture is on and, with `ZCTA_SAMPLE`, `t` lies in a
+/// window (hot path); returns whether [`end`] must clear it.
 #[inline]
-pub fn begin(ext: u64) -> bool {
-    active() && CURRENT.try_with(|c| c.set(ext)).is_ok()
+pub fn begin(ext: u64, t: i64) -> bool {
+    active()
+        && DETAIL.load(Ordering::Relaxed) == FULL
+        && zcta::sample::in_window(
+            t,
+            WINDOW_ON_NS.load(Ordering::Relaxed),
+            WINDOW_EVERY_NS.load(Ordering::Relaxed),
+        )
+        && CURRENT.try_with(|c| c.set(ext)).is_ok()
 }
 
 /// Clears what [`begin`] set.
@@ -185,9 +247,8 @@ pub fn start(enabled: bool) {
             } else {
                 STARTED_AT.store(zcta::clock::now_ns(), Ordering::Release);
                 STATE.store(ACTIVE, Ordering::Release);
-                if !crate::state::recording() {
-                    apply_pause(true); // paused before the first communicator
-                }
+                // Paused before the first communicator.
+                apply();
             }
         }
         Err(why) => {
@@ -429,6 +490,23 @@ impl GpuSource for CuptiSource {
                 zcta::warn(format_args!("CUPTI debug: {s}"));
             }
         }
+    }
+
+    fn set_detail(&mut self, detail: zcta::sample::Detail) {
+        use zcta::sample::Detail;
+        let code = match detail {
+            Detail::Full => FULL,
+            Detail::Draining => DRAINING,
+            Detail::Off => DETAIL_OFF,
+        };
+        // Opening: NCCL's events go on before calls are marked, so a marked call
+        // always has them. Closing: marking stops first.
+        if code == FULL && DETAIL.load(Ordering::SeqCst) == DETAIL_OFF {
+            DETAIL.store(DRAINING, Ordering::SeqCst);
+            crate::ffi::plugin::sync_nccl_events();
+        }
+        DETAIL.store(code, Ordering::SeqCst);
+        crate::ffi::plugin::sync_nccl_events();
     }
 
     fn captured(&self, t_ns: i64) -> bool {

@@ -178,8 +178,8 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
     let _ = CURRENT_OP.try_with(|c| c.set(op_id));
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
-    let marked = current_group().is_none() && gpu::begin(op_id);
     let t0 = now_ns();
+    let marked = current_group().is_none() && gpu::begin(op_id, t0);
     let rc = real();
     let t1 = now_ns();
     gpu::end(marked);
@@ -317,8 +317,8 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         })
         .ok()
         .flatten();
-    let marked = outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id))));
     let t0 = now_ns();
+    let marked = outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
     let rc = real();
     let t1 = now_ns();
     gpu::end(marked);

@@ -169,6 +169,7 @@ fn activate() -> Option<Recorder> {
     let (ptx, prx) = queue::bounded((cfg.queue_capacity / 2).max(1024));
     let ctl = WriterControl::new();
     let mut writer = Writer::new(info, cfg.policy);
+    crate::gpu::set_sampling(cfg.gpu.sampling);
     writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
@@ -300,9 +301,10 @@ pub fn recording() -> bool {
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
 /// Whether NCCL should generate our profiler events now: recording is active (not
-/// paused, not stopped by an internal error or in a fork child). No side effects.
+/// paused, not stopped by an internal error or in a fork child) and no sampling
+/// window is closed (`ZCTA_SAMPLE`). No side effects.
 pub fn events_wanted() -> bool {
-    STATE.load(Ordering::SeqCst) == ACTIVE && !PAUSED.load(Ordering::SeqCst)
+    STATE.load(Ordering::SeqCst) == ACTIVE && !PAUSED.load(Ordering::SeqCst) && crate::gpu::detail_on()
 }
 
 /// Whether `zcta_set_recording(0)` paused recording.
@@ -314,7 +316,7 @@ pub fn paused() -> bool {
 pub fn set_recording(on: bool) -> bool {
     let was_on = !PAUSED.swap(!on, Ordering::SeqCst);
     if was_on != on {
-        crate::gpu::pause(!on);
+        crate::gpu::sync_capture();
     }
     crate::ffi::plugin::sync_nccl_events();
     was_on

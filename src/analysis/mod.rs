@@ -69,6 +69,9 @@ pub struct ProcView {
     pub pid: i32,
     pub env: HashMap<String, String>,
     pub cupti: Option<String>,
+    /// `process.gpu_sampling` and `process.ops_unsampled` (`ZCTA_SAMPLE`).
+    pub gpu_sampling: Option<String>,
+    pub ops_unsampled: Option<u64>,
     pub profiler_plugin: Option<String>,
     /// NCCL initialised our profiler plugin for at least one communicator.
     pub plugin_active: bool,
@@ -179,6 +182,8 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 pid: pid.value(r),
                 env,
                 cupti: opt_str(col::<StringArray>(b, "cupti"), r),
+                gpu_sampling: opt_str(col::<StringArray>(b, "gpu_sampling"), r),
+                ops_unsampled: opt_u64(col::<UInt64Array>(b, "ops_unsampled"), r),
                 profiler_plugin: opt_str(col::<StringArray>(b, "profiler_plugin"), r),
                 plugin_active: opt_str(col::<StringArray>(b, "profiler_plugin"), r).as_deref()
                     == Some("zcta")

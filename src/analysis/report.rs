@@ -395,6 +395,22 @@ impl Builder {
                 fix: "queue, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
             });
         }
+        let sampled: std::collections::BTreeSet<&str> = run
+            .procs
+            .iter()
+            .filter_map(|p| p.gpu_sampling.as_deref())
+            .collect();
+        if !sampled.is_empty() {
+            let outside: u64 = run.procs.iter().filter_map(|p| p.ops_unsampled).sum();
+            out.push(Finding {
+                title: "GPU side and NCCL's view sampled (ZCTA_SAMPLE)".into(),
+                evidence: format!(
+                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, transfer, barrier and engine not measured",
+                    sampled.into_iter().collect::<Vec<_>>().join("; ")
+                ),
+                fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
+            });
+        }
         let fell_back = self.ce_fell_back;
         if fell_back > 0 {
             let r: Vec<String> = self

@@ -23,7 +23,7 @@ crate::define_table! {
     comm_id: U64, nullable, default, "communicator id (ops.comm_id)" => |r, c| r.op.comm_id;
     seq: U64, nullable, default, "ops.seq" => |r, c| r.op.seq;
     bytes: U64, nullable, default, "nccl-tests bytes (ops.bytes)" => |r, c| r.op.bytes;
-    engine: Utf8, nullable, default, "ops.engine (NULL: CUPTI off)" => |r, c| r.op.engine;
+    engine: Utf8, nullable, default, "ops.engine (NULL: not measured: CUPTI off or the op not sampled)" => |r, c| r.op.engine;
     window_ns: I64, nullable, default, "gpu_end_ns - api_start_ns; NULL without GPU times (then every phase is NULL)" => |r, c| r.phases.window;
     init_ns: I64, nullable, default, "API entry to the first launch call; NULL: not measured" => |r, c| r.phases.init;
     queue_ns: I64, nullable, default, "launch to GPU start; NULL: not measured" => |r, c| r.phases.queue;

@@ -36,6 +36,9 @@ crate::define_table! {
     cupti_dropped: U64, nullable, default, "activity records CUPTI dropped (cuptiActivityGetNumDroppedRecords, plus buffers refused when zcta's buffer memory was at its limit); NULL when CUPTI was off" => |r, c| r.cupti_dropped;
     gpu_foreign: U64, nullable, default, "GPU activities seen that were not NCCL's (the program's own kernels and copies; dropped)" => |r, c| r.gpu_foreign;
     ops_without_gpu: U64, nullable, default, "ops written with engine none: no GPU activity had arrived for them when their row was written" => |r, c| r.ops_without_gpu;
+    gpu_inconsistent: U64, nullable, default, "GPU activities dropped because they started more than 1 ms before the CUDA call their correlation id names (a wrong correlation; seen when CUPTI was switched off and on under load, see docs/dev/cupti.md); NULL when CUPTI was off" => |r, c| r.gpu_inconsistent;
+    gpu_sampling: Utf8, nullable, default, "ZCTA_SAMPLE's windows, e.g. `1000 ms of every 10000 ms (windows aligned to CLOCK_REALTIME)`: only ops called in them have their GPU side and NCCL's view; NULL: every op (the default)" => |r, c| r.gpu_sampling.as_deref();
+    ops_unsampled: U64, nullable, default, "ops called outside the sampling windows, written with their GPU columns NULL (not measured); NULL without sampling or with CUPTI off" => |r, c| r.ops_unsampled;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 
@@ -71,6 +74,9 @@ pub struct ProcessRow {
     pub cupti_dropped: Option<u64>,
     pub gpu_foreign: Option<u64>,
     pub ops_without_gpu: Option<u64>,
+    pub gpu_inconsistent: Option<u64>,
+    pub gpu_sampling: Option<String>,
+    pub ops_unsampled: Option<u64>,
     pub profiler_plugin: String,
     pub plugin_comms: u64,
 }
