@@ -7,8 +7,9 @@
 #   nccl-mask-0     ... with the plugin loaded but asking NCCL for no events (ZCTA_NCCL_MASK=0)
 #   host-only       no CUPTI (ZCTA_CUPTI=0): host records + NCCL's events
 #   host-no-plugin  ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0: host records only
+#   sampled         the default, with full detail only 100 ms of every 1 s (ZCTA_SAMPLE=100ms/1s)
 # shellcheck disable=SC2034
-names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin)
+names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin sampled)
 # shellcheck disable=SC2034
 envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
-      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0")
+      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0" "ZCTA_SAMPLE=100ms/1s")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU-capture checks (CUPTI) on a machine with 2 GPUs, torch and NCCL 2.28:
 # paths_job.py on the five data paths of shared/REFERENCE.md, plus a torch.profiler
-# run, each under the shim; verify_gpu.py checks every run. Builds nothing: expects
+# run and a run with sampled detail (ZCTA_SAMPLE), each under the shim; verify_gpu.py checks every run. Builds nothing: expects
 # the shim in SHIM_DIR (default .carry), e.g. after
 #   cargo build --release && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
-# usage: tests/gpu/cupti.sh [SHIM_DIR] ; everything (logs, run directories) is packed
+# usage: [MODES=default,ce,...] tests/gpu/cupti.sh [SHIM_DIR] ; everything (logs, run directories) is packed
 # into $OUT/cupti.tgz (default ./gpu-out)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +23,7 @@ status=0
 summary=()
 run_mode() {  # NAME EXTRA_ARGS ENV...
   local name=$1 extra=$2; shift 2
+  [[ -z "${MODES:-}" || ",$MODES," == *",$name,"* ]] || return 0
   local runs="$work/runs-$name" res="$work/res-$name"
   mkdir -p "$res"
   echo "== $name ($*)"
@@ -47,6 +48,7 @@ run_mode proxy "" NCCL_P2P_USE_CUDA_MEMCPY=1
 run_mode shm "" NCCL_P2P_DISABLE=1
 run_mode net "--timed 10" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
 run_mode default+profiler "--profile"
+run_mode default+sampled "--iters 800" ZCTA_SAMPLE=50ms/250ms   # ~3 s of calls
 tar czf "$out/cupti.tgz" -C "$work" logs $(cd "$work" && ls -d run-* 2>/dev/null)
 echo
 printf '%s\n' "${summary[@]}"

@@ -34,8 +34,11 @@ for _, p in proc.iterrows():
     want = "stopped" if profile else "on"
     check(str(p.cupti).startswith(want), f"pid {p.pid} cupti: {p.cupti}")
     check(p.cupti_dropped == 0, f"pid {p.pid} CUPTI records dropped: {p.cupti_dropped}")
+    bad = p.get("gpu_inconsistent")
+    check(bad == 0, f"pid {p.pid} GPU records dropped for a correlation to a later call: {bad}")
     check(p.gpu_clock == "CLOCK_REALTIME", f"pid {p.pid} gpu clock {p.gpu_clock}, offset {p.gpu_clock_offset_ns} ns")
 
+sampled = "gpu_sampling" in proc and proc.gpu_sampling.notna().any()
 ok_ops = ops[ops.result == 0]
 measured = ok_ops[ok_ops.engine.notna()]
 with_gpu = measured[measured.gpu_start_ns.notna()]
@@ -47,9 +50,40 @@ if profile:
     for r, d in enumerate(ranks):
         check(d["profiler_nccl_kernels"] > 0,
               f"rank {r}: torch.profiler trace holds {d['profiler_nccl_kernels']} NCCL kernels with the shim loaded")
+elif sampled:
+    # ZCTA_SAMPLE: only ops called in the windows are measured, the same ops on both
+    # ranks (windows aligned to the clock), and none of those loses its GPU side.
+    desc = proc.gpu_sampling.iloc[0]
+    on_ms, every_ms = (int(w) for w in desc.split()[0:5:4])  # "ON ms of every EVERY ms ..."
+    check(0 < len(measured) < len(ok_ops), f"sampled ({desc}): {len(measured)} of {len(ok_ops)} ops measured")
+    check(int(proc.ops_unsampled.sum()) == int(ops.engine.isna().sum()),
+          f"process.ops_unsampled {int(proc.ops_unsampled.sum())} = ops with engine NULL {int(ops.engine.isna().sum())}")
+    check((proc.ops_without_gpu == 0).all(), f"no sampled op without its GPU side: {list(proc.ops_without_gpu)}")
+    # An ungrouped op is sampled by its own call's start; a grouped one by its group's
+    # ncclGroupEnd (not in the ops table), so only ungrouped ones are checked.
+    alone = measured[measured.group_id.isna()]
+    phase_ms = (alone.api_start_ns % (every_ms * 1_000_000)) / 1e6
+    check(len(alone) > 0 and (phase_ms < on_ms).all(),
+          f"ungrouped measured ops called in a window: latest {phase_ms.max():.1f} ms into the period")
+    # Ranks sample the same op only when they call it within one window: how many do
+    # depends on how far apart the ranks' hosts run (information, not a check).
+    keys = [set(map(tuple, measured[measured["rank"] == r][["op", "comm_id", "seq"]].values)) for r in (0, 1)]
+    both = len(keys[0] & keys[1]) / max(len(keys[0] | keys[1]), 1)
+    print(f"INFO  ops sampled on both ranks: {both:.1%} of {len(keys[0] | keys[1])}")
 else:
     check(len(measured) == len(ok_ops), f"every op measured (engine not NULL): {len(measured)} of {len(ok_ops)}")
 check(share >= 0.99, f"ops with GPU times: {len(with_gpu)} of {len(measured)} ({share:.1%})")
+
+# Each op's kernel is one its op launches (a wrong correlation would join another op's
+# kernel): ncclDevKernel_<family>_..., AlltoAll and Send/Recv through SendRecv.
+FAMILY = {"Bcast": "Broadcast", "AlltoAll": "SendRecv", "Send": "SendRecv", "Recv": "SendRecv",
+          "Gather": "SendRecv", "Scatter": "SendRecv"}
+dev_k = measured[measured.kernel.fillna("").str.startswith("ncclDevKernel_")]
+fam = dev_k.kernel.str.split("_").str[1]
+want = dev_k.op.map(lambda o: FAMILY.get(o, o))
+wrong = dev_k[(fam != want) & (dev_k.group_id.isna() | dev_k.op.isin(["Send", "Recv"]))]
+check(len(wrong) == 0, f"kernel names fit their ops: {len(wrong)} of {len(dev_k)} do not"
+      + (f" (e.g. {wrong.op.iloc[0]} ran {wrong.kernel.iloc[0]})" if len(wrong) else ""))
 
 mix = measured.groupby(["op", "engine"]).size().unstack(fill_value=0)
 print(mix.to_string())
@@ -80,7 +114,7 @@ elif mode == "proxy":
 # op is timed twice: through torch ("AllReduce") and called on NCCL directly on the
 # events' stream ("nccl:AllReduce"); rows are matched in issue order per NCCL op.
 errs = []
-if not profile:
+if not profile and not sampled:
     for r, d in enumerate(ranks):
         mine = ops[(ops["rank"] == r) & (ops["bytes"] == d["bytes_timed"])].sort_values("api_start_ns")
         for op in ("AllReduce", "AlltoAll"):
@@ -103,7 +137,7 @@ if not profile:
         check(False, "no timed ops found to compare")
 engines = ",".join(f"{e}:{n}" for e, n in measured.engine.value_counts().items())
 acc = (f"{sum(e[5] for e in errs)}/{len(errs)}" if errs else "-")
-print(f"SUMMARY mode={mode}{'+profiler' if profile else ''} ops={len(ok_ops)} measured={len(measured)} "
+print(f"SUMMARY mode={mode}{'+profiler' if profile else ''}{'+sampled' if sampled else ''} ops={len(ok_ops)} measured={len(measured)} "
       f"gpu={share:.1%} engines={engines} within5%={acc} gpu_rows={len(gpu)} "
       f"dropped={int(proc.cupti_dropped.fillna(0).sum())} {'FAIL' if failed else 'ok'}")
 sys.exit(1 if failed else 0)
