@@ -3,28 +3,30 @@
 //! of every EVERY; host rows (`ops`, `calls`, `comms`) for every op, always. An op
 //! called outside the windows has its GPU columns NULL (not measured), never a guess.
 //!
-//! What the windows switch: the marking of NCCL calls (without it CUPTI's launch
-//! callback ignores the call and nothing is joined to the op), NCCL's profiler events
-//! (its event mask) and the writer's join. CUPTI's activity kinds and launch callbacks
-//! stay on: switched off and on while a 2-GPU job kept the GPUs busy, CUPTI gave
-//! kernel records the correlation id of other calls (docs/dev/cupti.md, "Switching
-//! CUPTI"), so its per-kernel cost (≈ 0.46 µs per kernel launched on Hopper) is not
-//! saved; NCCL's events and the per-op join are.
+//! What the windows switch: CUPTI's activity kinds (its kernel records cost ≈ 0.46 µs
+//! per kernel the program launches on Hopper), the marking of NCCL calls (without it
+//! the launch callback ignores the call and nothing is joined to the op), NCCL's
+//! profiler events (its event mask) and so the writer's join. CUPTI's launch callbacks
+//! stay on: switched off and on under load on the 2×H200, they left CUPTI's kernel
+//! records with the correlation id of other calls, while switching the kinds alone
+//! did not (docs/dev/cupti.md, "Switching CUPTI").
 //!
 //! Windows are aligned to CLOCK_REALTIME: an op is sampled when its call starts at a
 //! time `t` with `t mod EVERY < ON` (the shim checks each call's own timestamp), so
 //! every rank of a job samples the same ops and the cross-rank phases (barrier) stay
-//! measurable for them. The writer thread turns NCCL's events on [`OPEN_LEAD`] before
-//! a window (it switches within its poll interval, so the window's first calls find
-//! them on), and after the window in two steps: first calls stop being marked
+//! measurable for them (when the ranks call it within one window of each other). The
+//! writer thread switches the kinds and NCCL's events on [`OPEN_LEAD`] before a
+//! window (it switches within its poll interval, so the window's first calls find them
+//! on), and off after it in two steps: first calls stop being marked
 //! ([`Detail::Draining`]), then, once the GPU records of every launch noted in the
 //! window have arrived (the writer asks CUPTI for a flush every 10 ms meanwhile; at
-//! least [`MIN_DRAIN`], at most the GPU hold `ZCTA_GPU_HOLD_MS`), NCCL's events go
-//! off ([`Detail::Off`]), so proxy events of the window's ops are not cut short.
+//! least [`MIN_DRAIN`], at most the GPU hold `ZCTA_GPU_HOLD_MS`), the kinds and NCCL's
+//! events go off ([`Detail::Off`]), so no record or proxy event of the window's ops is
+//! cut short.
 
 use std::time::Duration;
 
-/// How long before a window starts the writer switches NCCL's events on.
+/// How long before a window starts the writer switches the kinds and NCCL's events on.
 pub const OPEN_LEAD: Duration = Duration::from_millis(50);
 /// Shortest window; also the shortest drain (calls marked just before the window
 /// closed must have launched by then).
@@ -108,13 +110,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// What runs now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Detail {
-    /// NCCL calls (in the window) are marked for GPU capture; NCCL's profiler events
-    /// are on.
+    /// NCCL calls (in the window) are marked for GPU capture; CUPTI's kinds and
+    /// NCCL's profiler events are on.
     Full,
-    /// The window closed: calls are no longer marked (new ops are not sampled);
-    /// NCCL's events stay on until what was launched in the window has arrived.
+    /// The window closed: calls are no longer marked (new ops are not sampled); the
+    /// kinds and NCCL's events stay on until what was launched in the window arrived.
     Draining,
-    /// No marking, no NCCL events: host records (CUPTI's records are dropped).
+    /// Host records and CUPTI's launch callbacks only.
     Off,
 }
 

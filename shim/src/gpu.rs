@@ -114,16 +114,20 @@ fn ctl() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Sampling detail ([`zcta::sample::Detail`]) as set by the writer; `FULL` without
-/// `ZCTA_SAMPLE`. It switches the marking of NCCL calls and NCCL's events, never
-/// CUPTI itself: CUPTI's kernel records carry the right correlation id only while the
-/// launch callbacks and the kinds stay on (docs/dev/cupti.md, "Switching CUPTI").
+/// `ZCTA_SAMPLE`. Outside the windows CUPTI's activity kinds go off; its launch
+/// callbacks stay on: switched off and on under load, they left CUPTI's kernel
+/// records with the correlation id of other calls (docs/dev/cupti.md, "Switching
+/// CUPTI").
 const FULL: u8 = 0;
 const DRAINING: u8 = 1;
 const DETAIL_OFF: u8 = 2;
 static DETAIL: AtomicU8 = AtomicU8::new(FULL);
-/// Whether the activity kinds and launch callbacks are on (changed under [`ctl`]);
-/// [`start`] turns them on.
-static GPU_ON: AtomicBool = AtomicBool::new(true);
+/// Whether the launch callbacks are on (changed under [`ctl`]); [`start`] turns them
+/// on.
+static CALLBACKS_ON: AtomicBool = AtomicBool::new(true);
+/// Whether the activity kinds are on (changed under [`ctl`]); with sampling they
+/// follow the windows while the callbacks stay on.
+static KINDS_ON: AtomicBool = AtomicBool::new(true);
 
 /// `ZCTA_SAMPLE`'s window and period in ns (0: every op), for [`begin`].
 static WINDOW_ON_NS: AtomicI64 = AtomicI64::new(0);
@@ -142,14 +146,13 @@ pub fn detail_on() -> bool {
     DETAIL.load(Ordering::SeqCst) != DETAIL_OFF
 }
 
-/// Follows a pause or resume of recording (`zcta_set_recording`). Ops called while
-/// paused have no rows at all. CUPTI stays on by default (its records of paused
-/// launches are dropped): switched off and on while the GPU still had work queued,
-/// CUPTI gave kernel records the correlation id of other calls on the 2×H200. With
-/// `ZCTA_PAUSE_CUPTI=1` the kinds and launch callbacks go off too, so a paused process
-/// costs about what a plain one does — for benchmarks that synchronise the GPU before
-/// they resume (`bench/gpu_ab.py`). A pause asked for before capture starts is applied
-/// when it starts.
+/// Follows a pause or resume of recording (`zcta_set_recording`) or a sampling
+/// window's change. Ops called while paused have no rows at all. While paused, and
+/// outside a window, CUPTI's activity kinds are off (so its per-kernel cost goes) and
+/// its launch callbacks stay on; with `ZCTA_PAUSE_CUPTI=1` a pause switches the
+/// callbacks off too, so a paused process costs about what a plain one does — for
+/// benchmarks that synchronise the GPU before they resume (`bench/gpu_ab.py`). A pause
+/// asked for before capture starts is applied when it starts.
 pub fn sync_capture() {
     let _g = ctl();
     if active() {
@@ -157,22 +160,23 @@ pub fn sync_capture() {
     }
 }
 
-/// With `ZCTA_PAUSE_CUPTI=1`, makes CUPTI's kinds and callbacks follow recording
-/// (paused or not); caller holds [`ctl`] and capture is active. Kinds go on before the
-/// callbacks and off after them, so a launch the callback noted is always recorded.
+/// Makes CUPTI's kinds follow recording and the sampling window, and (with
+/// `ZCTA_PAUSE_CUPTI=1`) its callbacks follow recording; caller holds [`ctl`] and
+/// capture is active. Kinds go on before the callbacks and off after them.
 fn apply() {
     let s = setup();
-    let on = !(s.pause_cupti && crate::state::paused());
-    if GPU_ON.swap(on, Ordering::SeqCst) == on {
-        return;
-    }
-    if on {
+    let paused = crate::state::paused();
+    let on = !(s.pause_cupti && paused);
+    let kinds = !paused && detail_on();
+    let cb_change = CALLBACKS_ON.swap(on, Ordering::SeqCst) != on;
+    let kinds_change = KINDS_ON.swap(kinds, Ordering::SeqCst) != kinds;
+    if kinds_change && kinds {
         cupti::set_kinds(&s.kinds, true);
     }
-    if s.callbacks {
+    if cb_change && s.callbacks {
         cupti::set_callbacks(&DRIVER_CBIDS, &RUNTIME_CBIDS, on);
     }
-    if !on {
+    if kinds_change && !kinds {
         cupti::set_kinds(&s.kinds, false);
     }
 }
@@ -503,9 +507,11 @@ impl GpuSource for CuptiSource {
         // always has them. Closing: marking stops first.
         if code == FULL && DETAIL.load(Ordering::SeqCst) == DETAIL_OFF {
             DETAIL.store(DRAINING, Ordering::SeqCst);
+            sync_capture();
             crate::ffi::plugin::sync_nccl_events();
         }
         DETAIL.store(code, Ordering::SeqCst);
+        sync_capture();
         crate::ffi::plugin::sync_nccl_events();
     }
 
