@@ -10,7 +10,7 @@ recorded 64 MiB groups. The 8 B kernels run in a few microseconds, the 64 MiB on
 longer, so a GPU record of a paused (8 B) launch that zcta gives to a recorded (64 MiB)
 op shows up by its duration (under 10 us). Run with CUPTI left on while paused (the default) and switched
 off with it (ZCTA_PAUSE_CUPTI=1). Then sampling windows: for 3 s, GPU sleeps and 64 MiB
-groups back to back under ZCTA_SAMPLE=50ms/150ms (the writer thread switches marking and
+groups back to back under ZCTA_SAMPLE=50ms/200ms (the writer thread switches marking and
 NCCL's events at each window). Prints, per run: ops measured,
 ops with exactly one kernel, ops whose kernel is too short to be theirs, GPU records
 dropped for naming a later call (process.gpu_inconsistent), and kernel records
@@ -72,7 +72,7 @@ def check(shim, mode, pause_cupti):
     out = tempfile.mkdtemp(prefix="zcta-toggle-")
     env = dict(os.environ, LD_PRELOAD=shim, ZCTA_OUT=out, ZCTA_RUN_ID="t", ZCTA_PAUSE_CUPTI=pause_cupti)
     if mode == "windows":
-        env["ZCTA_SAMPLE"] = "50ms/150ms"
+        env["ZCTA_SAMPLE"] = "50ms/200ms"
     subprocess.run([sys.executable, __file__, "--child", mode], env=env, check=True)
 
     def table(name):

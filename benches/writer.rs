@@ -58,6 +58,7 @@ fn workload(n: usize) -> Vec<Event> {
                 api_end_ns: start + dur,
                 result: 0,
                 tid: 4242,
+                gpu_marked: true,
             })
         })
         .collect()

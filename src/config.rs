@@ -17,7 +17,7 @@
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 //! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |
 //! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
-//! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI off (read by the shim) |
+//! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI's launch callbacks off (read by the shim) |
 
 use std::path::PathBuf;
 use std::time::Duration;

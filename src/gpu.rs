@@ -129,6 +129,8 @@ pub enum GpuItem {
     },
     /// A thread (`pthread_self` truncated to 32 bits) on which NCCL ran proxy events.
     ProxyThread(u32),
+    /// CUPTI's clock minus CLOCK_REALTIME, measured when capture started (ns).
+    ClockOffset(i64),
 }
 
 impl GpuItem {
@@ -313,11 +315,13 @@ pub struct Attributor {
     /// order they were noted in (entries older than the hold are given up).
     unseen: HashSet<u32>,
     unseen_order: VecDeque<(i64, u32)>,
+    /// [`CAUSALITY_SLACK_NS`] plus the measured offset of CUPTI's clock.
+    causality_slack_ns: i64,
 }
 
 /// How far before its launch call an activity may seem to start (clock reading
 /// differences between CUPTI and the callback) before its correlation is taken for
-/// wrong.
+/// wrong; the measured offset between the clocks is added ([`GpuItem::ClockOffset`]).
 pub const CAUSALITY_SLACK_NS: i64 = 1_000_000;
 
 /// The op of an NCCL kernel on record whose op is not known (yet).
@@ -347,6 +351,7 @@ impl Attributor {
             sampled: false,
             unseen: HashSet::new(),
             unseen_order: VecDeque::new(),
+            causality_slack_ns: CAUSALITY_SLACK_NS,
         }
     }
 
@@ -415,6 +420,9 @@ impl Attributor {
             GpuItem::ProxyThread(t) => {
                 self.proxy_threads.insert(t);
             }
+            GpuItem::ClockOffset(o) => {
+                self.causality_slack_ns = CAUSALITY_SLACK_NS + o.saturating_abs();
+            }
             GpuItem::Activity(a) => {
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
@@ -449,8 +457,11 @@ impl Attributor {
             // GPU work cannot start before the call that launched it. On the GPU
             // machine, kernels launched right after CUPTI's kernel kind was re-enabled
             // once carried the correlation id of a call made after they ran.
-            if api.is_some_and(|api| a.raw.start_ns < api.start_ns - CAUSALITY_SLACK_NS) {
+            if api.is_some_and(|api| a.raw.start_ns < api.start_ns - self.causality_slack_ns) {
                 self.stats.inconsistent += 1;
+                if self.sampled {
+                    self.unseen.remove(&corr);
+                }
                 return true;
             }
             self.emit(a, ext, Attribution::NcclCall, api, now, out);
@@ -580,12 +591,12 @@ impl Attributor {
             let (_, rec) = self.held.pop_front().expect("front exists");
             let ext = ext_id(rec.op_id, rec.group_id);
             let gpu = match self.agg.get(&ext) {
-                Some(g) => Some(g.columns()),
-                // No launch of its call was marked: called outside the windows.
-                None if self.sampled => {
+                // Its launching call was not marked: called outside the windows.
+                _ if self.sampled && !rec.gpu_marked => {
                     self.stats.ops_unsampled += 1;
                     None
                 }
+                Some(g) => Some(g.columns()),
                 None => Some(Agg::default().columns()),
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
@@ -634,6 +645,7 @@ mod tests {
             api_end_ns: 0,
             result: 0,
             tid: 1,
+            gpu_marked: true,
         }
     }
 
@@ -808,7 +820,16 @@ mod tests {
         let mut at = Attributor::new(100).with_sampling();
         at.hold(op(1, None), 0); // sampled: marked launch, kernel arrives
         at.hold(op(2, None), 0); // sampled: marked launch, nothing arrives
-        at.hold(op(3, None), 0); // called outside the windows: no marked launch
+        // called outside the windows: not marked
+        at.hold(
+            OpRecord {
+                gpu_marked: false,
+                ..op(3, None)
+            },
+            0,
+        );
+        // marked, but its call failed before launching anything: engine none
+        at.hold(op(4, None), 0);
         let mut rows = Vec::new();
         for it in [
             ext(1, 10),
@@ -835,10 +856,9 @@ mod tests {
         assert_eq!(out[0].gpu.as_ref().unwrap().engine, Engine::SmKernel);
         assert_eq!(out[1].gpu.as_ref().unwrap().engine, Engine::None);
         assert_eq!(out[2].gpu, None);
-        assert_eq!(
-            (at.stats.ops_unsampled, at.stats.ops_without_gpu, at.stats.foreign),
-            (1, 1, 1)
-        );
+        assert_eq!(out[3].gpu.as_ref().unwrap().engine, Engine::None);
+        let st = at.stats;
+        assert_eq!((st.ops_unsampled, st.ops_without_gpu, st.foreign), (1, 2, 1));
     }
 
     #[test]
@@ -857,6 +877,23 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(stats.inconsistent, 1);
         assert_eq!(ops[0].gpu.as_ref().unwrap().gpu_start_ns, Some(20 * ms - ms / 2));
+    }
+
+    #[test]
+    fn the_causality_slack_grows_with_the_measured_clock_offset() {
+        let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_AllReduce"), None);
+        let ms = 1_000_000;
+        let (rows, _, stats) = run(
+            vec![
+                GpuItem::ClockOffset(-3 * ms),
+                ext(1, 10),
+                launch(10, 652, 20 * ms),
+                k(10, 17 * ms, 18 * ms), // 3 ms early: within 1 ms + |offset|
+                k(10, 15 * ms, 16 * ms), // 5 ms early: not
+            ],
+            vec![op(1, None)],
+        );
+        assert_eq!((rows.len(), stats.inconsistent), (1, 1));
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub struct OpRecord {
     pub api_end_ns: i64,
     pub result: i32,
     pub tid: i32,
+    /// The call that launches this op's GPU work (its own, or its group's outermost
+    /// ncclGroupEnd) was marked for GPU capture: CUPTI was capturing and, with
+    /// `ZCTA_SAMPLE`, the call started in a window. Not a column: the writer's join
+    /// uses it to tell an unsampled op from one whose GPU side did not arrive.
+    pub gpu_marked: bool,
 }
 
 /// One NCCL control call (row of `calls`): groups, communicator lifecycle,

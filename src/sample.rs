@@ -19,10 +19,13 @@
 //! window (it switches within its poll interval, so the window's first calls find them
 //! on), and off after it in two steps: first calls stop being marked
 //! ([`Detail::Draining`]), then, once the GPU records of every launch noted in the
-//! window have arrived (the writer asks CUPTI for a flush every 10 ms meanwhile; at
-//! least [`MIN_DRAIN`], at most the GPU hold `ZCTA_GPU_HOLD_MS`), the kinds and NCCL's
-//! events go off ([`Detail::Off`]), so no record or proxy event of the window's ops is
-//! cut short.
+//! window have arrived and every call marked in it has returned (the writer asks
+//! CUPTI for a flush on each of its wake-ups meanwhile, at most every 10 ms; at least
+//! [`MIN_DRAIN`], at most the GPU hold `ZCTA_GPU_HOLD_MS` and half the closed time
+//! before the next window's lead), the kinds and NCCL's events go off
+//! ([`Detail::Off`]), so no record or proxy event of the window's ops is cut short.
+//! An op whose GPU work ends after that is written with `engine = none`, as one whose
+//! GPU work ends after the hold.
 
 use std::time::Duration;
 
@@ -81,9 +84,10 @@ pub fn parse_sampling(value: &str) -> Result<Option<Sampling>, String> {
     if every > MAX_EVERY {
         return Err(format!("period {every:?} is longer than 24 h"));
     }
-    if on >= every {
+    if on + OPEN_LEAD + 2 * MIN_DRAIN > every {
         return Err(format!(
-            "window {on:?} is not shorter than its period {every:?} (for every op: all)"
+            "window {on:?} leaves less than {:?} of its period {every:?} closed (for every op: all)",
+            OPEN_LEAD + 2 * MIN_DRAIN
         ));
     }
     Ok(Some(Sampling { on, every }))
@@ -131,13 +135,16 @@ pub struct Sampler {
 
 impl Sampler {
     /// Starts in [`Detail::Full`] (the first step closes it when outside a window);
-    /// a drain lasts at most `max_drain` (the GPU hold).
+    /// a drain lasts at most `max_drain` (the GPU hold) and at most half the time
+    /// from the window's end to the next one's lead, so capture does go off between
+    /// windows.
     pub fn new(cfg: Sampling, max_drain: Duration) -> Self {
+        let gap = cfg.every.saturating_sub(cfg.on + OPEN_LEAD) / 2;
         Self {
             cfg,
             state: Detail::Full,
             drain_since: 0,
-            max_drain_ns: max_drain.max(MIN_DRAIN).as_nanos() as i64,
+            max_drain_ns: max_drain.min(gap).max(MIN_DRAIN).as_nanos() as i64,
         }
     }
 
@@ -150,7 +157,8 @@ impl Sampler {
     }
 
     /// One step at `now` (CLOCK_REALTIME ns). `pending`: launches noted while calls
-    /// were marked whose GPU records have not arrived (after a flush this pump).
+    /// were marked whose GPU records have not arrived (after a flush this pump), plus
+    /// marked calls that have not returned yet.
     /// Returns the new state when it changed.
     pub fn step(&mut self, now: i64, pending: usize) -> Option<Detail> {
         let lead = OPEN_LEAD.as_nanos() as i64;
@@ -206,6 +214,7 @@ mod tests {
             "1s/10h",
             "x/10s",
             "10ms/1s",
+            "50ms/199ms",
             "5s/5s",
             "6s/5s",
             "1s/2d",
@@ -260,6 +269,14 @@ mod tests {
         assert_eq!(s.step(t0 + 150 * MS, 5), Some(Detail::Draining));
         assert_eq!(s.step(t0 + 449 * MS, 5), None);
         assert_eq!(s.step(t0 + 450 * MS, 5), Some(Detail::Off));
+        // ... and to half the closed time before the next window's lead: 100 ms of
+        // every 250 ms allows 50 ms of drain, whatever the hold.
+        let cfg2 = parse_sampling("100ms/250ms").unwrap().unwrap();
+        let mut s2 = Sampler::new(cfg2, Duration::from_millis(1000));
+        assert_eq!(s2.step(t0 + 100 * MS, 5), Some(Detail::Draining));
+        assert_eq!(s2.step(t0 + 149 * MS, 5), None);
+        assert_eq!(s2.step(t0 + 150 * MS, 5), Some(Detail::Off));
+        assert_eq!(s2.step(t0 + 200 * MS, 5), Some(Detail::Full));
         // A drain that runs into the next window reopens it.
         let mut s = Sampler::new(cfg, Duration::from_millis(60_000));
         assert_eq!(s.step(t0 + 150 * MS, 5), Some(Detail::Draining));

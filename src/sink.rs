@@ -492,6 +492,10 @@ pub trait GpuSource: Send {
     /// switches the marking of NCCL calls and NCCL's event mask). Sources that cannot
     /// switch anything ignore it.
     fn set_detail(&mut self, _detail: Detail) {}
+    /// With `ZCTA_SAMPLE`: NCCL calls marked in a window that have not returned yet.
+    fn marked_in_flight(&self) -> usize {
+        0
+    }
 }
 
 /// How often CUPTI is asked to flush while a sampling window drains.
@@ -594,6 +598,8 @@ impl Writer {
     /// `src` is active.
     pub fn set_gpu_source(&mut self, src: Box<dyn GpuSource>, policy: GpuPolicy) {
         let attrib = Attributor::new(policy.hold.as_nanos() as i64);
+        // In the row logged at start too, so a killed process's run still says so.
+        self.info.row.gpu_sampling = policy.sampling.map(|s| s.describe());
         self.gpu_pipe = Some(GpuPipe {
             src,
             policy,
@@ -662,7 +668,7 @@ impl Writer {
         p.attrib.settle(t, grace, &mut p.rows);
         if let Some(s) = &mut p.sampler
             && !last
-            && let Some(d) = s.step(t, p.attrib.pending(t))
+            && let Some(d) = s.step(t, p.attrib.pending(t) + p.src.marked_in_flight())
         {
             p.src.set_detail(d);
         }
@@ -740,7 +746,6 @@ impl Writer {
                 row.ops_unsampled = p.policy.sampling.map(|_| s.ops_unsampled);
                 row.gpu_inconsistent = Some(s.inconsistent);
             }
-            row.gpu_sampling = p.policy.sampling.map(|s| s.describe());
         }
         write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx)?;
         if let Some((wal, log)) = self.process_wal.take() {

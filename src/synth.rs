@@ -68,6 +68,7 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                                 api_end_ns: t0 + skew + 8_000,
                                 result: 0,
                                 tid: pid,
+                                gpu_marked: true,
                             },
                             gpu: Some(OpGpu {
                                 launch_ns: Some(t0 + skew + 5_000),

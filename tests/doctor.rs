@@ -725,6 +725,7 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
             api_end_ns: t + 5_000,
             result: 0,
             tid: 100 + rank,
+            gpu_marked: true,
         },
         gpu: engine.map(|e| OpGpu {
             launch_ns: Some(t + 1_000),

@@ -348,6 +348,7 @@ fn damaged_logs_never_panic() {
             api_end_ns: 1_000_010 + i as i64,
             result: 0,
             tid: 42,
+            gpu_marked: true,
         };
         w.append(&zcta::gpu::OpRow { rec: r, gpu: None }, &ctx).unwrap();
         if i % 100 == 99 {

@@ -76,6 +76,7 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
             api_end_ns: t[0] + s + 5 * US,
             result: 0,
             tid: r.pid,
+            gpu_marked: true,
         },
         gpu: Some(OpGpu {
             launch_ns: Some(t[1] + s),

@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcta::cupti::RawApi;
@@ -129,6 +129,12 @@ static CALLBACKS_ON: AtomicBool = AtomicBool::new(true);
 /// follow the windows while the callbacks stay on.
 static KINDS_ON: AtomicBool = AtomicBool::new(true);
 
+/// With `ZCTA_SAMPLE`: marked NCCL calls still running (a closing window's drain
+/// waits for them: their launch may come late, e.g. while NCCL connects).
+static MARKED_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// CUPTI's clock minus CLOCK_REALTIME measured at start (`i64::MIN`: not yet).
+static CLOCK_OFFSET: AtomicI64 = AtomicI64::new(i64::MIN);
+
 /// `ZCTA_SAMPLE`'s window and period in ns (0: every op), for [`begin`].
 static WINDOW_ON_NS: AtomicI64 = AtomicI64::new(0);
 static WINDOW_EVERY_NS: AtomicI64 = AtomicI64::new(0);
@@ -154,10 +160,23 @@ pub fn detail_on() -> bool {
 /// benchmarks that synchronise the GPU before they resume (`bench/gpu_ab.py`). A pause
 /// asked for before capture starts is applied when it starts.
 pub fn sync_capture() {
+    // Checked before the lock too: a fork child (capture OFF) must not wait for a lock
+    // the parent's writer thread held when it forked.
+    if !active() {
+        return;
+    }
     let _g = ctl();
     if active() {
         apply();
     }
+}
+
+/// In the child of `fork()`: no capture (the child has no writer), no lock taken.
+pub fn on_fork_child() {
+    if STATE.load(Ordering::Acquire) != IDLE {
+        STATE.store(OFF, Ordering::SeqCst);
+    }
+    MARKED_IN_FLIGHT.store(0, Ordering::Relaxed);
 }
 
 /// Makes CUPTI's kinds follow recording and the sampling window, and (with
@@ -192,14 +211,24 @@ thread_local! {
 /// window (hot path); returns whether [`end`] must clear it.
 #[inline]
 pub fn begin(ext: u64, t: i64) -> bool {
-    active()
-        && DETAIL.load(Ordering::Relaxed) == FULL
-        && zcta::sample::in_window(
-            t,
-            WINDOW_ON_NS.load(Ordering::Relaxed),
-            WINDOW_EVERY_NS.load(Ordering::Relaxed),
-        )
-        && CURRENT.try_with(|c| c.set(ext)).is_ok()
+    if !active() || DETAIL.load(Ordering::Relaxed) != FULL {
+        return false;
+    }
+    let every = WINDOW_EVERY_NS.load(Ordering::Relaxed);
+    if every == 0 {
+        return CURRENT.try_with(|c| c.set(ext)).is_ok();
+    }
+    if !zcta::sample::in_window(t, WINDOW_ON_NS.load(Ordering::Relaxed), every) {
+        return false;
+    }
+    // Counted before the window's state is read again (both SeqCst): either the
+    // writer's drain sees this call, or this call sees the window closing.
+    MARKED_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    if DETAIL.load(Ordering::SeqCst) == FULL && CURRENT.try_with(|c| c.set(ext)).is_ok() {
+        return true;
+    }
+    MARKED_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    false
 }
 
 /// Clears what [`begin`] set.
@@ -207,6 +236,9 @@ pub fn begin(ext: u64, t: i64) -> bool {
 pub fn end(marked: bool) {
     if marked {
         let _ = CURRENT.try_with(|c| c.set(0));
+        if WINDOW_EVERY_NS.load(Ordering::Relaxed) != 0 {
+            MARKED_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -290,9 +322,13 @@ fn try_start(enabled: bool) -> Result<(), String> {
         warn_once(format_args!("{why}; recording host-side only"));
         return Err(why);
     }
-    let now = zcta::clock::now_ns();
+    // The first call initialises CUPTI's timer (it took ~0.5–0.8 ms on the GPU
+    // machine); the second, bracketed by two clock reads, gives the offset.
+    let _ = cupti::timestamp();
+    let before = zcta::clock::now_ns();
     let ts = cupti::timestamp().ok_or("cuptiGetTimestamp failed")? as i64;
-    let offset = ts.wrapping_sub(now);
+    let after = zcta::clock::now_ns();
+    let offset = ts.wrapping_sub(before + (after - before) / 2);
     if offset.unsigned_abs() > 1_000_000_000 {
         let why = format!(
             "CUPTI's clock is not CLOCK_REALTIME (offset {offset} ns: another tool installed a timestamp callback)"
@@ -331,6 +367,7 @@ fn try_start(enabled: bool) -> Result<(), String> {
         s.clock = Some("CLOCK_REALTIME".into());
         s.clock_offset_ns = Some(offset);
     });
+    CLOCK_OFFSET.store(offset, Ordering::Release);
     Ok(())
 }
 
@@ -393,6 +430,7 @@ pub struct CuptiSource {
     notes: Consumer<CallNote>,
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
+    offset_sent: bool,
     /// `ZCTA_CUPTI_DEBUG=1`: what arrived, printed at exit (a developer's aid).
     debug: Option<Debug>,
 }
@@ -426,6 +464,7 @@ impl CuptiSource {
             notes: rx,
             names: HashMap::new(),
             proxy_seen: 0,
+            offset_sent: false,
             debug: std::env::var("ZCTA_CUPTI_DEBUG")
                 .is_ok_and(|v| v == "1")
                 .then(Debug::default),
@@ -433,6 +472,13 @@ impl CuptiSource {
     }
 
     fn drain(&mut self, out: &mut Vec<GpuItem>) {
+        if !self.offset_sent {
+            let o = CLOCK_OFFSET.load(Ordering::Acquire);
+            if o != i64::MIN {
+                out.push(GpuItem::ClockOffset(o));
+                self.offset_sent = true;
+            }
+        }
         {
             let t = PROXY_THREADS.lock().unwrap_or_else(|p| p.into_inner());
             for &id in &t[self.proxy_seen..] {
@@ -513,6 +559,10 @@ impl GpuSource for CuptiSource {
         DETAIL.store(code, Ordering::SeqCst);
         sync_capture();
         crate::ffi::plugin::sync_nccl_events();
+    }
+
+    fn marked_in_flight(&self) -> usize {
+        MARKED_IN_FLIGHT.load(Ordering::SeqCst)
     }
 
     fn captured(&self, t_ns: i64) -> bool {

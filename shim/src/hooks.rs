@@ -222,6 +222,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             api_end_ns: t1,
             result: rc,
             tid: tid(),
+            gpu_marked: marked,
         };
         if group_id.is_some() {
             count_group_op();
@@ -243,8 +244,8 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
 }
 
 /// Emits the ops of a closed outermost group; they take sequence numbers only when
-/// the group really ran.
-fn flush_group(ran: bool) {
+/// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture.
+fn flush_group(ran: bool, marked: bool) {
     let ops = PENDING
         .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
         .unwrap_or_default();
@@ -252,6 +253,7 @@ fn flush_group(ran: bool) {
         if ran && let Some(st) = &comm {
             assign_seq(&mut rec, st);
         }
+        rec.gpu_marked = marked;
         state::emit(Event::Op(rec));
     }
 }
@@ -340,7 +342,7 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
             })
             .unwrap_or((None, None));
         if n_ops.is_some() {
-            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc));
+            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc), marked);
         }
         let mut r = call_record(kind, t0, t1, rc);
         r.group_id = id;

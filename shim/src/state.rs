@@ -328,6 +328,7 @@ pub fn set_recording(on: bool) -> bool {
 /// a fresh process (the `multiprocessing` fork pattern: a parent without NCCL forks
 /// one worker per GPU).
 pub fn on_fork_child() {
+    crate::gpu::on_fork_child();
     if STATE.load(Ordering::Acquire) != UNINIT {
         STATE.store(DISABLED, Ordering::SeqCst);
         // The child's copy of NCCL's event mask: no events (atomics only, no lock).
