@@ -12,7 +12,8 @@
 //! did not (docs/dev/cupti.md, "Switching CUPTI").
 //!
 //! Windows are aligned to CLOCK_REALTIME: an op is sampled when its call starts at a
-//! time `t` with `t mod EVERY < ON` (the shim checks each call's own timestamp), so
+//! time `t` with `t mod EVERY < ON` (the shim checks each call's own timestamp; for
+//! ops in a group, that of the ncclGroupEnd that launches them), so
 //! every rank of a job samples the same ops and the cross-rank phases (barrier) stay
 //! measurable for them (when the ranks call it within one window of each other). The
 //! writer thread switches the kinds and NCCL's events on [`OPEN_LEAD`] before a

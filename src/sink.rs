@@ -489,8 +489,8 @@ pub trait GpuSource: Send {
     fn captured(&self, t_ns: i64) -> bool;
     fn status(&self) -> GpuStatus;
     /// With `ZCTA_SAMPLE`: what runs from now on ([`crate::sample::Detail`]; the shim
-    /// switches the marking of NCCL calls and NCCL's event mask). Sources that cannot
-    /// switch anything ignore it.
+    /// switches the marking of NCCL calls, CUPTI's activity kinds and NCCL's event
+    /// mask). Sources that cannot switch anything ignore it.
     fn set_detail(&mut self, _detail: Detail) {}
     /// With `ZCTA_SAMPLE`: NCCL calls marked in a window that have not returned yet.
     fn marked_in_flight(&self) -> usize {

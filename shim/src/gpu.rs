@@ -79,8 +79,8 @@ pub fn active() -> bool {
 struct Setup {
     kinds: Vec<u32>,
     callbacks: bool,
-    /// `ZCTA_PAUSE_CUPTI=1` (a benchmark's setting): a pause also switches CUPTI's
-    /// kinds and launch callbacks off (see [`sync_capture`]).
+    /// `ZCTA_PAUSE_CUPTI=1` (a benchmark's setting): a pause switches CUPTI's launch
+    /// callbacks off too, not only its kinds (see [`sync_capture`]).
     pause_cupti: bool,
 }
 
