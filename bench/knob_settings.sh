@@ -8,8 +8,12 @@
 #   host-only       no CUPTI (ZCTA_CUPTI=0): host records + NCCL's events
 #   host-no-plugin  ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0: host records only
 #   sampled         the default, with full detail only 100 ms of every 1 s (ZCTA_SAMPLE=100ms/1s)
+#   between-windows what runs outside a sampling window, all the time (one 50 ms window a
+#                   day, at 00:00 UTC): host records, CUPTI's launch callbacks, the plugin
+#                   with NCCL's mask at 0; no kinds, no events, no marking
 # shellcheck disable=SC2034
-names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin sampled)
+names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin sampled between-windows)
 # shellcheck disable=SC2034
 envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
-      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0" "ZCTA_SAMPLE=100ms/1s")
+      "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0" "ZCTA_SAMPLE=100ms/1s"
+      "ZCTA_SAMPLE=50ms/1440min")

@@ -206,6 +206,8 @@ mod tests {
         assert_eq!(parse_sampling("1s/10s"), Ok(s(1_000, 10_000)));
         assert_eq!(parse_sampling(" 200ms / 5s "), Ok(s(200, 5_000)));
         assert_eq!(parse_sampling("2s/1min"), Ok(s(2_000, 60_000)));
+        // bench/knob_settings.sh's between-windows: one 50 ms window a day.
+        assert_eq!(parse_sampling("50ms/1440min"), Ok(s(50, 86_400_000)));
         assert_eq!(parse_sampling("all"), Ok(None));
         assert_eq!(parse_sampling(""), Ok(None));
         for bad in [
