@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU: bench/gpu_self_ab.py plain, then under the shim once per setting of the
 # developers' knobs (bench/knob_settings.sh), each its own process.
-# usage: [BLOCKS=16] bench/gpu_self_decompose.sh [CARRY_DIR] ; logs to $OUT (default ./gpu-out)
+# usage: [BLOCKS=16] [SETTINGS=default,between-windows,...] bench/gpu_self_decompose.sh [CARRY_DIR] ; logs to $OUT (default ./gpu-out)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -15,6 +15,7 @@ source "$here/knob_settings.sh"
 {
   timeout 120 python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag plain 2>&1 | grep -v Warn
   for i in "${!names[@]}"; do
+    [[ -z "${SETTINGS:-}" || ",$SETTINGS," == *",${names[$i]},"* ]] || continue
     # shellcheck disable=SC2086
     env ${envs[$i]} ZCTA_OUT="$work/runs-${names[$i]}" LD_PRELOAD="$bin/libzcta_prof.so" timeout 120 \
       python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag "${names[$i]}" \
