@@ -17,7 +17,6 @@ dropped for naming a later call (process.gpu_inconsistent), and kernel records
 sharing a correlation id.
 """
 
-import glob
 import os
 import subprocess
 import sys
@@ -66,8 +65,8 @@ def child(mode):
 
 
 def check(shim, mode, pause_cupti):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    from zcta_analysis import read_table
 
     out = tempfile.mkdtemp(prefix="zcta-toggle-")
     env = dict(os.environ, LD_PRELOAD=shim, ZCTA_OUT=out, ZCTA_RUN_ID="t", ZCTA_PAUSE_CUPTI=pause_cupti)
@@ -75,10 +74,7 @@ def check(shim, mode, pause_cupti):
         env["ZCTA_SAMPLE"] = "50ms/200ms"
     subprocess.run([sys.executable, __file__, "--child", mode], env=env, check=True)
 
-    def table(name):
-        return pa.concat_tables([pq.read_table(f) for f in glob.glob(f"{out}/t/{name}/*.parquet")]).to_pandas()
-
-    ops, gpu, proc = table("ops"), table("gpu"), table("process")
+    ops, gpu, proc = (read_table(f"{out}/t", t) for t in ("ops", "gpu", "process"))
     recorded = ops[(ops.op == "Send") & (ops.bytes >= 1 << 20) & ops.engine.notna()]
     kern = gpu[gpu.kind == "kernel"]
     # A 64 MiB send/recv to self takes tens of microseconds on an H200; an 8 B one a few.

@@ -16,18 +16,19 @@ source "$here/knob_settings.sh"
 only=${ONLY:-allreduce,train}
 printf '%-16s %s\n' setting "measurement  on (median)  off (median)  ratio  95% CI  paired  95% CI  means  95% CI"
 for i in "${!names[@]}"; do
-  [[ -z "${SETTINGS:-}" || ",$SETTINGS," == *",${names[$i]},"* ]] || continue
+  selected "${names[$i]}" || continue
   # shellcheck disable=SC2086
   env ${envs[$i]} ZCTA_OUT="$work/runs-${names[$i]}" LD_PRELOAD="$bin/libzcta_prof.so" timeout 200 \
     torchrun --standalone --nproc-per-node 2 "$here/gpu_ab.py" --blocks "${BLOCKS:-16}" --only "$only" \
     >"$work/${names[$i]}.log" 2>&1 || { echo "${names[$i]}: failed"; tail -5 "$work/${names[$i]}.log"; continue; }
   grep -A9 '^measurement' "$work/${names[$i]}.log" | tail -n +2 | sed "s/^/$(printf '%-16s' "${names[$i]}") /"
   # What the "on" blocks recorded: ops, and how many have their GPU side (sampled runs).
-  python3 - "$work/runs-${names[$i]}" <<'PY' | sed "s/^/$(printf '%-16s' "${names[$i]}") /"
+  python3 - "$root/analysis" "$work/runs-${names[$i]}" <<'PY' | sed "s/^/$(printf '%-16s' "${names[$i]}") /"
 import glob, sys
-import pyarrow.parquet as pq
-files = glob.glob(f"{sys.argv[1]}/*/ops/*.parquet")
-engine = [e for f in files for e in pq.read_table(f, columns=["engine"]).column(0).to_pylist()]
-print(f"recorded {len(engine)} ops, {sum(e is not None for e in engine)} with their GPU side")
+sys.path.insert(0, sys.argv[1])
+from zcta_analysis import read_table
+ops = [read_table(run, "ops") for run in glob.glob(f"{sys.argv[2]}/*/")]
+n, measured = sum(len(o) for o in ops), sum(int(o.engine.notna().sum()) for o in ops if len(o))
+print(f"recorded {n} ops, {measured} with their GPU side")
 PY
 done | tee "$out/decompose.txt"

@@ -15,7 +15,7 @@ source "$here/knob_settings.sh"
 {
   timeout 120 python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag plain 2>&1 | grep -v Warn
   for i in "${!names[@]}"; do
-    [[ -z "${SETTINGS:-}" || ",$SETTINGS," == *",${names[$i]},"* ]] || continue
+    selected "${names[$i]}" || continue
     # shellcheck disable=SC2086
     env ${envs[$i]} ZCTA_OUT="$work/runs-${names[$i]}" LD_PRELOAD="$bin/libzcta_prof.so" timeout 120 \
       python3 "$here/gpu_self_ab.py" --blocks "${BLOCKS:-16}" --tag "${names[$i]}" \

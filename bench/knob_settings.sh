@@ -11,6 +11,8 @@
 #   between-windows what runs outside a sampling window, all the time (one 50 ms window a
 #                   day, at 00:00 UTC): host records, CUPTI's launch callbacks, the plugin
 #                   with NCCL's mask at 0; no kinds, no events, no marking
+# Whether setting NAME is among SETTINGS (a comma-separated list; unset: all).
+selected() { [[ -z "${SETTINGS:-}" || ",$SETTINGS," == *",$1,"* ]]; }
 # shellcheck disable=SC2034
 names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-plugin sampled between-windows)
 # shellcheck disable=SC2034

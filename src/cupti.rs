@@ -92,13 +92,16 @@ pub fn kind_names(kinds: &[u32]) -> String {
 pub const DRIVER_CBIDS: [u32; 3] = [
     652, // cuLaunchKernelEx
     307, // cuLaunchKernel
-    667, // cuStreamBatchMemOp_v2
+    CBID_STREAM_BATCH_MEMOP,
 ];
 /// Whether a traced launch call produces activity records of its own: every one but
 /// `cuStreamBatchMemOp` (CUPTI records no memory operations; docs/dev/cupti.md).
 pub fn launch_has_records(api: &RawApi) -> bool {
-    !(api.driver && api.cbid == DRIVER_CBIDS[2])
+    !(api.driver && api.cbid == CBID_STREAM_BATCH_MEMOP)
 }
+
+/// Driver callback id of `cuStreamBatchMemOp_v2`.
+pub const CBID_STREAM_BATCH_MEMOP: u32 = 667;
 
 /// Runtime API calls likewise: the copy-engine batch copy of NCCL's CE collectives
 /// and the copies its proxy thread issues (`NCCL_*_USE_CUDA_MEMCPY=1`).

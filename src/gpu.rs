@@ -279,7 +279,8 @@ pub struct AttribStats {
     /// Ops written before any GPU activity of theirs arrived.
     pub ops_without_gpu: u64,
     /// Activities dropped because they started before the CUDA call their correlation
-    /// id names (more than [`CAUSALITY_SLACK_NS`] before): a wrong correlation.
+    /// id names (by more than [`CAUSALITY_SLACK_NS`] plus the clock offset): a wrong
+    /// correlation.
     pub inconsistent: u64,
     /// Ops called outside the sampling windows (`ZCTA_SAMPLE`): no launch of theirs
     /// was marked, their GPU columns are NULL.
@@ -455,8 +456,9 @@ impl Attributor {
         let api = self.api_of_corr.get(&corr).copied();
         if let Some(&ext) = self.ext_of_corr.get(&corr) {
             // GPU work cannot start before the call that launched it. On the GPU
-            // machine, kernels launched right after CUPTI's kernel kind was re-enabled
-            // once carried the correlation id of a call made after they ran.
+            // machine, with CUPTI's launch callbacks switched off and on under load,
+            // kernels carried the correlation id of a call made after they ran
+            // (docs/dev/cupti.md, "Switching CUPTI").
             if api.is_some_and(|api| a.raw.start_ns < api.start_ns - self.causality_slack_ns) {
                 self.stats.inconsistent += 1;
                 if self.sampled {
@@ -901,7 +903,7 @@ mod tests {
         let mut at = Attributor::new(100).with_sampling();
         let mut rows = Vec::new();
         at.item(ext(1, 10), 0, &mut rows);
-        at.item(launch(10, cupti::DRIVER_CBIDS[2], 0), 0, &mut rows);
+        at.item(launch(10, cupti::CBID_STREAM_BATCH_MEMOP, 0), 0, &mut rows);
         assert_eq!(at.pending(1), 0);
         // Without sampling nothing is tracked.
         let mut at = Attributor::new(100);
