@@ -77,7 +77,10 @@ def chk(what, rc):
 
 
 chk("register", cupti.cuptiActivityRegisterCallbacks(req, cmp))
-chk("event timestamps", cupti.cuptiActivityEnableCudaEventDeviceTimestamps(ctypes.c_uint8(1)))
+
+def event_timestamps(on):
+    chk("event timestamps", cupti.cuptiActivityEnableCudaEventDeviceTimestamps(ctypes.c_uint8(1 if on else 0)))
+
 
 sub = vp()
 cb_ptr = None
@@ -99,12 +102,15 @@ def callbacks(on):
         chk("unsubscribe", cupti.cuptiUnsubscribe(sub))
 
 
-KERNEL, MEMCPY, MEMSET, MEMCPY2, CUDA_EVENT = 10, 1, 2, 22, 36
+KERNEL, MEMCPY, MEMSET, MEMCPY2, CUDA_EVENT, SYNCHRONIZATION = 10, 1, 2, 22, 36, 38
 modes = {
     "none": ([], False),
     "kernel": ([KERNEL], False),
     "memcpy+memset": ([MEMCPY, MEMCPY2, MEMSET], False),
-    "cuda_event": ([CUDA_EVENT], False),
+    # CUPTI 13.0 writes CUDA_EVENT records only with the synchronization kind on too
+    # (bench/launch_gap.py); with and without the events' device timestamps.
+    "events+sync": ([CUDA_EVENT, SYNCHRONIZATION], False),
+    "events+sync, device ts": ([CUDA_EVENT, SYNCHRONIZATION], False),
     "zcta default": ([KERNEL, MEMCPY, MEMCPY2, MEMSET], True),
 }
 if cb_ptr is not None:
@@ -115,6 +121,8 @@ else:
 
 def set_mode(name, on):
     kinds, cbs = modes[name]
+    if name.endswith("device ts"):
+        event_timestamps(on)
     for k in kinds:
         chk(f"kind {k}", (cupti.cuptiActivityEnable if on else cupti.cuptiActivityDisable)(k))
     if cbs:
@@ -200,7 +208,7 @@ for t in tests:
 
 # CUDA_EVENT device timestamps against kernel records: A; kernel; B, after a GPU sleep.
 set_mode("kernel", True)
-set_mode("cuda_event", True)
+set_mode("events+sync, device ts", True)
 for i in range(50):
     torch.cuda._sleep(100000)
     rec(events[0], stream)
@@ -211,7 +219,7 @@ for i in range(50):
     cudart.cudaEventElapsedTime(ctypes.byref(el), events[0], events[1])
 cupti.cuptiActivityFlushAll(1)
 set_mode("kernel", False)
-set_mode("cuda_event", False)
+set_mode("events+sync, device ts", False)
 cupti.cuptiActivityFlushAll(1)
 kern, evs = [], []
 nxt = cupti.cuptiActivityGetNextRecord

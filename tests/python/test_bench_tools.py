@@ -102,3 +102,17 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     assert f"| bytes on disk per op (whole run directory, every table) | {123456 / len(ops):.1f} |" in out
     assert "| CUPTI records dropped | 0 |" in out
     assert "1200 / 1500 / 1510 ms" in out
+
+
+def test_gpu_scripts_compile():
+    """The GPU-only scripts (bench/, tests/gpu/, examples/) never run in CI: at least
+    they must parse, and the shell ones pass `bash -n`."""
+    scripts = sorted([*ROOT.glob("bench/*.py"), *ROOT.glob("tests/gpu/*.py"), *ROOT.glob("examples/*.py")])
+    assert len(scripts) > 10
+    for f in scripts:
+        compile(f.read_text(), str(f), "exec")
+    shells = sorted([*ROOT.glob("bench/*.sh"), *ROOT.glob("tests/gpu/*.sh")])
+    assert len(shells) > 5
+    for f in shells:
+        r = subprocess.run(["bash", "-n", f], capture_output=True, text=True)
+        assert r.returncode == 0, f"{f}: {r.stderr}"
