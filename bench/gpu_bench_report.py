@@ -100,7 +100,7 @@ if zj is not None and len(ops):
 
 ph = read_table(run, "phases")
 if len(ph):
-    cols = ["init_ns", "queue_ns", "barrier_ns", "transfer_ns", "memcpy_ns", "proxy_ns"]
+    cols = ["init_ns", "queue_ns", "sync_ns", "barrier_ns", "transfer_ns", "memcpy_ns", "proxy_ns"]
     w = ph[ph.window_ns.notna()]
     total = w[cols].fillna(0).sum(axis=1) + w.unresolved_ns
     bad = (total != w.window_ns).sum()

@@ -13,9 +13,10 @@
 use std::mem::{offset_of, size_of};
 
 use cudarc::cupti::sys::{
-    CUpti_ActivityAPI as Api, CUpti_ActivityExternalCorrelation as ExtCorr, CUpti_ActivityKernel10 as Kernel,
+    CUpti_ActivityAPI as Api, CUpti_ActivityCudaEvent2 as CudaEvent,
+    CUpti_ActivityExternalCorrelation as ExtCorr, CUpti_ActivityKernel10 as Kernel,
     CUpti_ActivityMemcpy6 as Memcpy, CUpti_ActivityMemcpyPtoP4 as MemcpyPtoP,
-    CUpti_ActivityMemset4 as Memset,
+    CUpti_ActivityMemset4 as Memset, CUpti_ActivitySynchronization2 as Sync,
 };
 
 /// `CUpti_ActivityKind` values used by zcta.
@@ -26,22 +27,38 @@ pub mod kind {
     pub const RUNTIME: u32 = 5;
     pub const CONCURRENT_KERNEL: u32 = 10;
     pub const MEMCPY2: u32 = 22;
+    pub const CUDA_EVENT: u32 = 36;
+    pub const SYNCHRONIZATION: u32 = 38;
     pub const EXTERNAL_CORRELATION: u32 = 39;
 }
+
+/// `CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT`.
+const SYNC_STREAM_WAIT_EVENT: u32 = 2;
 
 /// The activity kinds zcta enables, in the order it enables them. Driver/runtime API
 /// records are not among them: tracing them (which CUPTI needs before it writes
 /// EXTERNAL_CORRELATION records) cost +30 µs per 8-byte all_reduce on the GPU machine
 /// (docs/PERFORMANCE.md); zcta learns each launch's correlation id from CUPTI's
-/// callback API instead, for the few calls below only.
-pub const ENABLED_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
+/// callback API instead, for the few calls below only. CUDA_EVENT and SYNCHRONIZATION
+/// give the event records and stream waits that say when an op's stream was free
+/// ([`crate::streams`]); CUPTI 13.0 writes no CUDA_EVENT record without the second.
+pub const ENABLED_KINDS: [u32; 6] = [
+    kind::CONCURRENT_KERNEL,
+    kind::MEMCPY,
+    kind::MEMCPY2,
+    kind::MEMSET,
+    kind::CUDA_EVENT,
+    kind::SYNCHRONIZATION,
+];
 
 /// The names of the activity kinds zcta can enable (`ZCTA_CUPTI_KINDS`).
-const KIND_NAMES: [(&str, u32); 4] = [
+const KIND_NAMES: [(&str, u32); 6] = [
     ("kernel", kind::CONCURRENT_KERNEL),
     ("memcpy", kind::MEMCPY),
     ("memcpy2", kind::MEMCPY2),
     ("memset", kind::MEMSET),
+    ("event", kind::CUDA_EVENT),
+    ("sync", kind::SYNCHRONIZATION),
 ];
 
 /// `ZCTA_CUPTI_KINDS` (a developer's knob for measuring what each kind costs): the
@@ -59,7 +76,7 @@ pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|&(_, k)| k)
             .ok_or_else(|| {
-                format!("unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, none)")
+                format!("unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, event, sync, none)")
             })?;
         if !out.contains(&k) {
             out.push(k);
@@ -122,6 +139,8 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::MEMSET => Some(size_of::<Memset>()),
         kind::DRIVER | kind::RUNTIME => Some(size_of::<Api>()),
         kind::EXTERNAL_CORRELATION => Some(size_of::<ExtCorr>()),
+        kind::CUDA_EVENT => Some(size_of::<CudaEvent>()),
+        kind::SYNCHRONIZATION => Some(size_of::<Sync>()),
         _ => None,
     }
 }
@@ -211,6 +230,21 @@ pub enum Raw {
         external_id: u64,
         correlation_id: u32,
     },
+    /// `cudaEventRecord` (call `correlation_id`) on `stream`; `sync_id`
+    /// (`cudaEventSyncId`) names this record of the event.
+    EventRecord(StreamMark),
+    /// `cudaStreamWaitEvent` (call `correlation_id`): `stream` waits for the event
+    /// record `sync_id` (0: not known to CUPTI, e.g. recorded before capture).
+    StreamWait(StreamMark),
+}
+
+/// An event record or a stream wait, as CUPTI reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamMark {
+    pub context: u32,
+    pub stream: u32,
+    pub correlation_id: u32,
+    pub sync_id: u64,
 }
 
 fn u8_at(b: &[u8], off: usize) -> u8 {
@@ -327,6 +361,21 @@ pub fn decode(b: &[u8]) -> Option<Raw> {
             external_id: u64_at(b, offset_of!(ExtCorr, externalId)),
             correlation_id: u32_at(b, offset_of!(ExtCorr, correlationId)),
         },
+        kind::CUDA_EVENT => Raw::EventRecord(StreamMark {
+            context: u32_at(b, offset_of!(CudaEvent, contextId)),
+            stream: u32_at(b, offset_of!(CudaEvent, streamId)),
+            correlation_id: u32_at(b, offset_of!(CudaEvent, correlationId)),
+            sync_id: u64_at(b, offset_of!(CudaEvent, cudaEventSyncId)),
+        }),
+        // Event and stream synchronisations block the host, not a stream: not used.
+        kind::SYNCHRONIZATION if u32_at(b, offset_of!(Sync, type_)) == SYNC_STREAM_WAIT_EVENT => {
+            Raw::StreamWait(StreamMark {
+                context: u32_at(b, offset_of!(Sync, contextId)),
+                stream: u32_at(b, offset_of!(Sync, streamId)),
+                correlation_id: u32_at(b, offset_of!(Sync, correlationId)),
+                sync_id: u64_at(b, offset_of!(Sync, cudaEventSyncId)),
+            })
+        }
         _ => return None,
     })
 }
@@ -365,7 +414,9 @@ mod tests {
         assert_eq!(record_size(kind::MEMSET), Some(88));
         assert_eq!(record_size(kind::RUNTIME), Some(40));
         assert_eq!(record_size(kind::EXTERNAL_CORRELATION), Some(24));
-        assert_eq!(record_size(38), None);
+        assert_eq!(record_size(kind::CUDA_EVENT), Some(56));
+        assert_eq!(record_size(kind::SYNCHRONIZATION), Some(56));
+        assert_eq!(record_size(37), None);
     }
 
     #[test]
@@ -534,8 +585,68 @@ mod tests {
         b[0] = kind::EXTERNAL_CORRELATION as u8;
         assert_eq!(decode(&b), None);
         let mut b = vec![0u8; 64];
-        b[0] = 38;
+        b[0] = 37;
         assert_eq!(decode(&b), None);
+        // Synchronizations other than stream waits (event/stream/context synchronize)
+        // block the host, not a stream: not decoded.
+        let mut b = vec![0u8; 56];
+        b[0] = kind::SYNCHRONIZATION as u8;
+        b[4] = 3;
+        assert_eq!(decode(&b), None);
+        b[4] = 2;
+        assert!(matches!(decode(&b), Some(Raw::StreamWait(_))));
+        assert_eq!(decode(&b[..55]), None);
+    }
+
+    /// CUpti_ActivityCudaEvent2 and CUpti_ActivitySynchronization2 as CUPTI 13.0
+    /// defines them (offsets of the struct definitions; the CUDA_EVENT ones matched
+    /// the records CUPTI 13.0.85 wrote on the H200, bench/launch_gap.py).
+    #[test]
+    fn decodes_event_records_and_stream_waits() {
+        let ev = rec(
+            56,
+            &[
+                (0, &36u32.to_le_bytes()),
+                (4, &41u32.to_le_bytes()),
+                (8, &1u32.to_le_bytes()),
+                (12, &13u32.to_le_bytes()),
+                (16, &7u32.to_le_bytes()),
+                (40, &123_456u64.to_le_bytes()),
+                (48, &900u64.to_le_bytes()),
+            ],
+        );
+        assert_eq!(
+            decode(&ev),
+            Some(Raw::EventRecord(StreamMark {
+                context: 1,
+                stream: 13,
+                correlation_id: 41,
+                sync_id: 900
+            }))
+        );
+        let w = rec(
+            56,
+            &[
+                (0, &38u32.to_le_bytes()),
+                (4, &2u32.to_le_bytes()),
+                (8, &10u64.to_le_bytes()),
+                (16, &20u64.to_le_bytes()),
+                (24, &42u32.to_le_bytes()),
+                (28, &1u32.to_le_bytes()),
+                (32, &15u32.to_le_bytes()),
+                (36, &7u32.to_le_bytes()),
+                (40, &900u64.to_le_bytes()),
+            ],
+        );
+        assert_eq!(
+            decode(&w),
+            Some(Raw::StreamWait(StreamMark {
+                context: 1,
+                stream: 15,
+                correlation_id: 42,
+                sync_id: 900
+            }))
+        );
     }
 
     #[test]

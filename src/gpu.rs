@@ -31,8 +31,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi};
+use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi, StreamMark};
 use crate::record::OpRecord;
+use crate::streams::StreamTracker;
 
 /// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
 pub const GROUP_BIT: u64 = 1 << 63;
@@ -85,6 +86,9 @@ impl Engine {
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpGpu {
     pub launch_ns: Option<i64>,
+    /// When the op's stream was free for it ([`crate::streams`]), at most
+    /// `gpu_start_ns`; `None` when nothing ahead of it was recorded.
+    pub gpu_ready_ns: Option<i64>,
     pub gpu_start_ns: Option<i64>,
     pub gpu_end_ns: Option<i64>,
     pub engine: Engine,
@@ -131,6 +135,9 @@ pub enum GpuItem {
     ProxyThread(u32),
     /// CUPTI's clock minus CLOCK_REALTIME, measured when capture started (ns).
     ClockOffset(i64),
+    /// A `cudaEventRecord` / a `cudaStreamWaitEvent` of anyone ([`crate::streams`]).
+    EventRecord(StreamMark),
+    StreamWait(StreamMark),
 }
 
 impl GpuItem {
@@ -149,6 +156,8 @@ impl GpuItem {
             }),
             Raw::Api(a) => GpuItem::Api(a),
             Raw::ExtCorr { .. } => return None,
+            Raw::EventRecord(m) => GpuItem::EventRecord(m),
+            Raw::StreamWait(m) => GpuItem::StreamWait(m),
         })
     }
 }
@@ -184,12 +193,19 @@ pub struct GpuRow {
     pub api_thread: Option<u32>,
 }
 
+/// The first activity of a span: (start, context, stream, launching call).
+type First = (i64, u32, u32, u32);
+
 #[derive(Default)]
 struct Agg {
     launch_ns: Option<i64>,
     kernel_span: Option<(i64, i64)>,
     copy_span: Option<(i64, i64)>,
     any_span: Option<(i64, i64)>,
+    /// The activity each span starts with, to ask when its stream was free.
+    kernel_first: Option<First>,
+    copy_first: Option<First>,
+    any_first: Option<First>,
     kernel: Option<Arc<str>>,
     symmetric: bool,
     n_kernels: u32,
@@ -207,15 +223,23 @@ fn widen(span: &mut Option<(i64, i64)>, s: i64, e: i64) {
     });
 }
 
+fn earliest(first: &mut Option<First>, r: &RawActivity) {
+    if first.is_none_or(|f| r.start_ns < f.0) {
+        *first = Some((r.start_ns, r.context, r.stream, r.correlation_id));
+    }
+}
+
 impl Agg {
     fn add(&mut self, a: &Activity, proxy: bool, now: i64) {
         let r = &a.raw;
         self.touched_ns = now;
         widen(&mut self.any_span, r.start_ns, r.end_ns);
+        earliest(&mut self.any_first, r);
         match r.kind {
             GpuKind::Kernel => {
                 self.n_kernels += 1;
                 widen(&mut self.kernel_span, r.start_ns, r.end_ns);
+                earliest(&mut self.kernel_first, r);
                 if self.kernel.is_none() {
                     self.kernel = a.name.clone();
                 }
@@ -231,13 +255,14 @@ impl Agg {
                 } else if matches!(r.copy_kind, Some(8 | 10)) {
                     self.n_ce_copies += 1;
                     widen(&mut self.copy_span, r.start_ns, r.end_ns);
+                    earliest(&mut self.copy_first, r);
                 }
             }
             GpuKind::Memset => {}
         }
     }
 
-    fn columns(&self) -> OpGpu {
+    fn columns(&self, streams: &StreamTracker) -> OpGpu {
         let engine = if self.n_kernels > 0 {
             if self.symmetric {
                 Engine::SymmetricKernel
@@ -256,8 +281,18 @@ impl Agg {
         // The op's GPU window: its kernels; without one, the copies that moved its
         // data; else whatever ran (setup copies of a communicator's first call).
         let span = self.kernel_span.or(self.copy_span).or(self.any_span);
+        let first = if self.kernel_span.is_some() {
+            self.kernel_first
+        } else if self.copy_span.is_some() {
+            self.copy_first
+        } else {
+            self.any_first
+        };
+        let gpu_ready_ns = first
+            .and_then(|(start, ctx, stream, corr)| streams.ready(ctx, stream, corr).map(|r| r.min(start)));
         OpGpu {
             launch_ns: self.launch_ns,
+            gpu_ready_ns,
             gpu_start_ns: span.map(|s| s.0),
             gpu_end_ns: span.map(|s| s.1),
             engine,
@@ -318,6 +353,13 @@ pub struct Attributor {
     unseen_order: VecDeque<(i64, u32)>,
     /// [`CAUSALITY_SLACK_NS`] plus the measured offset of CUPTI's clock.
     causality_slack_ns: i64,
+    /// Every stream's recent work, event records and waits: when an op's stream was
+    /// free for it.
+    streams: StreamTracker,
+    /// With sampling: since when CUPTI's kinds have been off (`None`: on), and the
+    /// earlier spans they were off, (from, to), oldest first (pruned by age).
+    kinds_off_since: Option<i64>,
+    kinds_off: VecDeque<(i64, i64)>,
 }
 
 /// How far before its launch call an activity may seem to start (clock reading
@@ -327,6 +369,10 @@ pub const CAUSALITY_SLACK_NS: i64 = 1_000_000;
 
 /// The op of an NCCL kernel on record whose op is not known (yet).
 const UNKNOWN_OP: u64 = 0;
+
+/// Stream history is kept for twice the hold plus this: the work ahead of an op arrived
+/// before the op's own records, at most about a hold before its row is written.
+const STREAM_KEEP_EXTRA_NS: i64 = 2_000_000_000;
 
 /// How long correlation entries are kept (an activity arrives within seconds of its
 /// call; this bounds memory, not correctness).
@@ -353,7 +399,28 @@ impl Attributor {
             unseen: HashSet::new(),
             unseen_order: VecDeque::new(),
             causality_slack_ns: CAUSALITY_SLACK_NS,
+            streams: StreamTracker::new(2 * hold_ns + STREAM_KEEP_EXTRA_NS),
+            kinds_off_since: None,
+            kinds_off: VecDeque::new(),
         }
+    }
+
+    /// With sampling: the writer switched CUPTI's kinds on or off at `t`.
+    pub fn kinds_switched(&mut self, on: bool, t: i64) {
+        match (on, self.kinds_off_since) {
+            (true, Some(from)) => {
+                self.kinds_off.push_back((from, t));
+                self.kinds_off_since = None;
+            }
+            (false, None) => self.kinds_off_since = Some(t),
+            _ => {}
+        }
+    }
+
+    /// Whether CUPTI's kinds were off at `t`.
+    fn kinds_were_off(&self, t: i64) -> bool {
+        self.kinds_off_since.is_some_and(|from| t >= from)
+            || self.kinds_off.iter().any(|&(from, to)| (from..to).contains(&t))
     }
 
     /// Capture runs in sampling windows ([`crate::sample`]): ops without a marked
@@ -424,7 +491,12 @@ impl Attributor {
             GpuItem::ClockOffset(o) => {
                 self.causality_slack_ns = CAUSALITY_SLACK_NS + o.saturating_abs();
             }
+            GpuItem::EventRecord(m) => self.streams.event_record(&m, now),
+            GpuItem::StreamWait(m) => self.streams.stream_wait(&m, now),
             GpuItem::Activity(a) => {
+                let r = &a.raw;
+                self.streams
+                    .activity(r.context, r.stream, r.correlation_id, r.end_ns, now);
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
                     return;
@@ -582,6 +654,10 @@ impl Attributor {
         self.agg.retain(|_, g| g.touched_ns >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
+        while self.kinds_off.front().is_some_and(|&(_, to)| to < old) {
+            self.kinds_off.pop_front();
+        }
+        self.streams.prune(now);
     }
 
     /// Writes held ops whose time is up (all of them with `all`) to `out`.
@@ -598,8 +674,19 @@ impl Attributor {
                     self.stats.ops_unsampled += 1;
                     None
                 }
-                Some(g) => Some(g.columns()),
-                None => Some(Agg::default().columns()),
+                // Marked, but it launched after the window's kinds went off (a call
+                // that outlived the window's drain, like a communicator's first call
+                // setting up its connections): CUPTI could not record its work.
+                Some(g)
+                    if self.sampled
+                        && g.any_span.is_none()
+                        && g.launch_ns.is_some_and(|l| self.kinds_were_off(l)) =>
+                {
+                    self.stats.ops_unsampled += 1;
+                    None
+                }
+                Some(g) => Some(g.columns(&self.streams)),
+                None => Some(Agg::default().columns(&self.streams)),
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
                 self.stats.ops_without_gpu += 1;
@@ -621,6 +708,7 @@ impl Attributor {
 mod tests {
     use super::*;
     use crate::nccl::OpKind;
+    use crate::streams::tests::mark;
 
     pub(crate) fn op(op_id: u64, group: Option<u64>) -> OpRecord {
         OpRecord {
@@ -912,6 +1000,28 @@ mod tests {
         assert_eq!(at.pending(1), 0);
     }
 
+    /// A marked call that launches only after the window's kinds went off (it outlived
+    /// the drain) is not sampled, not "nothing arrived".
+    #[test]
+    fn a_launch_after_the_kinds_went_off_is_not_sampled() {
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        at.hold(op(1, None), 0);
+        at.hold(op(2, None), 0);
+        at.item(ext(1, 10), 0, &mut rows);
+        at.item(launch(10, 652, 50), 0, &mut rows); // launched while the kinds were on
+        at.kinds_switched(false, 100);
+        at.item(ext(2, 11), 0, &mut rows);
+        at.item(launch(11, 652, 150), 0, &mut rows); // launched after they went off
+        at.kinds_switched(true, 300);
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out);
+        assert_eq!(out[0].gpu.as_ref().map(|g| g.engine), Some(Engine::None));
+        assert_eq!(out[1].gpu, None);
+        assert_eq!((at.stats.ops_without_gpu, at.stats.ops_unsampled), (1, 1));
+        assert!(at.kinds_were_off(299) && !at.kinds_were_off(300) && !at.kinds_were_off(99));
+    }
+
     #[test]
     fn proxy_copies_never_go_to_an_unsampled_ops_kernel() {
         let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_SendRecv"), None);
@@ -971,5 +1081,58 @@ mod tests {
         assert_eq!(GpuItem::from_raw(raw, |_| None), None);
         assert_eq!(split_ext(ext_id(4, Some(9))), (None, Some(9)));
         assert_eq!(split_ext(ext_id(4, None)), (Some(4), None));
+    }
+
+    /// The op's stream is free when the work ahead of it ends: the program's kernel on
+    /// the same stream, or the work on another stream it waits for through an event.
+    #[test]
+    fn an_ops_stream_is_free_when_the_work_ahead_of_it_ends() {
+        let kernel = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_AllReduce"), None);
+        // The program's kernel (call 3, stream 7) ends at 500; the op's kernel (call 10)
+        // starts at 540.
+        let items = vec![
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            GpuItem::EventRecord(mark(9, 5, 1)),
+            api(10, 200, 1),
+            ext(1, 10),
+            kernel(10, 540, 900),
+        ];
+        let (_, out, stats) = run(items, vec![op(1, None)]);
+        let g = out[0].gpu.as_ref().unwrap();
+        assert_eq!((g.gpu_ready_ns, g.gpu_start_ns), (Some(500), Some(540)));
+        assert_eq!(stats.foreign, 1, "the program's kernel is still not a gpu row");
+
+        // Stream 7 waits (call 8) for an event recorded on stream 4 (call 6) after a
+        // kernel there (call 4) that ends at 700, later than stream 7's own work.
+        let items = vec![
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            GpuItem::Activity(Activity {
+                raw: RawActivity {
+                    stream: 4,
+                    ..match act(GpuKind::Kernel, 4, 100, 700, None, None) {
+                        GpuItem::Activity(a) => a.raw,
+                        _ => unreachable!(),
+                    }
+                },
+                name: Some(Arc::from("gemm")),
+            }),
+            GpuItem::EventRecord(mark(4, 6, 77)),
+            GpuItem::StreamWait(mark(7, 8, 77)),
+            api(10, 200, 1),
+            ext(1, 10),
+            kernel(10, 705, 900),
+        ];
+        let (_, out, _) = run(items, vec![op(1, None)]);
+        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, Some(700));
+
+        // Without CUPTI's event and wait records (their kinds off) nothing is claimed.
+        let items = vec![
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            api(10, 200, 1),
+            ext(1, 10),
+            kernel(10, 540, 900),
+        ];
+        let (_, out, _) = run(items, vec![op(1, None)]);
+        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, None);
     }
 }

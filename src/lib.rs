@@ -33,6 +33,7 @@ pub mod record;
 pub mod recover;
 pub mod sample;
 pub mod sink;
+pub mod streams;
 pub mod synth;
 pub mod tables;
 
@@ -47,7 +48,9 @@ pub fn warn(args: std::fmt::Arguments<'_>) {
 /// file's key-value metadata under [`SCHEMA_VERSION_KEY`]. Bump on any incompatible
 /// change and teach [`reader`] about the old one.
 /// History: 1 — first release; 2 — `gpu` table, GPU columns in `ops`, CUPTI columns
-/// in `process` (files of version 1 read with those columns NULL).
+/// in `process` (files of version 1 read with those columns NULL). Nullable columns
+/// added since (`ops.gpu_ready_ns`, `phases.sync_ns`, `process.gpu_sampling`, …) read
+/// as NULL from older files and are ignored by older readers, so they keep version 2.
 pub const SCHEMA_VERSION: u32 = 2;
 /// Parquet key-value metadata key holding [`SCHEMA_VERSION`].
 pub const SCHEMA_VERSION_KEY: &str = "zcta.schema_version";

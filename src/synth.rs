@@ -72,6 +72,7 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                             },
                             gpu: Some(OpGpu {
                                 launch_ns: Some(t0 + skew + 5_000),
+                                gpu_ready_ns: Some(start + skew - 5_000),
                                 gpu_start_ns: Some(start + skew),
                                 gpu_end_ns: Some(end + skew),
                                 engine: Engine::SmKernel,

@@ -729,6 +729,7 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
         },
         gpu: engine.map(|e| OpGpu {
             launch_ns: Some(t + 1_000),
+            gpu_ready_ns: Some(t + 1_500),
             gpu_start_ns: Some(t + 2_000),
             gpu_end_ns: Some(t + 50_000),
             engine: e,

@@ -396,6 +396,48 @@ fn perfetto_trace_is_valid_trace_event_json() {
     );
 }
 
+/// `ops.gpu_ready_ns`: when the op's stream was free, from CUPTI's event records and
+/// stream waits (the stand-in writes NCCL's launch sequence: the op's stream waits on
+/// NCCL's device stream, which follows the previous op's end) and the program's own
+/// kernels on the same stream. Without the event kinds it is NULL, never a guess.
+#[test]
+fn each_op_says_when_its_stream_was_free() {
+    let run = Run::new("ready");
+    let mut c = run.host(&["window"]);
+    c.env("HOST_CUPTI", cupti());
+    let out = c.output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let mut ops = run.rows("ops");
+    ops.sort_by_key(|o| o.i64("api_start_ns"));
+    assert_eq!(ops.len(), 3);
+    let t = |o: &Row, c: &str| o.i64(c).unwrap_or_else(|| panic!("{c} missing in {o:?}"));
+    // The first op waits for the program's kernel before it (ended before the launch).
+    assert!(
+        t(&ops[0], "gpu_ready_ns") < t(&ops[0], "launch_ns"),
+        "{:?}",
+        ops[0]
+    );
+    // Each later op waits for the one before it, on its stream and through the events.
+    for w in ops.windows(2) {
+        assert_eq!(t(&w[1], "gpu_ready_ns"), t(&w[0], "gpu_end_ns"), "{w:?}");
+    }
+    for o in &ops {
+        assert!(t(o, "gpu_ready_ns") <= t(o, "gpu_start_ns"));
+    }
+    // Without the event and synchronization kinds: not measured.
+    let run = Run::new("ready-kinds");
+    let mut c = run.host(&["window"]);
+    c.env("HOST_CUPTI", cupti())
+        .env("ZCTA_CUPTI_KINDS", "kernel,memcpy,memcpy2,memset");
+    assert!(c.output().unwrap().status.success());
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 3);
+    assert!(
+        ops.iter()
+            .all(|o| o.i64("gpu_start_ns").is_some() && o.i64("gpu_ready_ns").is_none())
+    );
+}
+
 /// The developers' knobs that measure what each part of capture costs:
 /// `ZCTA_CUPTI_KINDS` and `ZCTA_CUPTI_CALLBACKS=0` change what is enabled, and the
 /// process row says so.

@@ -80,6 +80,8 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
         },
         gpu: Some(OpGpu {
             launch_ns: Some(t[1] + s),
+            // The stream is free halfway between the launch call and the kernel.
+            gpu_ready_ns: Some(t[1] + s + (t[2] - t[1]) / 2),
             gpu_start_ns: Some(t[2] + s),
             gpu_end_ns: Some(t[3] + s),
             engine: Engine::SmKernel,
@@ -526,6 +528,7 @@ fn phases_table_for_pandas_and_duckdb() {
     let cols = [
         "init_ns",
         "queue_ns",
+        "sync_ns",
         "barrier_ns",
         "transfer_ns",
         "memcpy_ns",

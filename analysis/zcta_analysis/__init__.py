@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 TABLES = ("ops", "gpu", "calls", "comms", "nccl_ops", "proxy", "nccl_comms", "process", "phases")
-PHASES = ("init", "queue", "barrier", "transfer", "memcpy", "proxy", "unresolved")
+PHASES = ("init", "queue", "sync", "barrier", "transfer", "memcpy", "proxy", "unresolved")
 
 
 def _files(run: pathlib.Path, table: str) -> list[pathlib.Path]:

@@ -14,6 +14,7 @@ for _op in ("AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"):
 COLORS = {
     "init": "#8dd3c7",
     "queue": "#d9d9d9",
+    "sync": "#b3de69",
     "barrier": "#fb8072",
     "transfer": "#80b1d3",
     "memcpy": "#fdb462",

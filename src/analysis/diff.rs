@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::Run;
-use super::phases::PHASES;
+use super::phases::{N_PHASES, PHASES};
 use super::report::{size_bucket, size_label};
 use crate::reader::ReadError;
 
@@ -58,7 +58,8 @@ pub struct Diff {
 
 /// Per (op, bucket): ops seen, a reservoir sample of their [total, phases...], and
 /// the engine mix.
-type Samples = BTreeMap<(&'static str, u64), (u64, Vec<[Option<i64>; 8]>, BTreeMap<&'static str, u64>)>;
+type Samples =
+    BTreeMap<(&'static str, u64), (u64, Vec<[Option<i64>; N_PHASES + 1]>, BTreeMap<&'static str, u64>)>;
 
 fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     let mut out: Samples = BTreeMap::new();
@@ -68,7 +69,7 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
             return;
         }
         let e = out.entry((o.op, size_bucket(o.bytes.unwrap_or(0)))).or_default();
-        let mut v = [None; 8];
+        let mut v = [None; N_PHASES + 1];
         v[0] = p.window;
         v[1..].copy_from_slice(&p.values());
         e.0 += 1;

@@ -41,6 +41,8 @@ pub struct OpView {
     pub api_start: i64,
     pub api_end: i64,
     pub launch: Option<i64>,
+    /// `ops.gpu_ready_ns`: when the op's stream was free for it.
+    pub ready: Option<i64>,
     pub gpu_start: Option<i64>,
     pub gpu_end: Option<i64>,
     /// `ops.engine`; `None`: not measured (CUPTI off).
@@ -516,6 +518,7 @@ fn phases_of(
     let mut cuts = Cuts {
         api_start: o.api_start,
         launch: o.launch,
+        ready: o.ready,
         gpu_start: o.gpu_start,
         gpu_end: o.gpu_end,
         last_start,

@@ -1,6 +1,6 @@
 //! The phase model (docs/phases.md): one op's window on one rank, `[api_start,
-//! gpu_end]`, cut at four points into init, queue, barrier and the GPU remainder, which
-//! is split into memcpy, proxy and transfer.
+//! gpu_end]`, cut at five points into init, queue, sync, barrier and the GPU
+//! remainder, which is split into memcpy, proxy and transfer.
 //!
 //! Every cut point is clamped into the window and after the previous one, so the
 //! phases never overlap, never go negative, and always add up to the window. A cut
@@ -14,6 +14,8 @@ pub struct Cuts {
     pub api_start: i64,
     /// Entry into the first launch call (CUPTI callback).
     pub launch: Option<i64>,
+    /// When the op's stream was free for it (`ops.gpu_ready_ns`).
+    pub ready: Option<i64>,
     pub gpu_start: Option<i64>,
     pub gpu_end: Option<i64>,
     /// Latest GPU start over the ranks of the same operation, converted to this
@@ -36,6 +38,9 @@ pub struct Phases {
     pub window: Option<i64>,
     pub init: Option<i64>,
     pub queue: Option<i64>,
+    /// From the stream being free to the op's first kernel block or copy: NCCL's stream
+    /// synchronisation and the launch on the GPU (copy engine: its flag waits too).
+    pub sync: Option<i64>,
     pub barrier: Option<i64>,
     pub transfer: Option<i64>,
     pub memcpy: Option<i64>,
@@ -44,10 +49,16 @@ pub struct Phases {
     pub unresolved: i64,
 }
 
+/// Number of phases, `unresolved` included.
+pub const N_PHASES: usize = 8;
+/// Index of `unresolved` in [`PHASES`] (the last).
+pub const UNRESOLVED: usize = N_PHASES - 1;
+
 /// Names of the phases, in window order (for reports).
-pub const PHASES: [&str; 7] = [
+pub const PHASES: [&str; N_PHASES] = [
     "init",
     "queue",
+    "sync",
     "barrier",
     "transfer",
     "memcpy",
@@ -57,10 +68,11 @@ pub const PHASES: [&str; 7] = [
 
 impl Phases {
     /// Values in [`PHASES`] order (`unresolved` always measured).
-    pub fn values(&self) -> [Option<i64>; 7] {
+    pub fn values(&self) -> [Option<i64>; N_PHASES] {
         [
             self.init,
             self.queue,
+            self.sync,
             self.barrier,
             self.transfer,
             self.memcpy,
@@ -90,14 +102,21 @@ pub fn split(c: &Cuts) -> Phases {
         window: Some(e - a),
         ..Phases::default()
     };
-    // init | queue, cut at the launch.
-    match c.launch {
-        Some(l) => {
-            let l = l.clamp(a, s);
-            p.init = Some(l - a);
-            p.queue = Some(s - l);
+    // init | queue | sync, cut at the launch call and at the stream being free;
+    // a phase is measured when both of its ends are known.
+    let l = c.launch.map(|l| l.clamp(a, s));
+    let r = c.ready.map(|r| r.clamp(l.unwrap_or(a), s));
+    let mut from = Some(a);
+    let mut measured_to = a;
+    for (cut, phase) in [(l, &mut p.init), (r, &mut p.queue), (Some(s), &mut p.sync)] {
+        if let (Some(f), Some(t)) = (from, cut) {
+            *phase = Some(t - f);
+            measured_to = t;
+        } else if let Some(t) = cut {
+            p.unresolved += t - measured_to;
+            measured_to = t;
         }
-        None => p.unresolved += s - a,
+        from = cut;
     }
     // barrier | rest, cut at the last rank's start.
     p.barrier = rest_start.map(|b| b - s);
@@ -153,6 +172,7 @@ mod tests {
         let p = split(&Cuts {
             api_start: 100,
             launch: Some(110),
+            ready: Some(125),
             gpu_start: Some(130),
             gpu_end: Some(200),
             last_start: Some(150),
@@ -161,8 +181,16 @@ mod tests {
         });
         assert_eq!(p.window, Some(100));
         assert_eq!(
-            (p.init, p.queue, p.barrier, p.memcpy, p.proxy, p.transfer),
-            (Some(10), Some(20), Some(20), Some(20), Some(10), Some(20))
+            (p.init, p.queue, p.sync, p.barrier, p.memcpy, p.proxy, p.transfer),
+            (
+                Some(10),
+                Some(15),
+                Some(5),
+                Some(20),
+                Some(20),
+                Some(10),
+                Some(20)
+            )
         );
         assert_eq!(p.unresolved, 0);
         // Without the plugin, proxy and transfer are not measured.
@@ -170,6 +198,7 @@ mod tests {
             proxy: None,
             api_start: 100,
             launch: Some(110),
+            ready: Some(125),
             gpu_start: Some(130),
             gpu_end: Some(200),
             last_start: Some(150),
@@ -183,6 +212,7 @@ mod tests {
         let p = split(&Cuts {
             api_start: 0,
             launch: None,
+            ready: None,
             gpu_start: Some(10),
             gpu_end: Some(50),
             last_start: None,
@@ -190,11 +220,49 @@ mod tests {
             proxy: Some(0),
         });
         assert_eq!(
-            (p.init, p.queue, p.barrier, p.transfer, p.memcpy),
-            (None, None, None, None, None)
+            (p.init, p.queue, p.sync, p.barrier, p.transfer, p.memcpy),
+            (None, None, None, None, None, None)
         );
         assert_eq!(p.unresolved, 50);
         assert_eq!(split(&Cuts::default()), Phases::default());
+        // The launch call known, the stream's readiness not (a run from before
+        // gpu_ready_ns, or no work ahead recorded): queue and sync are not measured.
+        let q = split(&Cuts {
+            launch: Some(4),
+            ..Cuts {
+                gpu_start: Some(10),
+                gpu_end: Some(50),
+                ..Cuts::default()
+            }
+        });
+        assert_eq!(
+            (q.init, q.queue, q.sync, q.unresolved),
+            (Some(4), None, None, 6 + 40)
+        );
+        // Readiness known, the launch call not: sync is measured, init and queue not.
+        let r = split(&Cuts {
+            ready: Some(7),
+            ..Cuts {
+                gpu_start: Some(10),
+                gpu_end: Some(50),
+                ..Cuts::default()
+            }
+        });
+        assert_eq!(
+            (r.init, r.queue, r.sync, r.unresolved),
+            (None, None, Some(3), 7 + 40)
+        );
+        // A stream free before the launch call (idle): no queue, sync from the call.
+        let idle = split(&Cuts {
+            launch: Some(4),
+            ready: Some(1),
+            ..Cuts {
+                gpu_start: Some(10),
+                gpu_end: Some(50),
+                ..Cuts::default()
+            }
+        });
+        assert_eq!((idle.init, idle.queue, idle.sync), (Some(4), Some(0), Some(6)));
     }
 
     #[test]
@@ -203,6 +271,7 @@ mod tests {
         let p = split(&Cuts {
             api_start: 0,
             launch: Some(5),
+            ready: Some(8),
             gpu_start: Some(10),
             gpu_end: Some(60),
             last_start: Some(40),
@@ -216,6 +285,7 @@ mod tests {
             ..Cuts {
                 api_start: 0,
                 launch: Some(5),
+                ready: None,
                 gpu_start: Some(10),
                 gpu_end: Some(60),
                 last_start: None,
@@ -240,13 +310,14 @@ mod tests {
         fn phases_add_up_to_the_window(
             a in -1_000_000i64..1_000_000,
             l in proptest::option::of(-1_000_000i64..3_000_000),
+            r in proptest::option::of(-1_000_000i64..3_000_000),
             s in proptest::option::of(-1_000_000i64..3_000_000),
             e in proptest::option::of(-1_000_000i64..3_000_000),
             last in proptest::option::of(-1_000_000i64..3_000_000),
             m in proptest::option::of(-10i64..2_000_000),
             x in proptest::option::of(-10i64..2_000_000),
         ) {
-            let p = split(&Cuts { api_start: a, launch: l, gpu_start: s, gpu_end: e, last_start: last, memcpy: m, proxy: x });
+            let p = split(&Cuts { api_start: a, launch: l, ready: r, gpu_start: s, gpu_end: e, last_start: last, memcpy: m, proxy: x });
             let sum: i64 = p.values().iter().map(|v| v.unwrap_or(0)).sum();
             match p.window {
                 Some(w) => {

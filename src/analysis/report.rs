@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use std::collections::HashMap;
 
-use super::phases::{PHASES, Phases};
+use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
@@ -56,7 +56,7 @@ pub struct Group {
     pub p99_us: Option<f64>,
     /// Share of the summed window per phase ([`PHASES`] order); `None`: not measured
     /// for any op of the group.
-    pub shares: [Option<f64>; 7],
+    pub shares: [Option<f64>; N_PHASES],
     pub gpu_median_us: Option<f64>,
     pub algbw_gbs: Option<f64>,
     pub busbw_gbs: Option<f64>,
@@ -179,8 +179,8 @@ impl Quant {
 #[derive(Default)]
 struct Acc {
     count: u64,
-    sums: [i64; 7],
-    any: [bool; 7],
+    sums: [i64; N_PHASES],
+    any: [bool; N_PHASES],
     total: i64,
     windows: Quant,
     gpu: Quant,
@@ -309,8 +309,8 @@ impl Builder {
     pub fn finish(self, run: &Run, stats: &ScanStats) -> Report {
         let mut groups = Vec::new();
         for ((op, bucket, engine), g) in &self.groups {
-            let shares: [Option<f64>; 7] = std::array::from_fn(|k| {
-                (g.any[k] && g.total > 0 && (k != 6 || g.sums[6] > 0))
+            let shares: [Option<f64>; N_PHASES] = std::array::from_fn(|k| {
+                (g.any[k] && g.total > 0 && (k != UNRESOLVED || g.sums[UNRESOLVED] > 0))
                     .then(|| g.sums[k] as f64 / g.total as f64)
             });
             let gpu_median_us = g.gpu.quantile(0.5).map(|v| v / 1e3);
@@ -513,7 +513,7 @@ pub fn render_text(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+        "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
         "op",
         "size",
         "engine",
@@ -522,6 +522,7 @@ pub fn render_text(r: &Report) -> String {
         "p99 us",
         "init",
         "queue",
+        "sync",
         "barrier",
         "transfer",
         "memcpy",
@@ -534,7 +535,7 @@ pub fn render_text(r: &Report) -> String {
         let share = |k: usize| g.shares[k].map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
         let _ = writeln!(
             s,
-            "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+            "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
             g.op,
             size_label(g.bucket),
             g.engine,
@@ -548,6 +549,7 @@ pub fn render_text(r: &Report) -> String {
             share(4),
             share(5),
             share(6),
+            share(7),
             fmt_opt(g.busbw_gbs, 1),
             fmt_opt(g.busbw_pct_peak, 0),
         );

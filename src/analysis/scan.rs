@@ -16,7 +16,7 @@ use crate::reader::{self, ReadError, Skipped};
 use crate::tables;
 
 /// Columns of `ops` the analysis reads.
-pub const OPS_COLUMNS: [&str; 22] = [
+pub const OPS_COLUMNS: [&str; 23] = [
     "host",
     "pid",
     "op_id",
@@ -36,6 +36,7 @@ pub const OPS_COLUMNS: [&str; 22] = [
     "api_start_ns",
     "api_end_ns",
     "launch_ns",
+    "gpu_ready_ns",
     "gpu_start_ns",
     "gpu_end_ns",
     "engine",
@@ -80,19 +81,20 @@ struct Cols {
     engine: Option<StringArray>,
     u: [Option<UInt64Array>; 9],
     i: [Option<Int32Array>; 6],
-    l: [Option<Int64Array>; 5],
+    l: [Option<Int64Array>; 6],
 }
 
 const U: [&str; 9] = [
     "op_id", "comm_id", "comm_ptr", "seq", "bytes", "sendbuff", "recvbuff", "stream", "group_id",
 ];
 const I: [&str; 6] = ["pid", "rank", "nranks", "peer", "result", "_"];
-const L: [&str; 5] = [
+const L: [&str; 6] = [
     "api_start_ns",
     "api_end_ns",
     "launch_ns",
     "gpu_start_ns",
     "gpu_end_ns",
+    "gpu_ready_ns",
 ];
 
 impl Cols {
@@ -256,6 +258,7 @@ impl Stream {
             launch: ol(&c.l[2], r),
             gpu_start: ol(&c.l[3], r),
             gpu_end: ol(&c.l[4], r),
+            ready: ol(&c.l[5], r),
             engine: match &c.engine {
                 Some(a) if !a.is_null(r) => {
                     let v = a.value(r);

@@ -26,7 +26,8 @@ crate::define_table! {
     engine: Utf8, nullable, default, "ops.engine (NULL: not measured: CUPTI off or the op not sampled)" => |r, c| r.op.engine;
     window_ns: I64, nullable, default, "gpu_end_ns - api_start_ns; NULL without GPU times (then every phase is NULL)" => |r, c| r.phases.window;
     init_ns: I64, nullable, default, "API entry to the first launch call; NULL: not measured" => |r, c| r.phases.init;
-    queue_ns: I64, nullable, default, "launch to GPU start; NULL: not measured" => |r, c| r.phases.queue;
+    queue_ns: I64, nullable, default, "launch call to the stream being free for the op (ops.gpu_ready_ns): waiting behind earlier work; NULL: not measured" => |r, c| r.phases.queue;
+    sync_ns: I64, nullable, default, "stream free (ops.gpu_ready_ns) to GPU start: NCCL's stream synchronisation and the kernel's launch on the GPU (copy engine: its flag waits too); NULL: not measured" => |r, c| r.phases.sync;
     barrier_ns: I64, nullable, default, "own GPU start to the last rank's GPU start (host clocks aligned); NULL: not every rank's data" => |r, c| r.phases.barrier;
     transfer_ns: I64, nullable, default, "GPU time after the barrier not in memcpy or proxy; NULL: not measured" => |r, c| r.phases.transfer;
     memcpy_ns: I64, nullable, default, "proxy-thread copies after the barrier; NULL: not measured" => |r, c| r.phases.memcpy;

@@ -113,6 +113,10 @@ elif mode == "proxy":
 # Accuracy: zcta's GPU duration vs CUDA events around the same op (timed phase). Each
 # op is timed twice: through torch ("AllReduce") and called on NCCL directly on the
 # events' stream ("nccl:AllReduce"); rows are matched in issue order per NCCL op.
+# The op's duration on its stream is gpu_end_ns - max(gpu_ready_ns, launch_ns): from the
+# end of the work it waited for (here the GPU sleep before the events), or from its launch
+# call if the stream was idle by then. The kernel span (gpu_end_ns - gpu_start_ns) misses
+# NCCL's stream synchronisation and launch and is printed beside it.
 errs = []
 if not profile and not sampled:
     for r, d in enumerate(ranks):
@@ -121,18 +125,31 @@ if not profile and not sampled:
             ev = [(n, t) for n, t in d["timed"] if n.split(":")[-1] == op]
             rows = mine[mine.op == op].tail(len(ev))
             for (label, t), (_, o) in zip(ev, rows.iterrows()):
-                z = o.gpu_end_ns - o.gpu_start_ns
-                errs.append((label, o.engine, t, z, z - t, abs(z - t) <= max(0.05 * t, 5000)))
+                k = o.gpu_end_ns - o.gpu_start_ns
+                z = (o.gpu_end_ns - max(o.gpu_ready_ns, o.launch_ns)
+                     if pd.notna(o.gpu_ready_ns) and pd.notna(o.launch_ns) else float("nan"))
+                errs.append((label, o.engine, t, z, z - t, abs(z - t) <= max(0.05 * t, 5000), k - t))
     if errs:
-        e = pd.DataFrame(errs, columns=["label", "engine", "event", "zcta", "diff", "ok"])
+        e = pd.DataFrame(errs, columns=["label", "engine", "event", "zcta", "diff", "ok", "kdiff"])
+        check(e.zcta.notna().all(), f"gpu_ready_ns known for {e.zcta.notna().sum()} of {len(e)} timed ops")
         for (label, engine), g in e.groupby(["label", "engine"]):
             print(f"      {label:16} {engine:16} n={len(g):3} event median {g.event.median() / 1e3:8.1f} us  "
                   f"zcta - event: median {g['diff'].median() / 1e3:+6.1f} us  p10 {g['diff'].quantile(.1) / 1e3:+6.1f}  "
-                  f"p90 {g['diff'].quantile(.9) / 1e3:+6.1f}  within 5 %/5 us: {g.ok.mean():.0%}")
-        direct = e[e.label.str.startswith("nccl:") & (e.engine != "copy_engine")]
-        check(len(direct) and direct.ok.mean() >= 0.95,
-              f"direct NCCL calls at 16 MiB: zcta GPU duration within 5 % or 5 us of CUDA events for "
-              f"{direct.ok.mean():.1%} of {len(direct)} ops")
+                  f"p90 {g['diff'].quantile(.9) / 1e3:+6.1f}  within 5 %/5 us: {g.ok.mean():.0%}  "
+                  f"(kernel span - event: median {g.kdiff.median() / 1e3:+6.1f} us)")
+        # Copy-engine ops end at their last copy: the flag synchronisation with the peer
+        # that closes them (cuStreamBatchMemOp) has no CUPTI record (docs/phases.md).
+        ce = e[e.engine == "copy_engine"]
+        if len(ce):
+            print(f"INFO  copy-engine ops (not checked: their closing flag sync is not visible): "
+                  f"{ce.ok.mean():.0%} of {len(ce)} within 5 %/5 us, median {ce['diff'].median() / 1e3:+.1f} us")
+        e = e[e.engine != "copy_engine"]
+        for what, sel in (("direct NCCL calls", e.label.str.startswith("nccl:")),
+                          ("calls through torch", ~e.label.str.startswith("nccl:"))):
+            g = e[sel]
+            check(len(g) and g.ok.mean() >= 0.95,
+                  f"{what} at 16 MiB: zcta GPU duration on the stream within 5 % or 5 us of CUDA events for "
+                  f"{g.ok.mean():.1%} of {len(g)} ops")
     else:
         check(False, "no timed ops found to compare")
 engines = ",".join(f"{e}:{n}" for e, n in measured.engine.value_counts().items())

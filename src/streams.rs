@@ -1,0 +1,362 @@
+//! When an op's stream was free for it, from CUPTI's own records.
+//!
+//! CUDA events around an NCCL call time more than its kernel: NCCL's launch makes the
+//! stream wait on its internal streams and the GPU launches the kernel, 4–6 µs on the
+//! 2×H200 that no CUPTI activity covers (docs/PERFORMANCE.md, "Where the 4–6 µs go").
+//! That time starts when the work the op waits for is done. CUPTI says when:
+//! - every activity (kernel, copy, memset; the program's own too) with its stream,
+//!   the correlation id of the call that launched it and its end;
+//! - every `cudaEventRecord` (CUDA_EVENT) with its stream, correlation id and
+//!   `cudaEventSyncId`;
+//! - every `cudaStreamWaitEvent` (SYNCHRONIZATION) with the waiting stream, its
+//!   correlation id and the `cudaEventSyncId` of the record it waits for.
+//!
+//! Correlation ids are one process-wide sequence in call order, so a stream's work
+//! "launched before call `c`" is its work with a smaller id. A stream runs its work in
+//! order, so stream `S` is free for call `c` at [`StreamTracker::ready`]`(S, c)`: the
+//! later of the end of the last activity launched on `S` before `c`, and, for each wait
+//! `S` was given after that activity and before `c`, the time the awaited event record
+//! completed — `ready` of the recording stream at the record's call, recursively
+//! ([`MAX_DEPTH`] levels, the [`MAX_WAITS`] latest waits per level). Waits given before
+//! the last activity are already in its end. What CUPTI did not record (an event
+//! recorded by the driver, a stream with no kept work) constrains nothing; when nothing
+//! is known the answer is `None`.
+//!
+//! History is kept for [`StreamTracker::new`]'s `keep_ns` (arrival time), except each
+//! stream's latest activity, which is kept until a newer one replaces it, so an op
+//! after a long idle still finds the work ahead of it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound::Excluded;
+
+use crate::cupti::StreamMark;
+
+/// Depth of the recursion through event records (NCCL: user stream → NCCL's device
+/// stream → the previous op on the user stream; torch: NCCL stream → compute stream).
+pub const MAX_DEPTH: u32 = 4;
+/// Waits followed per stream and level, latest first (a stream that only waits, like
+/// NCCL's device stream, collects one wait per op).
+pub const MAX_WAITS: usize = 4;
+
+/// (context, stream) as CUPTI numbers them.
+type StreamKey = (u32, u32);
+
+/// Correlation ids unwrapped to 64 bits (CUPTI's are 32-bit and may wrap in a long
+/// run): each id is placed in the 2³² epoch nearest the highest id seen so far.
+#[derive(Default)]
+struct Unwrap {
+    hi: u64,
+}
+
+impl Unwrap {
+    fn get(&mut self, c: u32) -> u64 {
+        let v = self.peek(c);
+        self.hi = self.hi.max(v);
+        v
+    }
+
+    fn peek(&self, c: u32) -> u64 {
+        let base = self.hi & !0xffff_ffff;
+        let cand = base | u64::from(c);
+        if cand > self.hi + (1 << 31) && base > 0 {
+            cand - (1 << 32)
+        } else if cand + (1 << 31) < self.hi {
+            cand + (1 << 32)
+        } else {
+            cand
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kept {
+    Activity(StreamKey, u64),
+    Wait(StreamKey, u64),
+    Record(u64),
+}
+
+/// Activities, event records and stream waits of the recent past; lives on the writer
+/// thread inside [`crate::gpu::Attributor`].
+pub struct StreamTracker {
+    keep_ns: i64,
+    corr: Unwrap,
+    /// Per stream: launching call → end of the activity (the latest end for a call
+    /// that launched several).
+    acts: HashMap<StreamKey, BTreeMap<u64, i64>>,
+    /// Per stream: waiting call → the awaited record's `cudaEventSyncId`.
+    waits: HashMap<StreamKey, BTreeMap<u64, u64>>,
+    /// `cudaEventSyncId` → the stream and call of that event record.
+    records: HashMap<u64, (StreamKey, u64)>,
+    /// What was added, by arrival time, for pruning.
+    order: VecDeque<(i64, Kept)>,
+    /// Event records or waits arrived: CUPTI's CUDA_EVENT and SYNCHRONIZATION kinds
+    /// are on. Without them a stream's waits are unknown, and its own work alone
+    /// would say it was free too early: [`Self::ready`] answers `None`.
+    marks_seen: bool,
+}
+
+impl StreamTracker {
+    pub fn new(keep_ns: i64) -> Self {
+        Self {
+            keep_ns,
+            corr: Unwrap::default(),
+            acts: HashMap::new(),
+            waits: HashMap::new(),
+            records: HashMap::new(),
+            order: VecDeque::new(),
+            marks_seen: false,
+        }
+    }
+
+    /// The unwrapped id of call `c` (as the tracker files it).
+    pub fn corr(&self, c: u32) -> u64 {
+        self.corr.peek(c)
+    }
+
+    /// An activity on (context, stream), launched by call `corr`, that ended at `end_ns`.
+    pub fn activity(&mut self, context: u32, stream: u32, corr: u32, end_ns: i64, now: i64) {
+        let c = self.corr.get(corr);
+        let key = (context, stream);
+        let e = self.acts.entry(key).or_default().entry(c).or_insert(end_ns);
+        *e = (*e).max(end_ns);
+        self.order.push_back((now, Kept::Activity(key, c)));
+    }
+
+    pub fn event_record(&mut self, m: &StreamMark, now: i64) {
+        self.marks_seen = true;
+        if m.sync_id == 0 {
+            return;
+        }
+        let c = self.corr.get(m.correlation_id);
+        self.records.insert(m.sync_id, ((m.context, m.stream), c));
+        self.order.push_back((now, Kept::Record(m.sync_id)));
+    }
+
+    pub fn stream_wait(&mut self, m: &StreamMark, now: i64) {
+        self.marks_seen = true;
+        if m.sync_id == 0 {
+            return;
+        }
+        let c = self.corr.get(m.correlation_id);
+        let key = (m.context, m.stream);
+        self.waits.entry(key).or_default().insert(c, m.sync_id);
+        self.order.push_back((now, Kept::Wait(key, c)));
+    }
+
+    /// When (context, stream) was free for call `corr` (see the module docs); `None`
+    /// when nothing ahead of it is known, or no event record or wait was ever seen.
+    pub fn ready(&self, context: u32, stream: u32, corr: u32) -> Option<i64> {
+        if !self.marks_seen {
+            return None;
+        }
+        self.ready_at((context, stream), self.corr.peek(corr), MAX_DEPTH)
+    }
+
+    fn ready_at(&self, key: StreamKey, c: u64, depth: u32) -> Option<i64> {
+        let last = self.acts.get(&key).and_then(|m| m.range(..c).next_back());
+        let mut best = last.map(|(_, &end)| end);
+        if depth == 0 {
+            return best;
+        }
+        let after = last.map_or(0, |(&lc, _)| lc);
+        // (after, c) holds no call id when they are adjacent (and `range` would panic on
+        // an empty excluded range).
+        let Some(w) = self.waits.get(&key).filter(|_| c > after + 1) else {
+            return best;
+        };
+        for (_, sync) in w.range((Excluded(after), Excluded(c))).rev().take(MAX_WAITS) {
+            let Some(&(rkey, rc)) = self.records.get(sync) else {
+                continue;
+            };
+            if let Some(t) = self.ready_at(rkey, rc, depth - 1) {
+                best = Some(best.map_or(t, |b| b.max(t)));
+            }
+        }
+        best
+    }
+
+    /// Forgets what arrived before `now - keep_ns`, but keeps each stream's latest
+    /// activity.
+    pub fn prune(&mut self, now: i64) {
+        let old = now - self.keep_ns;
+        while let Some(&(t, k)) = self.order.front() {
+            if t >= old {
+                break;
+            }
+            self.order.pop_front();
+            match k {
+                Kept::Activity(key, c) => {
+                    if let Some(m) = self.acts.get_mut(&key) {
+                        if m.last_key_value().is_some_and(|(&lc, _)| lc == c) {
+                            // The stream's latest: kept, and looked at again later.
+                            self.order.push_back((now, k));
+                        } else {
+                            m.remove(&c);
+                        }
+                    }
+                }
+                Kept::Wait(key, c) => {
+                    if let Some(m) = self.waits.get_mut(&key) {
+                        m.remove(&c);
+                        if m.is_empty() {
+                            self.waits.remove(&key);
+                        }
+                    }
+                }
+                Kept::Record(id) => {
+                    self.records.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Entries kept (activities, waits, records), for tests and memory checks.
+    pub fn len(&self) -> usize {
+        self.acts.values().map(BTreeMap::len).sum::<usize>()
+            + self.waits.values().map(BTreeMap::len).sum::<usize>()
+            + self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// An event record or wait on context 1.
+    pub(crate) fn mark(stream: u32, corr: u32, sync_id: u64) -> StreamMark {
+        StreamMark {
+            context: 1,
+            stream,
+            correlation_id: corr,
+            sync_id,
+        }
+    }
+
+    #[test]
+    fn same_stream_last_activity_launched_before() {
+        let mut t = StreamTracker::new(10_000);
+        assert_eq!(t.ready(1, 7, 10), None);
+        t.activity(1, 7, 5, 1_000, 0); // the sleep
+        assert_eq!(
+            t.ready(1, 7, 10),
+            None,
+            "no event record or wait seen yet: waits unknown"
+        );
+        t.event_record(&mark(9, 1, 50), 0);
+        t.activity(1, 7, 12, 2_000, 0); // the op itself (launched after call 10)
+        t.activity(1, 8, 9, 5_000, 0); // another stream: no effect
+        assert_eq!(t.ready(1, 7, 10), Some(1_000));
+        assert_eq!(t.ready(1, 7, 13), Some(2_000));
+        assert_eq!(t.ready(2, 7, 10), None, "another context");
+    }
+
+    #[test]
+    fn waits_follow_event_records_across_streams() {
+        // torch: compute stream 3 runs a kernel (call 4, ends at 9_000), records event
+        // (call 6, sync 100); NCCL stream 7 (last work: call 2, ended at 1_000) waits on
+        // it (call 8); the op launches at call 20.
+        let mut t = StreamTracker::new(10_000);
+        t.activity(1, 7, 2, 1_000, 0);
+        t.activity(1, 3, 4, 9_000, 0);
+        t.event_record(&mark(3, 6, 100), 0);
+        t.stream_wait(&mark(7, 8, 100), 0);
+        assert_eq!(t.ready(1, 7, 20), Some(9_000));
+        // A wait issued before the stream's last activity is already in its end.
+        t.activity(1, 7, 10, 9_500, 0);
+        assert_eq!(t.ready(1, 7, 20), Some(9_500));
+        // Work launched on the compute stream after the record does not count.
+        t.activity(1, 3, 7, 50_000, 0);
+        t.stream_wait(&mark(7, 15, 100), 0);
+        assert_eq!(t.ready(1, 7, 20), Some(9_500));
+    }
+
+    #[test]
+    fn nccl_launch_chain_through_a_stream_without_work() {
+        // Previous op's kernel on user stream 7 (call 2, ends 5_000), NCCL's finished
+        // event on 7 (call 3, sync 1); the device stream 9 waits on it (call 4); next op:
+        // event on 9 (call 10, sync 2), stream 7 waits on it (call 11), kernel (call 12).
+        let mut t = StreamTracker::new(10_000);
+        t.activity(1, 7, 2, 5_000, 0);
+        t.event_record(&mark(7, 3, 1), 0);
+        t.stream_wait(&mark(9, 4, 1), 0);
+        t.event_record(&mark(9, 10, 2), 0);
+        t.stream_wait(&mark(7, 11, 2), 0);
+        assert_eq!(t.ready(1, 7, 12), Some(5_000));
+        assert_eq!(t.ready(1, 9, 10), Some(5_000));
+        // A record CUPTI did not report (sync id unknown) constrains nothing.
+        t.stream_wait(&mark(7, 11, 77), 0);
+        assert_eq!(t.ready(1, 7, 12), Some(5_000));
+        // Unknown everything: None.
+        let mut u = StreamTracker::new(10_000);
+        u.stream_wait(&mark(7, 11, 2), 0);
+        assert_eq!(u.ready(1, 7, 12), None);
+    }
+
+    #[test]
+    fn recursion_is_bounded_on_cycles_of_records() {
+        // Two streams waiting on each other's records over and over stay finite.
+        let mut t = StreamTracker::new(1 << 40);
+        for i in 0..200u32 {
+            let (a, b) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
+            t.event_record(&mark(a, 3 * i, u64::from(i) + 1), 0);
+            t.stream_wait(&mark(b, 3 * i + 1, u64::from(i) + 1), 0);
+        }
+        t.activity(1, 1, 0, 42, 0);
+        assert_eq!(t.ready(1, 2, 10_000), Some(42));
+    }
+
+    #[test]
+    fn prune_keeps_each_streams_latest_activity() {
+        let mut t = StreamTracker::new(100);
+        t.stream_wait(&mark(9, 0, 0), 0); // a wait CUPTI could not link: marks seen
+        t.activity(1, 7, 1, 10, 0);
+        t.activity(1, 7, 2, 20, 0);
+        t.event_record(&mark(7, 3, 5), 0);
+        t.stream_wait(&mark(8, 4, 5), 0);
+        t.prune(1_000);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.ready(1, 7, 50), Some(20));
+        assert_eq!(t.ready(1, 8, 50), None);
+    }
+
+    #[test]
+    fn adjacent_or_tiny_ids_do_not_panic() {
+        let mut t = StreamTracker::new(10_000);
+        t.stream_wait(&mark(7, 1, 3), 0);
+        assert_eq!(t.ready(1, 7, 0), None);
+        assert_eq!(t.ready(1, 7, 1), None);
+        t.activity(1, 7, 4, 10, 0);
+        assert_eq!(t.ready(1, 7, 5), Some(10));
+        assert_eq!(t.ready(1, 7, 4), None);
+    }
+
+    #[test]
+    fn a_streams_latest_activity_does_not_pile_up() {
+        let mut t = StreamTracker::new(100);
+        t.stream_wait(&mark(9, 0, 0), 0);
+        for i in 0..50u32 {
+            // One activity, then a quiet spell longer than the history kept.
+            t.activity(1, 7, i, i64::from(i), i64::from(i) * 1_000);
+            t.prune(i64::from(i) * 1_000 + 500);
+        }
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.ready(1, 7, 100), Some(49));
+    }
+
+    #[test]
+    fn correlation_ids_unwrap() {
+        let mut t = StreamTracker::new(10_000);
+        t.stream_wait(&mark(9, 0, 0), 0);
+        t.activity(1, 7, u32::MAX - 5, 1_000, 0);
+        t.activity(1, 7, 3, 2_000, 0); // after the wrap
+        assert_eq!(t.ready(1, 7, u32::MAX - 1), Some(1_000));
+        assert_eq!(t.ready(1, 7, 10), Some(2_000));
+        assert!(t.corr(10) > t.corr(u32::MAX - 1));
+        // An id slightly out of order near the wrap still lands before it.
+        assert!(t.corr(u32::MAX - 2) < t.corr(3));
+    }
+}
