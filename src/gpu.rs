@@ -138,6 +138,12 @@ pub enum GpuItem {
     /// A `cudaEventRecord` / a `cudaStreamWaitEvent` of anyone ([`crate::streams`]).
     EventRecord(StreamMark),
     StreamWait(StreamMark),
+    /// CUPTI's activity kinds were switched on or off at `t` (CLOCK_REALTIME ns): a
+    /// pause of recording or a sampling window ([`Attributor::kinds_switched`]).
+    Kinds {
+        on: bool,
+        t: i64,
+    },
 }
 
 impl GpuItem {
@@ -262,7 +268,23 @@ impl Agg {
         }
     }
 
-    fn columns(&self, streams: &StreamTracker) -> OpGpu {
+    /// When the stream of the activity the op's GPU window starts with was free;
+    /// `kinds_on_since` says what history counts ([`StreamTracker::ready`]).
+    fn ready(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> Option<i64> {
+        let since = self.launch_ns.map_or(i64::MIN, kinds_on_since);
+        let first = if self.kernel_span.is_some() {
+            self.kernel_first
+        } else if self.copy_span.is_some() {
+            self.copy_first
+        } else {
+            self.any_first
+        };
+        first.and_then(|(start, ctx, stream, corr)| {
+            streams.ready(ctx, stream, corr, since).map(|r| r.min(start))
+        })
+    }
+
+    fn columns(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> OpGpu {
         let engine = if self.n_kernels > 0 {
             if self.symmetric {
                 Engine::SymmetricKernel
@@ -281,15 +303,7 @@ impl Agg {
         // The op's GPU window: its kernels; without one, the copies that moved its
         // data; else whatever ran (setup copies of a communicator's first call).
         let span = self.kernel_span.or(self.copy_span).or(self.any_span);
-        let first = if self.kernel_span.is_some() {
-            self.kernel_first
-        } else if self.copy_span.is_some() {
-            self.copy_first
-        } else {
-            self.any_first
-        };
-        let gpu_ready_ns = first
-            .and_then(|(start, ctx, stream, corr)| streams.ready(ctx, stream, corr).map(|r| r.min(start)));
+        let gpu_ready_ns = self.ready(streams, kinds_on_since);
         OpGpu {
             launch_ns: self.launch_ns,
             gpu_ready_ns,
@@ -356,8 +370,8 @@ pub struct Attributor {
     /// Every stream's recent work, event records and waits: when an op's stream was
     /// free for it.
     streams: StreamTracker,
-    /// With sampling: since when CUPTI's kinds have been off (`None`: on), and the
-    /// earlier spans they were off, (from, to), oldest first (pruned by age).
+    /// Since when CUPTI's kinds have been off (`None`: on), and the earlier spans they
+    /// were off, (from, to), oldest first (pruned by age): sampling windows and pauses.
     kinds_off_since: Option<i64>,
     kinds_off: VecDeque<(i64, i64)>,
 }
@@ -370,8 +384,10 @@ pub const CAUSALITY_SLACK_NS: i64 = 1_000_000;
 /// The op of an NCCL kernel on record whose op is not known (yet).
 const UNKNOWN_OP: u64 = 0;
 
-/// Stream history is kept for twice the hold plus this: the work ahead of an op arrived
-/// before the op's own records, at most about a hold before its row is written.
+/// Stream history is kept for the hold plus this after it arrived (a stream's latest
+/// activity: after a newer one replaced it). An op's row is written a hold after its
+/// host record arrived, which is about when its own GPU records arrive and replace the
+/// work ahead of it; the margin covers a slow record queue.
 const STREAM_KEEP_EXTRA_NS: i64 = 2_000_000_000;
 
 /// How long correlation entries are kept (an activity arrives within seconds of its
@@ -399,7 +415,7 @@ impl Attributor {
             unseen: HashSet::new(),
             unseen_order: VecDeque::new(),
             causality_slack_ns: CAUSALITY_SLACK_NS,
-            streams: StreamTracker::new(2 * hold_ns + STREAM_KEEP_EXTRA_NS),
+            streams: StreamTracker::new(hold_ns + STREAM_KEEP_EXTRA_NS),
             kinds_off_since: None,
             kinds_off: VecDeque::new(),
         }
@@ -415,6 +431,17 @@ impl Attributor {
             (false, None) => self.kinds_off_since = Some(t),
             _ => {}
         }
+    }
+
+    /// When CUPTI's kinds were last switched on at or before `t` (`i64::MIN`: not since
+    /// they were first off, as far as kept).
+    fn kinds_on_since(kinds_off: &VecDeque<(i64, i64)>, t: i64) -> i64 {
+        kinds_off
+            .iter()
+            .rev()
+            .map(|&(_, on)| on)
+            .find(|&on| on <= t)
+            .unwrap_or(i64::MIN)
     }
 
     /// Whether CUPTI's kinds were off at `t`.
@@ -491,12 +518,13 @@ impl Attributor {
             GpuItem::ClockOffset(o) => {
                 self.causality_slack_ns = CAUSALITY_SLACK_NS + o.saturating_abs();
             }
+            GpuItem::Kinds { on, t } => self.kinds_switched(on, t),
             GpuItem::EventRecord(m) => self.streams.event_record(&m, now),
             GpuItem::StreamWait(m) => self.streams.stream_wait(&m, now),
             GpuItem::Activity(a) => {
                 let r = &a.raw;
                 self.streams
-                    .activity(r.context, r.stream, r.correlation_id, r.end_ns, now);
+                    .activity(r.context, r.stream, r.correlation_id, (r.start_ns, r.end_ns), now);
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
                     return;
@@ -685,8 +713,8 @@ impl Attributor {
                     self.stats.ops_unsampled += 1;
                     None
                 }
-                Some(g) => Some(g.columns(&self.streams)),
-                None => Some(Agg::default().columns(&self.streams)),
+                Some(g) => Some(g.columns(&self.streams, |t| Self::kinds_on_since(&self.kinds_off, t))),
+                None => Some(Agg::default().columns(&self.streams, |_| i64::MIN)),
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
                 self.stats.ops_without_gpu += 1;
@@ -1124,6 +1152,52 @@ mod tests {
         ];
         let (_, out, _) = run(items, vec![op(1, None)]);
         assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, Some(700));
+
+        // What was recorded before the kinds went off and on again does not count for
+        // an op launched after: the work launched in between is unknown.
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        at.hold(op(1, None), 0);
+        at.item(
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            0,
+            &mut rows,
+        );
+        at.item(GpuItem::EventRecord(mark(9, 5, 1)), 0, &mut rows);
+        at.kinds_switched(false, 600);
+        at.kinds_switched(true, 700);
+        for it in [
+            GpuItem::EventRecord(mark(9, 8, 2)),
+            api(10, 800, 1),
+            ext(1, 10),
+            kernel(10, 840, 900),
+        ] {
+            at.item(it, 0, &mut rows);
+        }
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out);
+        let g = out[0].gpu.as_ref().unwrap();
+        assert_eq!((g.gpu_start_ns, g.gpu_ready_ns), (Some(840), None));
+
+        // An op of the previous window still held when the kinds come back on keeps
+        // what the history said of its stream.
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        at.hold(op(1, None), 0);
+        for it in [
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            GpuItem::EventRecord(mark(9, 5, 1)),
+            api(10, 200, 1),
+            ext(1, 10),
+            kernel(10, 540, 900),
+        ] {
+            at.item(it, 0, &mut rows);
+        }
+        at.item(GpuItem::Kinds { on: false, t: 600 }, 600, &mut rows);
+        at.item(GpuItem::Kinds { on: true, t: 950 }, 950, &mut rows);
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out);
+        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, Some(500));
 
         // Without CUPTI's event and wait records (their kinds off) nothing is claimed.
         let items = vec![

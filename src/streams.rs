@@ -20,11 +20,14 @@
 //! ([`MAX_DEPTH`] levels, the [`MAX_WAITS`] latest waits per level). Waits given before
 //! the last activity are already in its end. What CUPTI did not record (an event
 //! recorded by the driver, a stream with no kept work) constrains nothing; when nothing
-//! is known the answer is `None`.
+//! is known the answer is `None`. So is a stream whose last recorded work started
+//! before CUPTI's kinds were last switched on (`since`): work launched while they were
+//! off may have followed it unrecorded.
 //!
-//! History is kept for [`StreamTracker::new`]'s `keep_ns` (arrival time), except each
-//! stream's latest activity, which is kept until a newer one replaces it, so an op
-//! after a long idle still finds the work ahead of it.
+//! History is kept for [`StreamTracker::new`]'s `keep_ns` after it arrived; a stream's
+//! latest activity is kept until `keep_ns` after a newer one replaced it, so an op
+//! after a long idle still finds the work ahead of it when its row is written (at most
+//! a hold after its own records arrived). Correlation id 0 (no call) is not filed.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound::Excluded;
@@ -69,6 +72,13 @@ impl Unwrap {
 }
 
 #[derive(Clone, Copy)]
+struct Act {
+    start: i64,
+    end: i64,
+    touched: i64,
+}
+
+#[derive(Clone, Copy)]
 enum Kept {
     Activity(StreamKey, u64),
     Wait(StreamKey, u64),
@@ -80,9 +90,10 @@ enum Kept {
 pub struct StreamTracker {
     keep_ns: i64,
     corr: Unwrap,
-    /// Per stream: launching call → end of the activity (the latest end for a call
-    /// that launched several).
-    acts: HashMap<StreamKey, BTreeMap<u64, i64>>,
+    /// Per stream: launching call → (start and end of the activity — the earliest
+    /// start and latest end for a call that launched several —, when it arrived or was
+    /// last the stream's latest).
+    acts: HashMap<StreamKey, BTreeMap<u64, Act>>,
     /// Per stream: waiting call → the awaited record's `cudaEventSyncId`.
     waits: HashMap<StreamKey, BTreeMap<u64, u64>>,
     /// `cudaEventSyncId` → the stream and call of that event record.
@@ -113,18 +124,52 @@ impl StreamTracker {
         self.corr.peek(c)
     }
 
-    /// An activity on (context, stream), launched by call `corr`, that ended at `end_ns`.
-    pub fn activity(&mut self, context: u32, stream: u32, corr: u32, end_ns: i64, now: i64) {
+    /// An activity on (context, stream), launched by call `corr`, that ran from
+    /// `start_ns` to `end_ns`.
+    pub fn activity(
+        &mut self,
+        context: u32,
+        stream: u32,
+        corr: u32,
+        (start_ns, end_ns): (i64, i64),
+        now: i64,
+    ) {
+        if corr == 0 {
+            return;
+        }
         let c = self.corr.get(corr);
         let key = (context, stream);
-        let e = self.acts.entry(key).or_default().entry(c).or_insert(end_ns);
-        *e = (*e).max(end_ns);
-        self.order.push_back((now, Kept::Activity(key, c)));
+        let m = self.acts.entry(key).or_default();
+        // The stream's latest so far is replaced: it is kept for `keep_ns` from now.
+        if let Some((&lc, _)) = m.last_key_value()
+            && lc < c
+            && let Some(v) = m.get_mut(&lc)
+        {
+            v.touched = now;
+            self.order.push_back((now, Kept::Activity(key, lc)));
+        }
+        match m.get_mut(&c) {
+            Some(v) => {
+                v.start = v.start.min(start_ns);
+                v.end = v.end.max(end_ns);
+            }
+            None => {
+                m.insert(
+                    c,
+                    Act {
+                        start: start_ns,
+                        end: end_ns,
+                        touched: now,
+                    },
+                );
+                self.order.push_back((now, Kept::Activity(key, c)));
+            }
+        }
     }
 
     pub fn event_record(&mut self, m: &StreamMark, now: i64) {
         self.marks_seen = true;
-        if m.sync_id == 0 {
+        if m.sync_id == 0 || m.correlation_id == 0 {
             return;
         }
         let c = self.corr.get(m.correlation_id);
@@ -134,7 +179,7 @@ impl StreamTracker {
 
     pub fn stream_wait(&mut self, m: &StreamMark, now: i64) {
         self.marks_seen = true;
-        if m.sync_id == 0 {
+        if m.sync_id == 0 || m.correlation_id == 0 {
             return;
         }
         let c = self.corr.get(m.correlation_id);
@@ -145,16 +190,22 @@ impl StreamTracker {
 
     /// When (context, stream) was free for call `corr` (see the module docs); `None`
     /// when nothing ahead of it is known, or no event record or wait was ever seen.
-    pub fn ready(&self, context: u32, stream: u32, corr: u32) -> Option<i64> {
+    /// `since`: CUPTI's kinds were last switched on then (`i64::MIN`: never off) —
+    /// work launched while they were off has no record, so a stream whose last
+    /// recorded work started before `since` is not known.
+    pub fn ready(&self, context: u32, stream: u32, corr: u32, since: i64) -> Option<i64> {
         if !self.marks_seen {
             return None;
         }
-        self.ready_at((context, stream), self.corr.peek(corr), MAX_DEPTH)
+        self.ready_at((context, stream), self.corr.peek(corr), since, MAX_DEPTH)
     }
 
-    fn ready_at(&self, key: StreamKey, c: u64, depth: u32) -> Option<i64> {
+    fn ready_at(&self, key: StreamKey, c: u64, since: i64, depth: u32) -> Option<i64> {
         let last = self.acts.get(&key).and_then(|m| m.range(..c).next_back());
-        let mut best = last.map(|(_, &end)| end);
+        if last.is_some_and(|(_, a)| a.start < since) {
+            return None;
+        }
+        let mut best = last.map(|(_, a)| a.end);
         if depth == 0 {
             return best;
         }
@@ -168,15 +219,15 @@ impl StreamTracker {
             let Some(&(rkey, rc)) = self.records.get(sync) else {
                 continue;
             };
-            if let Some(t) = self.ready_at(rkey, rc, depth - 1) {
+            if let Some(t) = self.ready_at(rkey, rc, since, depth - 1) {
                 best = Some(best.map_or(t, |b| b.max(t)));
             }
         }
         best
     }
 
-    /// Forgets what arrived before `now - keep_ns`, but keeps each stream's latest
-    /// activity.
+    /// Forgets what arrived more than `keep_ns` before `now`; a stream's latest activity
+    /// is kept until `keep_ns` after a newer one replaced it.
     pub fn prune(&mut self, now: i64) {
         let old = now - self.keep_ns;
         while let Some(&(t, k)) = self.order.front() {
@@ -186,13 +237,17 @@ impl StreamTracker {
             self.order.pop_front();
             match k {
                 Kept::Activity(key, c) => {
-                    if let Some(m) = self.acts.get_mut(&key) {
-                        if m.last_key_value().is_some_and(|(&lc, _)| lc == c) {
-                            // The stream's latest: kept, and looked at again later.
-                            self.order.push_back((now, k));
-                        } else {
-                            m.remove(&c);
+                    let Some(m) = self.acts.get_mut(&key) else {
+                        continue;
+                    };
+                    if m.last_key_value().is_some_and(|(&lc, _)| lc == c) {
+                        // The stream's latest: kept, and looked at again later.
+                        if let Some(v) = m.get_mut(&c) {
+                            v.touched = now;
                         }
+                        self.order.push_back((now, k));
+                    } else if m.get(&c).is_some_and(|a| a.touched < old) {
+                        m.remove(&c);
                     }
                 }
                 Kept::Wait(key, c) => {
@@ -226,6 +281,8 @@ impl StreamTracker {
 pub(crate) mod tests {
     use super::*;
 
+    const MIN: i64 = i64::MIN;
+
     /// An event record or wait on context 1.
     pub(crate) fn mark(stream: u32, corr: u32, sync_id: u64) -> StreamMark {
         StreamMark {
@@ -239,19 +296,19 @@ pub(crate) mod tests {
     #[test]
     fn same_stream_last_activity_launched_before() {
         let mut t = StreamTracker::new(10_000);
-        assert_eq!(t.ready(1, 7, 10), None);
-        t.activity(1, 7, 5, 1_000, 0); // the sleep
+        assert_eq!(t.ready(1, 7, 10, MIN), None);
+        t.activity(1, 7, 5, (0, 1_000), 0); // the sleep
         assert_eq!(
-            t.ready(1, 7, 10),
+            t.ready(1, 7, 10, MIN),
             None,
             "no event record or wait seen yet: waits unknown"
         );
         t.event_record(&mark(9, 1, 50), 0);
-        t.activity(1, 7, 12, 2_000, 0); // the op itself (launched after call 10)
-        t.activity(1, 8, 9, 5_000, 0); // another stream: no effect
-        assert_eq!(t.ready(1, 7, 10), Some(1_000));
-        assert_eq!(t.ready(1, 7, 13), Some(2_000));
-        assert_eq!(t.ready(2, 7, 10), None, "another context");
+        t.activity(1, 7, 12, (0, 2_000), 0); // the op itself (launched after call 10)
+        t.activity(1, 8, 9, (0, 5_000), 0); // another stream: no effect
+        assert_eq!(t.ready(1, 7, 10, MIN), Some(1_000));
+        assert_eq!(t.ready(1, 7, 13, MIN), Some(2_000));
+        assert_eq!(t.ready(2, 7, 10, MIN), None, "another context");
     }
 
     #[test]
@@ -260,18 +317,18 @@ pub(crate) mod tests {
         // (call 6, sync 100); NCCL stream 7 (last work: call 2, ended at 1_000) waits on
         // it (call 8); the op launches at call 20.
         let mut t = StreamTracker::new(10_000);
-        t.activity(1, 7, 2, 1_000, 0);
-        t.activity(1, 3, 4, 9_000, 0);
+        t.activity(1, 7, 2, (0, 1_000), 0);
+        t.activity(1, 3, 4, (0, 9_000), 0);
         t.event_record(&mark(3, 6, 100), 0);
         t.stream_wait(&mark(7, 8, 100), 0);
-        assert_eq!(t.ready(1, 7, 20), Some(9_000));
+        assert_eq!(t.ready(1, 7, 20, MIN), Some(9_000));
         // A wait issued before the stream's last activity is already in its end.
-        t.activity(1, 7, 10, 9_500, 0);
-        assert_eq!(t.ready(1, 7, 20), Some(9_500));
+        t.activity(1, 7, 10, (0, 9_500), 0);
+        assert_eq!(t.ready(1, 7, 20, MIN), Some(9_500));
         // Work launched on the compute stream after the record does not count.
-        t.activity(1, 3, 7, 50_000, 0);
+        t.activity(1, 3, 7, (0, 50_000), 0);
         t.stream_wait(&mark(7, 15, 100), 0);
-        assert_eq!(t.ready(1, 7, 20), Some(9_500));
+        assert_eq!(t.ready(1, 7, 20, MIN), Some(9_500));
     }
 
     #[test]
@@ -280,20 +337,20 @@ pub(crate) mod tests {
         // event on 7 (call 3, sync 1); the device stream 9 waits on it (call 4); next op:
         // event on 9 (call 10, sync 2), stream 7 waits on it (call 11), kernel (call 12).
         let mut t = StreamTracker::new(10_000);
-        t.activity(1, 7, 2, 5_000, 0);
+        t.activity(1, 7, 2, (0, 5_000), 0);
         t.event_record(&mark(7, 3, 1), 0);
         t.stream_wait(&mark(9, 4, 1), 0);
         t.event_record(&mark(9, 10, 2), 0);
         t.stream_wait(&mark(7, 11, 2), 0);
-        assert_eq!(t.ready(1, 7, 12), Some(5_000));
-        assert_eq!(t.ready(1, 9, 10), Some(5_000));
+        assert_eq!(t.ready(1, 7, 12, MIN), Some(5_000));
+        assert_eq!(t.ready(1, 9, 10, MIN), Some(5_000));
         // A record CUPTI did not report (sync id unknown) constrains nothing.
         t.stream_wait(&mark(7, 11, 77), 0);
-        assert_eq!(t.ready(1, 7, 12), Some(5_000));
+        assert_eq!(t.ready(1, 7, 12, MIN), Some(5_000));
         // Unknown everything: None.
         let mut u = StreamTracker::new(10_000);
         u.stream_wait(&mark(7, 11, 2), 0);
-        assert_eq!(u.ready(1, 7, 12), None);
+        assert_eq!(u.ready(1, 7, 12, MIN), None);
     }
 
     #[test]
@@ -302,36 +359,36 @@ pub(crate) mod tests {
         let mut t = StreamTracker::new(1 << 40);
         for i in 0..200u32 {
             let (a, b) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
-            t.event_record(&mark(a, 3 * i, u64::from(i) + 1), 0);
-            t.stream_wait(&mark(b, 3 * i + 1, u64::from(i) + 1), 0);
+            t.event_record(&mark(a, 3 * i + 2, u64::from(i) + 1), 0);
+            t.stream_wait(&mark(b, 3 * i + 3, u64::from(i) + 1), 0);
         }
-        t.activity(1, 1, 0, 42, 0);
-        assert_eq!(t.ready(1, 2, 10_000), Some(42));
+        t.activity(1, 1, 1, (0, 42), 0);
+        assert_eq!(t.ready(1, 2, 10_000, MIN), Some(42));
     }
 
     #[test]
     fn prune_keeps_each_streams_latest_activity() {
         let mut t = StreamTracker::new(100);
         t.stream_wait(&mark(9, 0, 0), 0); // a wait CUPTI could not link: marks seen
-        t.activity(1, 7, 1, 10, 0);
-        t.activity(1, 7, 2, 20, 0);
+        t.activity(1, 7, 1, (0, 10), 0);
+        t.activity(1, 7, 2, (0, 20), 0);
         t.event_record(&mark(7, 3, 5), 0);
         t.stream_wait(&mark(8, 4, 5), 0);
         t.prune(1_000);
         assert_eq!(t.len(), 1);
-        assert_eq!(t.ready(1, 7, 50), Some(20));
-        assert_eq!(t.ready(1, 8, 50), None);
+        assert_eq!(t.ready(1, 7, 50, MIN), Some(20));
+        assert_eq!(t.ready(1, 8, 50, MIN), None);
     }
 
     #[test]
     fn adjacent_or_tiny_ids_do_not_panic() {
         let mut t = StreamTracker::new(10_000);
         t.stream_wait(&mark(7, 1, 3), 0);
-        assert_eq!(t.ready(1, 7, 0), None);
-        assert_eq!(t.ready(1, 7, 1), None);
-        t.activity(1, 7, 4, 10, 0);
-        assert_eq!(t.ready(1, 7, 5), Some(10));
-        assert_eq!(t.ready(1, 7, 4), None);
+        assert_eq!(t.ready(1, 7, 0, MIN), None);
+        assert_eq!(t.ready(1, 7, 1, MIN), None);
+        t.activity(1, 7, 4, (0, 10), 0);
+        assert_eq!(t.ready(1, 7, 5, MIN), Some(10));
+        assert_eq!(t.ready(1, 7, 4, MIN), None);
     }
 
     #[test]
@@ -340,21 +397,78 @@ pub(crate) mod tests {
         t.stream_wait(&mark(9, 0, 0), 0);
         for i in 0..50u32 {
             // One activity, then a quiet spell longer than the history kept.
-            t.activity(1, 7, i, i64::from(i), i64::from(i) * 1_000);
+            t.activity(1, 7, i, (0, i64::from(i)), i64::from(i) * 1_000);
             t.prune(i64::from(i) * 1_000 + 500);
         }
         assert_eq!(t.len(), 1);
-        assert_eq!(t.ready(1, 7, 100), Some(49));
+        assert_eq!(t.ready(1, 7, 100, MIN), Some(49));
+    }
+
+    /// Work that started before CUPTI's kinds were last switched on may be followed by
+    /// work launched while they were off: not used.
+    #[test]
+    fn history_from_before_the_kinds_went_back_on_does_not_count() {
+        let mut t = StreamTracker::new(10_000);
+        t.stream_wait(&mark(9, 0, 0), 0);
+        t.activity(1, 7, 1, (100, 200), 0);
+        assert_eq!(t.ready(1, 7, 5, 150), None);
+        assert_eq!(t.ready(1, 7, 5, 100), Some(200));
+        // Through a wait too: the awaited stream's last work is from before.
+        t.event_record(&mark(7, 2, 40), 0);
+        t.activity(1, 8, 3, (300, 400), 0);
+        t.stream_wait(&mark(8, 4, 40), 0);
+        assert_eq!(t.ready(1, 8, 5, 250), Some(400));
+        t.stream_wait(&mark(8, 4, 40), 0);
+        t.activity(1, 8, 3, (300, 400), 0);
+        assert_eq!(t.ready(1, 8, 6, 350), None);
+    }
+
+    /// An op after a long idle: its predecessor stops being the stream's latest when
+    /// the op's own kernel arrives, and must outlive that by the history kept.
+    #[test]
+    fn a_replaced_latest_is_kept_for_the_history_span() {
+        let mut t = StreamTracker::new(100);
+        t.stream_wait(&mark(9, 0, 0), 0);
+        t.activity(1, 7, 1, (0, 10), 0);
+        t.prune(5_000); // idle: kept as the latest
+        t.activity(1, 7, 5, (5_900, 6_000), 5_050); // the op's kernel arrives
+        t.prune(5_100); // the predecessor was replaced 50 ago: kept
+        assert_eq!(t.ready(1, 7, 5, MIN), Some(10));
+        t.prune(5_200);
+        assert_eq!(t.ready(1, 7, 5, MIN), None, "replaced more than keep_ns ago");
+        assert_eq!(t.ready(1, 7, 6, MIN), Some(6_000));
+    }
+
+    #[test]
+    fn the_four_latest_waits_are_followed() {
+        let mut t = StreamTracker::new(10_000);
+        // Stream 7 waits on five records; the oldest wait is on the latest work (end 900).
+        t.activity(1, 3, 1, (0, 900), 0);
+        t.event_record(&mark(3, 2, 1), 0);
+        t.stream_wait(&mark(7, 3, 1), 0);
+        for i in 0..4u32 {
+            t.activity(1, 10 + i, 10 + 10 * i, (0, 100), 0);
+            t.event_record(&mark(10 + i, 11 + 10 * i, 10 + u64::from(i)), 0);
+            t.stream_wait(&mark(7, 12 + 10 * i, 10 + u64::from(i)), 0);
+        }
+        assert_eq!(
+            t.ready(1, 7, 100, MIN),
+            Some(100),
+            "only the latest {MAX_WAITS} waits count"
+        );
+        // Correlation id 0 (no call) is not filed.
+        t.activity(1, 7, 0, (0, 5_000), 0);
+        assert_eq!(t.ready(1, 7, 100, MIN), Some(100));
     }
 
     #[test]
     fn correlation_ids_unwrap() {
         let mut t = StreamTracker::new(10_000);
         t.stream_wait(&mark(9, 0, 0), 0);
-        t.activity(1, 7, u32::MAX - 5, 1_000, 0);
-        t.activity(1, 7, 3, 2_000, 0); // after the wrap
-        assert_eq!(t.ready(1, 7, u32::MAX - 1), Some(1_000));
-        assert_eq!(t.ready(1, 7, 10), Some(2_000));
+        t.activity(1, 7, u32::MAX - 5, (0, 1_000), 0);
+        t.activity(1, 7, 3, (0, 2_000), 0); // after the wrap
+        assert_eq!(t.ready(1, 7, u32::MAX - 1, MIN), Some(1_000));
+        assert_eq!(t.ready(1, 7, 10, MIN), Some(2_000));
         assert!(t.corr(10) > t.corr(u32::MAX - 1));
         // An id slightly out of order near the wrap still lands before it.
         assert!(t.corr(u32::MAX - 2) < t.corr(3));

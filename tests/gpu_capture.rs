@@ -514,6 +514,12 @@ fn recording_can_be_paused_and_resumed() {
         assert_eq!(run.rows("gpu").len(), 6, "no GPU rows for paused calls");
         // The kinds are off while paused: no records of the paused launches at all.
         assert_eq!(process(&run).req_u64("gpu_foreign"), 0);
+        // What the stream ran while paused is unknown: the first op after resuming does
+        // not take the last op before the pause for the work ahead of it.
+        let mut ops = ops;
+        ops.sort_by_key(|o| o.i64("api_start_ns"));
+        let ready: Vec<bool> = ops.iter().map(|o| o.i64("gpu_ready_ns").is_some()).collect();
+        assert_eq!(ready, [false, true, true, false, true, true], "{ops:?}");
     }
     // Plain (no shim): the scenario runs without the export.
     let plain = support::host_plain(&["pause"]).output().unwrap();

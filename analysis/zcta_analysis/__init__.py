@@ -93,6 +93,16 @@ def size_bucket(b: pd.Series) -> pd.Series:
     return (2 ** np.floor(np.log2(v))).astype("int64")
 
 
+def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
+    """A copy with every phase column; a `phases` table written by an older zcta lacks
+    the newer ones (`sync_ns`): not measured there."""
+    ph = ph.copy()
+    for p in PHASES:
+        if f"{p}_ns" not in ph:
+            ph[f"{p}_ns"] = pd.Series(pd.NA, index=ph.index, dtype="Int64")
+    return ph
+
+
 def breakdown(run: Run | str) -> pd.DataFrame:
     """Per (op, size bucket, engine): ops, median end-to-end time (µs) and each phase's
     share of the summed window (NaN: not measured), from the `phases` table."""
@@ -101,7 +111,7 @@ def breakdown(run: Run | str) -> pd.DataFrame:
     ph = run.phases
     if ph.empty:
         raise ValueError(f"{run.path}: no phases table; write it with `zcta phases {run.path}`")
-    ph = ph[ph.window_ns.notna()].copy()
+    ph = _all_phases(ph[ph.window_ns.notna()])
     ph["size"] = size_bucket(ph["bytes"])
     ph["engine"] = ph["engine"].fillna("not measured")
     rows = []
@@ -122,7 +132,7 @@ def compare(run_a, run_b) -> pd.DataFrame:
     for name, r in (("a", a), ("b", b)):
         if r.phases.empty:
             raise ValueError(f"{r.path}: no phases table; write it with `zcta phases {r.path}`")
-        ph = r.phases[r.phases.window_ns.notna()].copy()
+        ph = _all_phases(r.phases[r.phases.window_ns.notna()])
         ph["size"] = size_bucket(ph["bytes"])
         cols = ["window_ns"] + [f"{p}_ns" for p in PHASES]
         m = ph.groupby(["op", "size"])[cols].median() / 1e3

@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcta::cupti::RawApi;
@@ -128,6 +128,12 @@ static CALLBACKS_ON: AtomicBool = AtomicBool::new(true);
 /// Whether the activity kinds are on (changed under [`ctl`]); with sampling they
 /// follow the windows while the callbacks stay on.
 static KINDS_ON: AtomicBool = AtomicBool::new(true);
+/// Bumped on every switch of the kinds (under [`ctl`]), so the writer learns of pauses
+/// too: what CUPTI recorded before a stretch with the kinds off says nothing of the
+/// work launched during it ([`zcta::streams`]).
+static KINDS_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// When the kinds were last switched (CLOCK_REALTIME ns, after the switch).
+static KINDS_SWITCHED_AT: AtomicI64 = AtomicI64::new(0);
 
 /// With `ZCTA_SAMPLE`: marked NCCL calls still running (a closing window's drain
 /// waits for them: their launch may come late, e.g. while NCCL connects).
@@ -197,6 +203,10 @@ fn apply() {
     }
     if kinds_change && !kinds {
         cupti::set_kinds(&s.kinds, false);
+    }
+    if kinds_change {
+        KINDS_SWITCHED_AT.store(zcta::clock::now_ns(), Ordering::Relaxed);
+        KINDS_EPOCH.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -431,6 +441,8 @@ pub struct CuptiSource {
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
     offset_sent: bool,
+    /// The [`KINDS_EPOCH`] last passed on.
+    kinds_epoch: u64,
     /// `ZCTA_CUPTI_DEBUG=1`: what arrived, printed at exit (a developer's aid).
     debug: Option<Debug>,
 }
@@ -465,6 +477,7 @@ impl CuptiSource {
             names: HashMap::new(),
             proxy_seen: 0,
             offset_sent: false,
+            kinds_epoch: 0,
             debug: std::env::var("ZCTA_CUPTI_DEBUG")
                 .is_ok_and(|v| v == "1")
                 .then(Debug::default),
@@ -478,6 +491,18 @@ impl CuptiSource {
                 out.push(GpuItem::ClockOffset(o));
                 self.offset_sent = true;
             }
+        }
+        let epoch = KINDS_EPOCH.load(Ordering::Acquire);
+        if epoch != self.kinds_epoch {
+            let on = KINDS_ON.load(Ordering::SeqCst);
+            let t = KINDS_SWITCHED_AT.load(Ordering::Relaxed);
+            // An even number of switches since the last look: off and on again (or on
+            // and off) in between; the last switch's time stands for both.
+            if (epoch - self.kinds_epoch).is_multiple_of(2) {
+                out.push(GpuItem::Kinds { on: !on, t });
+            }
+            out.push(GpuItem::Kinds { on, t });
+            self.kinds_epoch = epoch;
         }
         {
             let t = PROXY_THREADS.lock().unwrap_or_else(|p| p.into_inner());

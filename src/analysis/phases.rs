@@ -105,7 +105,9 @@ pub fn split(c: &Cuts) -> Phases {
     // init | queue | sync, cut at the launch call and at the stream being free;
     // a phase is measured when both of its ends are known.
     let l = c.launch.map(|l| l.clamp(a, s));
-    let r = c.ready.map(|r| r.clamp(l.unwrap_or(a), s));
+    // Without the launch call the stream's readiness is not used: clamped to the API
+    // entry instead, sync could take in host time.
+    let r = l.and_then(|l| c.ready.map(|r| r.clamp(l, s)));
     let mut from = Some(a);
     let mut measured_to = a;
     for (cut, phase) in [(l, &mut p.init), (r, &mut p.queue), (Some(s), &mut p.sync)] {
@@ -239,7 +241,7 @@ mod tests {
             (q.init, q.queue, q.sync, q.unresolved),
             (Some(4), None, None, 6 + 40)
         );
-        // Readiness known, the launch call not: sync is measured, init and queue not.
+        // Readiness known, the launch call not: none of the three is measured.
         let r = split(&Cuts {
             ready: Some(7),
             ..Cuts {
@@ -250,7 +252,7 @@ mod tests {
         });
         assert_eq!(
             (r.init, r.queue, r.sync, r.unresolved),
-            (None, None, Some(3), 7 + 40)
+            (None, None, None, 10 + 40)
         );
         // A stream free before the launch call (idle): no queue, sync from the call.
         let idle = split(&Cuts {

@@ -392,7 +392,7 @@ impl Builder {
             out.push(Finding {
                 title: "GPU side not measured in some processes".into(),
                 evidence: format!("process.cupti: {}", cupti_off.into_iter().collect::<Vec<_>>().join("; ")),
-                fix: "queue, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
+                fix: "queue, sync, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
             });
         }
         let sampled: std::collections::BTreeSet<&str> = run
@@ -405,7 +405,7 @@ impl Builder {
             out.push(Finding {
                 title: "GPU side and NCCL's view sampled (ZCTA_SAMPLE)".into(),
                 evidence: format!(
-                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, transfer, barrier and engine not measured",
+                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured",
                     sampled.into_iter().collect::<Vec<_>>().join("; ")
                 ),
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),

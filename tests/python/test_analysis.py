@@ -44,6 +44,14 @@ def test_breakdown_shares_add_up(run):
     assert (b.engine == "sm_kernel").all()
 
 
+def test_breakdown_of_a_phases_table_from_an_older_zcta(run):
+    r = za.load(run)
+    r.phases = r.phases.drop(columns=["sync_ns"])  # written before the sync phase
+    b = za.breakdown(r)
+    assert b["sync"].isna().all()
+    assert not za.compare(r, r).empty
+
+
 def test_compare_a_run_with_itself(run):
     c = za.compare(run, run)
     assert (c.window_change_us == 0).all()
