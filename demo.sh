@@ -32,7 +32,7 @@ else
   tests/fixtures/build.sh "$fx"
   head -c 128 /dev/urandom >"$fx/id"
   for r in 0 1; do
-    RANK=$r HOST_CUPTI="$fx/cupti/libcupti.so.13" ZCTA_OUT="$out" ZCTA_RUN_ID="$run_id" LD_PRELOAD="$shim" \
+    RANK=$r HOST_CUPTI="$fx/cupti/libcupti.so.13" FAKE_CUPTI_KERNEL_NS=2000 ZCTA_OUT="$out" ZCTA_RUN_ID="$run_id" LD_PRELOAD="$shim" \
       "$fx/host" ops $r 2 "$fx/id" 100 >/dev/null &
   done
   wait

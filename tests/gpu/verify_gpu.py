@@ -43,6 +43,9 @@ ok_ops = ops[ops.result == 0]
 measured = ok_ops[ok_ops.engine.notna()]
 with_gpu = measured[measured.gpu_start_ns.notna()]
 share = len(with_gpu) / max(len(measured), 1)
+if "gpu_ready_ns" in with_gpu:
+    print(f"INFO  gpu_ready_ns known for {int(with_gpu.gpu_ready_ns.notna().sum())} of {len(with_gpu)} ops "
+          f"with GPU times")
 if profile:
     # Ops issued before torch.profiler took CUPTI are measured, later ones are not.
     check(len(measured) > 0 and len(measured) < len(ok_ops),
