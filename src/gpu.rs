@@ -229,6 +229,20 @@ fn widen(span: &mut Option<(i64, i64)>, s: i64, e: i64) {
     });
 }
 
+/// Gives back a map's capacity when it holds less than a quarter of it.
+pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len() + 1024 {
+        m.shrink_to_fit();
+    }
+}
+
+/// The same for a queue.
+pub(crate) fn shrink_deque<T>(q: &mut VecDeque<T>) {
+    if q.capacity() > 4 * q.len() + 1024 {
+        q.shrink_to_fit();
+    }
+}
+
 fn earliest(first: &mut Option<First>, r: &RawActivity) {
     if first.is_none_or(|f| r.start_ns < f.0) {
         *first = Some((r.start_ns, r.context, r.stream, r.correlation_id));
@@ -390,9 +404,12 @@ const UNKNOWN_OP: u64 = 0;
 /// work ahead of it; the margin covers a slow record queue.
 const STREAM_KEEP_EXTRA_NS: i64 = 2_000_000_000;
 
-/// How long correlation entries are kept (an activity arrives within seconds of its
-/// call; this bounds memory, not correctness).
-const KEEP_NS: i64 = 60_000_000_000;
+/// Correlation entries, NCCL kernels for the proxy rule and groups' GPU sides are kept
+/// for twice the hold plus this: an activity arrives within a flush interval of its
+/// call, and one still waiting for its correlation gives up after a hold. (It was
+/// 60 s: with the stand-in CUPTI at ~46 k calls/s, 443 MB after 33 s and growing;
+/// docs/PERFORMANCE.md, "Memory".)
+const KEEP_EXTRA_NS: i64 = 2_000_000_000;
 
 impl Attributor {
     /// `hold_ns`: how long an op waits for its GPU side (see the module docs).
@@ -664,7 +681,7 @@ impl Attributor {
     }
 
     fn prune(&mut self, now: i64) {
-        let old = now - KEEP_NS;
+        let old = now - (2 * self.hold_ns + KEEP_EXTRA_NS);
         while let Some(&(t, c)) = self.ext_order.front() {
             if t >= old {
                 break;
@@ -682,10 +699,17 @@ impl Attributor {
         self.agg.retain(|_, g| g.touched_ns >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
-        while self.kinds_off.front().is_some_and(|&(_, to)| to < old) {
+        // The latest switch on stays: it says which stream history counts.
+        while self.kinds_off.len() > 1 && self.kinds_off.front().is_some_and(|&(_, to)| to < old) {
             self.kinds_off.pop_front();
         }
         self.streams.prune(now);
+        // A burst's peak capacity is given back once it has passed.
+        shrink_map(&mut self.ext_of_corr);
+        shrink_map(&mut self.api_of_corr);
+        shrink_map(&mut self.agg);
+        shrink_deque(&mut self.ext_order);
+        shrink_deque(&mut self.api_order);
     }
 
     /// Writes held ops whose time is up (all of them with `all`) to `out`.

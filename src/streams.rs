@@ -263,6 +263,8 @@ impl StreamTracker {
                 }
             }
         }
+        crate::gpu::shrink_map(&mut self.records);
+        crate::gpu::shrink_deque(&mut self.order);
     }
 
     /// Entries kept (activities, waits, records), for tests and memory checks.
