@@ -29,7 +29,7 @@
 //! after a long idle still finds the work ahead of it when its row is written (at most
 //! a hold after its own records arrived). Correlation id 0 (no call) is not filed.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound::Excluded;
 
 use crate::cupti::StreamMark;
@@ -78,13 +78,6 @@ struct Act {
     touched: i64,
 }
 
-#[derive(Clone, Copy)]
-enum Kept {
-    Activity(StreamKey, u64),
-    Wait(StreamKey, u64),
-    Record(u64),
-}
-
 /// Activities, event records and stream waits of the recent past; lives on the writer
 /// thread inside [`crate::gpu::Attributor`].
 pub struct StreamTracker {
@@ -94,12 +87,10 @@ pub struct StreamTracker {
     /// start and latest end for a call that launched several —, when it arrived or was
     /// last the stream's latest).
     acts: HashMap<StreamKey, BTreeMap<u64, Act>>,
-    /// Per stream: waiting call → the awaited record's `cudaEventSyncId`.
-    waits: HashMap<StreamKey, BTreeMap<u64, u64>>,
-    /// `cudaEventSyncId` → the stream and call of that event record.
-    records: HashMap<u64, (StreamKey, u64)>,
-    /// What was added, by arrival time, for pruning.
-    order: VecDeque<(i64, Kept)>,
+    /// Per stream: waiting call → (the awaited record's `cudaEventSyncId`, arrival).
+    waits: HashMap<StreamKey, BTreeMap<u64, (u64, i64)>>,
+    /// `cudaEventSyncId` → the stream and call of that event record, and its arrival.
+    records: HashMap<u64, (StreamKey, u64, i64)>,
     /// Event records or waits arrived: CUPTI's CUDA_EVENT and SYNCHRONIZATION kinds
     /// are on. Without them a stream's waits are unknown, and its own work alone
     /// would say it was free too early: [`Self::ready`] answers `None`.
@@ -114,7 +105,6 @@ impl StreamTracker {
             acts: HashMap::new(),
             waits: HashMap::new(),
             records: HashMap::new(),
-            order: VecDeque::new(),
             marks_seen: false,
         }
     }
@@ -146,7 +136,6 @@ impl StreamTracker {
             && let Some(v) = m.get_mut(&lc)
         {
             v.touched = now;
-            self.order.push_back((now, Kept::Activity(key, lc)));
         }
         match m.get_mut(&c) {
             Some(v) => {
@@ -162,7 +151,6 @@ impl StreamTracker {
                         touched: now,
                     },
                 );
-                self.order.push_back((now, Kept::Activity(key, c)));
             }
         }
     }
@@ -173,8 +161,7 @@ impl StreamTracker {
             return;
         }
         let c = self.corr.get(m.correlation_id);
-        self.records.insert(m.sync_id, ((m.context, m.stream), c));
-        self.order.push_back((now, Kept::Record(m.sync_id)));
+        self.records.insert(m.sync_id, ((m.context, m.stream), c, now));
     }
 
     pub fn stream_wait(&mut self, m: &StreamMark, now: i64) {
@@ -184,8 +171,7 @@ impl StreamTracker {
         }
         let c = self.corr.get(m.correlation_id);
         let key = (m.context, m.stream);
-        self.waits.entry(key).or_default().insert(c, m.sync_id);
-        self.order.push_back((now, Kept::Wait(key, c)));
+        self.waits.entry(key).or_default().insert(c, (m.sync_id, now));
     }
 
     /// When (context, stream) was free for call `corr` (see the module docs); `None`
@@ -215,8 +201,8 @@ impl StreamTracker {
         let Some(w) = self.waits.get(&key).filter(|_| c > after + 1) else {
             return best;
         };
-        for (_, sync) in w.range((Excluded(after), Excluded(c))).rev().take(MAX_WAITS) {
-            let Some(&(rkey, rc)) = self.records.get(sync) else {
+        for (_, (sync, _)) in w.range((Excluded(after), Excluded(c))).rev().take(MAX_WAITS) {
+            let Some(&(rkey, rc, _)) = self.records.get(sync) else {
                 continue;
             };
             if let Some(t) = self.ready_at(rkey, rc, since, depth - 1) {
@@ -227,44 +213,20 @@ impl StreamTracker {
     }
 
     /// Forgets what arrived more than `keep_ns` before `now`; a stream's latest activity
-    /// is kept until `keep_ns` after a newer one replaced it.
+    /// is kept until `keep_ns` after a newer one replaced it. One pass over what is
+    /// kept (called about once a second).
     pub fn prune(&mut self, now: i64) {
         let old = now - self.keep_ns;
-        while let Some(&(t, k)) = self.order.front() {
-            if t >= old {
-                break;
-            }
-            self.order.pop_front();
-            match k {
-                Kept::Activity(key, c) => {
-                    let Some(m) = self.acts.get_mut(&key) else {
-                        continue;
-                    };
-                    if m.last_key_value().is_some_and(|(&lc, _)| lc == c) {
-                        // The stream's latest: kept, and looked at again later.
-                        if let Some(v) = m.get_mut(&c) {
-                            v.touched = now;
-                        }
-                        self.order.push_back((now, k));
-                    } else if m.get(&c).is_some_and(|a| a.touched < old) {
-                        m.remove(&c);
-                    }
-                }
-                Kept::Wait(key, c) => {
-                    if let Some(m) = self.waits.get_mut(&key) {
-                        m.remove(&c);
-                        if m.is_empty() {
-                            self.waits.remove(&key);
-                        }
-                    }
-                }
-                Kept::Record(id) => {
-                    self.records.remove(&id);
-                }
-            }
+        for m in self.acts.values_mut() {
+            let latest = m.last_key_value().map(|(&c, _)| c);
+            m.retain(|&c, a| a.touched >= old || Some(c) == latest);
         }
+        for m in self.waits.values_mut() {
+            m.retain(|_, &mut (_, t)| t >= old);
+        }
+        self.waits.retain(|_, m| !m.is_empty());
+        self.records.retain(|_, &mut (_, _, t)| t >= old);
         crate::gpu::shrink_map(&mut self.records);
-        crate::gpu::shrink_deque(&mut self.order);
     }
 
     /// Entries kept (activities, waits, records), for tests and memory checks.
