@@ -18,6 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from cupti_ctypes import Activity, mapped
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--blocks", type=int, default=10)
@@ -36,47 +37,11 @@ dist.all_reduce(x)
 torch.cuda.synchronize()
 
 
-def mapped(name):
-    with open("/proc/self/maps") as f:
-        for line in f:
-            p = line.split()[-1]
-            if name in os.path.basename(p):
-                return p
-    raise SystemExit(f"{name} is not loaded")
-
-
-cupti = ctypes.CDLL(mapped("libcupti.so"))
+act = Activity()
+cupti, bufs, done, chk = act.cupti, act.bufs, act.done, act.check
 cudart = ctypes.CDLL(mapped("libcudart.so"))
-c_u32, c_u64, vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p
+vp = ctypes.c_void_p
 
-BUF = 8 << 20
-bufs = {}  # address -> ctypes buffer (kept alive until completed)
-done = []  # (address, valid)
-REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(vp), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
-CMP = ctypes.CFUNCTYPE(None, vp, c_u32, vp, ctypes.c_size_t, ctypes.c_size_t)
-
-
-@REQ
-def req(buf, size, maxr):
-    b = ctypes.create_string_buffer(BUF + 8)
-    a = (ctypes.addressof(b) + 7) & ~7
-    bufs[a] = b
-    buf[0] = a
-    size[0] = BUF
-    maxr[0] = 0
-
-
-@CMP
-def cmp(ctx, stream, buf, size, valid):
-    done.append((buf, valid))
-
-
-def chk(what, rc):
-    if rc != 0:
-        raise SystemExit(f"{what} failed: CUPTI error {rc}")
-
-
-chk("register", cupti.cuptiActivityRegisterCallbacks(req, cmp))
 
 def event_timestamps(on):
     chk("event timestamps", cupti.cuptiActivityEnableCudaEventDeviceTimestamps(ctypes.c_uint8(1 if on else 0)))

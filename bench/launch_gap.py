@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from nccl_bench import SLEEP_CYCLES, mapped_nccl, setup  # noqa: E402
+from cupti_ctypes import Activity  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--iters", type=int, default=60)
@@ -41,43 +42,10 @@ comm = ctypes.c_void_p(dist.group.WORLD._get_backend(dev)._comm_ptr())
 raw_stream = ctypes.c_void_p(stream.cuda_stream)
 
 
-def mapped(name):
-    with open("/proc/self/maps") as f:
-        for line in f:
-            p = line.split()[-1]
-            if name in os.path.basename(p):
-                return p
-    raise SystemExit(f"{name} is not loaded")
-
-
-cupti = ctypes.CDLL(mapped("libcupti.so"))
-vp, c_u32 = ctypes.c_void_p, ctypes.c_uint32
-BUF = 8 << 20
-bufs, done = {}, []
-REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(vp), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
-CMP = ctypes.CFUNCTYPE(None, vp, c_u32, vp, ctypes.c_size_t, ctypes.c_size_t)
-
-
-@REQ
-def req(buf, size, maxr):
-    b = ctypes.create_string_buffer(BUF + 8)
-    a = (ctypes.addressof(b) + 7) & ~7
-    bufs[a] = b
-    buf[0], size[0], maxr[0] = a, BUF, 0
-
-
-@CMP
-def cmp(ctx, sid, buf, size, valid):
-    done.append((buf, valid))
-
-
-def chk(what, rc):
-    if rc != 0:
-        raise SystemExit(f"{what}: CUPTI error {rc}")
-
-
+act = Activity()
+cupti, done, chk = act.cupti, act.done, act.check
+vp = ctypes.c_void_p
 KERNEL, CUDA_EVENT, SYNCHRONIZATION = 10, 36, 38
-chk("register", cupti.cuptiActivityRegisterCallbacks(req, cmp))
 chk("event timestamps", cupti.cuptiActivityEnableCudaEventDeviceTimestamps(ctypes.c_uint8(1)))
 chk("latency timestamps", cupti.cuptiActivityEnableLatencyTimestamps(ctypes.c_uint8(1)))
 # CUPTI's stream id of S: from the sleep kernels' records (the only kernels on S besides NCCL's).

@@ -119,3 +119,30 @@ def test_gpu_scripts_compile():
     for f in shells:
         r = subprocess.run(["bash", "-n", f], capture_output=True, text=True)
         assert r.returncode == 0, f"{f}: {r.stderr}"
+
+
+def test_cupti_ctypes_collects_records_from_the_stand_in(host):  # noqa: F811
+    """bench/cupti_ctypes.py (the CUPTI plumbing of the GPU-only benchmarks) against the
+    stand-in libcupti: buffers are handed out, filled and collected."""
+    code = f"""
+import ctypes, struct, sys
+sys.path.insert(0, {str(ROOT / 'bench')!r})
+lib = ctypes.CDLL({stand_in_cupti(host)!r}, mode=ctypes.RTLD_GLOBAL)
+from cupti_ctypes import Activity
+act = Activity()
+act.check("enable", act.cupti.cuptiActivityEnable(10))
+for _ in range(3):
+    lib.fake_cupti_user_kernel(0)
+act.check("flush", act.cupti.cuptiActivityFlushAll(1))
+nxt = act.cupti.cuptiActivityGetNextRecord
+nxt.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+kinds = []
+for a, valid in act.done:
+    r = ctypes.c_void_p()
+    while nxt(a, valid, ctypes.byref(r)) == 0:
+        kinds.append(struct.unpack_from("<I", ctypes.string_at(r.value, 4))[0])
+print(kinds.count(10), len(act.bufs) >= 1)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "True"], out.stdout
