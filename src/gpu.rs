@@ -199,19 +199,21 @@ pub struct GpuRow {
     pub api_thread: Option<u32>,
 }
 
-/// The first activity of a span: (start, context, stream, launching call).
-type First = (i64, u32, u32, u32);
+/// GPU work's time span, and the activity it starts with — (context, stream,
+/// launching call) — to ask when that stream was free.
+#[derive(Clone, Copy)]
+struct Span {
+    start: i64,
+    end: i64,
+    first: (u32, u32, u32),
+}
 
 #[derive(Default)]
 struct Agg {
     launch_ns: Option<i64>,
-    kernel_span: Option<(i64, i64)>,
-    copy_span: Option<(i64, i64)>,
-    any_span: Option<(i64, i64)>,
-    /// The activity each span starts with, to ask when its stream was free.
-    kernel_first: Option<First>,
-    copy_first: Option<First>,
-    any_first: Option<First>,
+    kernel_span: Option<Span>,
+    copy_span: Option<Span>,
+    any_span: Option<Span>,
     kernel: Option<Arc<str>>,
     symmetric: bool,
     n_kernels: u32,
@@ -222,11 +224,23 @@ struct Agg {
     touched_ns: i64,
 }
 
-fn widen(span: &mut Option<(i64, i64)>, s: i64, e: i64) {
-    *span = Some(match *span {
-        Some((a, b)) => (a.min(s), b.max(e)),
-        None => (s, e),
-    });
+fn widen(span: &mut Option<Span>, r: &RawActivity) {
+    match span {
+        Some(s) => {
+            if r.start_ns < s.start {
+                s.start = r.start_ns;
+                s.first = (r.context, r.stream, r.correlation_id);
+            }
+            s.end = s.end.max(r.end_ns);
+        }
+        None => {
+            *span = Some(Span {
+                start: r.start_ns,
+                end: r.end_ns,
+                first: (r.context, r.stream, r.correlation_id),
+            })
+        }
+    }
 }
 
 /// Gives back a map's capacity when it holds less than a quarter of it.
@@ -243,23 +257,15 @@ pub(crate) fn shrink_deque<T>(q: &mut VecDeque<T>) {
     }
 }
 
-fn earliest(first: &mut Option<First>, r: &RawActivity) {
-    if first.is_none_or(|f| r.start_ns < f.0) {
-        *first = Some((r.start_ns, r.context, r.stream, r.correlation_id));
-    }
-}
-
 impl Agg {
     fn add(&mut self, a: &Activity, proxy: bool, now: i64) {
         let r = &a.raw;
         self.touched_ns = now;
-        widen(&mut self.any_span, r.start_ns, r.end_ns);
-        earliest(&mut self.any_first, r);
+        widen(&mut self.any_span, r);
         match r.kind {
             GpuKind::Kernel => {
                 self.n_kernels += 1;
-                widen(&mut self.kernel_span, r.start_ns, r.end_ns);
-                earliest(&mut self.kernel_first, r);
+                widen(&mut self.kernel_span, r);
                 if self.kernel.is_none() {
                     self.kernel = a.name.clone();
                 }
@@ -274,28 +280,17 @@ impl Agg {
                     self.n_proxy_copies += 1;
                 } else if matches!(r.copy_kind, Some(8 | 10)) {
                     self.n_ce_copies += 1;
-                    widen(&mut self.copy_span, r.start_ns, r.end_ns);
-                    earliest(&mut self.copy_first, r);
+                    widen(&mut self.copy_span, r);
                 }
             }
             GpuKind::Memset => {}
         }
     }
 
-    /// When the stream of the activity the op's GPU window starts with was free;
-    /// `kinds_on_since` says what history counts ([`StreamTracker::ready`]).
-    fn ready(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> Option<i64> {
-        let since = self.launch_ns.map_or(i64::MIN, kinds_on_since);
-        let first = if self.kernel_span.is_some() {
-            self.kernel_first
-        } else if self.copy_span.is_some() {
-            self.copy_first
-        } else {
-            self.any_first
-        };
-        first.and_then(|(start, ctx, stream, corr)| {
-            streams.ready(ctx, stream, corr, since).map(|r| r.min(start))
-        })
+    /// The op's GPU window: its kernels; without one, the copies that moved its data;
+    /// else whatever ran (setup copies of a communicator's first call).
+    fn window(&self) -> Option<Span> {
+        self.kernel_span.or(self.copy_span).or(self.any_span)
     }
 
     fn columns(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> OpGpu {
@@ -314,15 +309,19 @@ impl Agg {
         } else {
             Engine::None
         };
-        // The op's GPU window: its kernels; without one, the copies that moved its
-        // data; else whatever ran (setup copies of a communicator's first call).
-        let span = self.kernel_span.or(self.copy_span).or(self.any_span);
-        let gpu_ready_ns = self.ready(streams, kinds_on_since);
+        let span = self.window();
+        // When the stream of the activity the window starts with was free;
+        // `kinds_on_since` says what history counts ([`StreamTracker::ready`]).
+        let since = self.launch_ns.map_or(i64::MIN, kinds_on_since);
+        let gpu_ready_ns = span.and_then(|s| {
+            let (ctx, stream, corr) = s.first;
+            streams.ready(ctx, stream, corr, since).map(|r| r.min(s.start))
+        });
         OpGpu {
             launch_ns: self.launch_ns,
             gpu_ready_ns,
-            gpu_start_ns: span.map(|s| s.0),
-            gpu_end_ns: span.map(|s| s.1),
+            gpu_start_ns: span.map(|s| s.start),
+            gpu_end_ns: span.map(|s| s.end),
             engine,
             kernel: self.kernel.clone(),
             n_kernels: self.n_kernels,
@@ -438,8 +437,8 @@ impl Attributor {
         }
     }
 
-    /// With sampling: the writer switched CUPTI's kinds on or off at `t`.
-    pub fn kinds_switched(&mut self, on: bool, t: i64) {
+    /// CUPTI's kinds were switched on or off at `t` ([`GpuItem::Kinds`]).
+    fn kinds_switched(&mut self, on: bool, t: i64) {
         match (on, self.kinds_off_since) {
             (true, Some(from)) => {
                 self.kinds_off.push_back((from, t));

@@ -25,8 +25,10 @@
 //! [`MIN_DRAIN`], at most the GPU hold `ZCTA_GPU_HOLD_MS` and half the closed time
 //! before the next window's lead), the kinds and NCCL's events go off
 //! ([`Detail::Off`]), so no record or proxy event of the window's ops is cut short.
-//! An op whose GPU work ends after that is written with `engine = none`, as one whose
-//! GPU work ends after the hold.
+//! A marked call that launches only after that (it outlived the drain, like a
+//! communicator's first call setting up connections) is counted as not sampled; an op
+//! whose GPU work ends after that is written with `engine = none`, as one whose GPU
+//! work ends after the hold.
 
 use std::time::Duration;
 

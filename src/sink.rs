@@ -671,7 +671,6 @@ impl Writer {
             && let Some(d) = s.step(t, p.attrib.pending(t) + p.src.marked_in_flight())
         {
             p.src.set_detail(d);
-            p.attrib.kinds_switched(d != Detail::Off, crate::clock::now_ns());
         }
         p.attrib.release(t, last, &mut p.ops);
         let ctx = &self.info.ctx;

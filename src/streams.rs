@@ -83,9 +83,9 @@ struct Act {
 pub struct StreamTracker {
     keep_ns: i64,
     corr: Unwrap,
-    /// Per stream: launching call → (start and end of the activity — the earliest
-    /// start and latest end for a call that launched several —, when it arrived or was
-    /// last the stream's latest).
+    /// Per stream: launching call → its activity: the earliest start and latest end
+    /// for a call that launched several, and when it arrived or, once a newer one
+    /// replaced it as the stream's latest, when that happened.
     acts: HashMap<StreamKey, BTreeMap<u64, Act>>,
     /// Per stream: waiting call → (the awaited record's `cudaEventSyncId`, arrival).
     waits: HashMap<StreamKey, BTreeMap<u64, (u64, i64)>>,
@@ -110,7 +110,8 @@ impl StreamTracker {
     }
 
     /// The unwrapped id of call `c` (as the tracker files it).
-    pub fn corr(&self, c: u32) -> u64 {
+    #[cfg(test)]
+    fn corr(&self, c: u32) -> u64 {
         self.corr.peek(c)
     }
 
@@ -229,15 +230,12 @@ impl StreamTracker {
         crate::gpu::shrink_map(&mut self.records);
     }
 
-    /// Entries kept (activities, waits, records), for tests and memory checks.
-    pub fn len(&self) -> usize {
+    /// Entries kept (activities, waits, records).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.acts.values().map(BTreeMap::len).sum::<usize>()
             + self.waits.values().map(BTreeMap::len).sum::<usize>()
             + self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

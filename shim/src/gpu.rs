@@ -132,8 +132,9 @@ static KINDS_ON: AtomicBool = AtomicBool::new(true);
 /// too: what CUPTI recorded before a stretch with the kinds off says nothing of the
 /// work launched during it ([`zcta::streams`]).
 static KINDS_EPOCH: AtomicU64 = AtomicU64::new(0);
-/// When the kinds were last switched (CLOCK_REALTIME ns, after the switch).
-static KINDS_SWITCHED_AT: AtomicI64 = AtomicI64::new(0);
+/// When the kinds were last switched off (`[0]`) and on (`[1]`), CLOCK_REALTIME ns
+/// after the switch.
+static KINDS_SWITCHED_AT: [AtomicI64; 2] = [AtomicI64::new(0), AtomicI64::new(0)];
 
 /// With `ZCTA_SAMPLE`: marked NCCL calls still running (a closing window's drain
 /// waits for them: their launch may come late, e.g. while NCCL connects).
@@ -205,7 +206,7 @@ fn apply() {
         cupti::set_kinds(&s.kinds, false);
     }
     if kinds_change {
-        KINDS_SWITCHED_AT.store(zcta::clock::now_ns(), Ordering::Relaxed);
+        KINDS_SWITCHED_AT[usize::from(kinds)].store(zcta::clock::now_ns(), Ordering::Relaxed);
         KINDS_EPOCH.fetch_add(1, Ordering::Release);
     }
 }
@@ -495,13 +496,13 @@ impl CuptiSource {
         let epoch = KINDS_EPOCH.load(Ordering::Acquire);
         if epoch != self.kinds_epoch {
             let on = KINDS_ON.load(Ordering::SeqCst);
-            let t = KINDS_SWITCHED_AT.load(Ordering::Relaxed);
+            let at = |on: bool| KINDS_SWITCHED_AT[usize::from(on)].load(Ordering::Relaxed);
             // An even number of switches since the last look: off and on again (or on
-            // and off) in between; the last switch's time stands for both.
+            // and off) in between.
             if (epoch - self.kinds_epoch).is_multiple_of(2) {
-                out.push(GpuItem::Kinds { on: !on, t });
+                out.push(GpuItem::Kinds { on: !on, t: at(!on) });
             }
-            out.push(GpuItem::Kinds { on, t });
+            out.push(GpuItem::Kinds { on, t: at(on) });
             self.kinds_epoch = epoch;
         }
         {
