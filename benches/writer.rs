@@ -59,6 +59,7 @@ fn workload(n: usize) -> Vec<Event> {
                 result: 0,
                 tid: 4242,
                 gpu_marked: true,
+                graph_captured: Some(false),
             })
         })
         .collect()

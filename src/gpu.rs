@@ -208,12 +208,23 @@ struct Span {
     first: (u32, u32, u32),
 }
 
+/// What bounds an op's GPU window, strongest last: its kernels; without one, the
+/// copy-engine copies that moved its data; else whatever ran (setup copies of a
+/// communicator's first call).
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+enum Bound {
+    #[default]
+    Any,
+    Copy,
+    Kernel,
+}
+
 #[derive(Default)]
 struct Agg {
     launch_ns: Option<i64>,
-    kernel_span: Option<Span>,
-    copy_span: Option<Span>,
-    any_span: Option<Span>,
+    /// The span of the activities of the strongest [`Bound`] seen so far.
+    span: Option<Span>,
+    bound: Bound,
     kernel: Option<Arc<str>>,
     symmetric: bool,
     n_kernels: u32,
@@ -261,11 +272,21 @@ impl Agg {
     fn add(&mut self, a: &Activity, proxy: bool, now: i64) {
         let r = &a.raw;
         self.touched_ns = now;
-        widen(&mut self.any_span, r);
+        let bound = match r.kind {
+            GpuKind::Kernel => Bound::Kernel,
+            GpuKind::Memcpy if !proxy && matches!(r.copy_kind, Some(8 | 10)) => Bound::Copy,
+            _ => Bound::Any,
+        };
+        if bound > self.bound {
+            self.bound = bound;
+            self.span = None;
+        }
+        if bound == self.bound {
+            widen(&mut self.span, r);
+        }
         match r.kind {
             GpuKind::Kernel => {
                 self.n_kernels += 1;
-                widen(&mut self.kernel_span, r);
                 if self.kernel.is_none() {
                     self.kernel = a.name.clone();
                 }
@@ -278,19 +299,12 @@ impl Agg {
                 self.memcpy_bytes += r.bytes.unwrap_or(0);
                 if proxy {
                     self.n_proxy_copies += 1;
-                } else if matches!(r.copy_kind, Some(8 | 10)) {
+                } else if bound == Bound::Copy {
                     self.n_ce_copies += 1;
-                    widen(&mut self.copy_span, r);
                 }
             }
             GpuKind::Memset => {}
         }
-    }
-
-    /// The op's GPU window: its kernels; without one, the copies that moved its data;
-    /// else whatever ran (setup copies of a communicator's first call).
-    fn window(&self) -> Option<Span> {
-        self.kernel_span.or(self.copy_span).or(self.any_span)
     }
 
     fn columns(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> OpGpu {
@@ -309,7 +323,7 @@ impl Agg {
         } else {
             Engine::None
         };
-        let span = self.window();
+        let span = self.span;
         // When the stream of the activity the window starts with was free;
         // `kinds_on_since` says what history counts ([`StreamTracker::ready`]).
         let since = self.launch_ns.map_or(i64::MIN, kinds_on_since);
@@ -347,17 +361,18 @@ pub struct AttribStats {
     /// Ops called outside the sampling windows (`ZCTA_SAMPLE`): no launch of theirs
     /// was marked, their GPU columns are NULL.
     pub ops_unsampled: u64,
+    /// Ops captured into a CUDA graph ([`OpRecord::graph_captured`]): their GPU work
+    /// runs at the graph's launches, not joined; their GPU columns are NULL.
+    pub ops_graph_captured: u64,
 }
 
 /// Joins GPU activities to ops; lives on the writer thread.
 pub struct Attributor {
     hold_ns: i64,
-    /// CUDA call → our external id (pruned by age).
-    ext_of_corr: HashMap<u32, u64>,
-    ext_order: VecDeque<(i64, u32)>,
-    /// API records of the few calls zcta traces, by correlation id.
-    api_of_corr: HashMap<u32, RawApi>,
-    api_order: VecDeque<(i64, u32)>,
+    /// The few CUDA calls zcta traces, by correlation id, and the order they were
+    /// noted in (pruned by age).
+    launches: HashMap<u32, Launch>,
+    launch_order: VecDeque<(i64, u32)>,
     proxy_threads: HashSet<u32>,
     /// NCCL kernels by (device, start) → (end, external id), for the proxy rule.
     kernels: BTreeMap<(u32, i64), (i64, u64)>,
@@ -397,6 +412,38 @@ pub const CAUSALITY_SLACK_NS: i64 = 1_000_000;
 /// The op of an NCCL kernel on record whose op is not known (yet).
 const UNKNOWN_OP: u64 = 0;
 
+/// A traced call made outside any NCCL call (NCCL's proxy thread's): no external id.
+/// Op ids start at 1 and group ids carry [`GROUP_BIT`], so no external id is 0.
+const NO_EXT: u64 = 0;
+
+/// A CUDA call zcta traced: the NCCL call it was made in (`ext`, [`NO_EXT`] for a proxy
+/// thread's, or until its external correlation arrives) and what its API record said.
+#[derive(Clone, Copy)]
+struct Launch {
+    ext: u64,
+    call: Option<Call>,
+}
+
+/// What the join uses of a traced call's API record.
+#[derive(Clone, Copy)]
+struct Call {
+    start_ns: i64,
+    thread: u32,
+    /// Whether CUPTI writes activity records for its work
+    /// ([`cupti::launch_has_records`]).
+    has_records: bool,
+}
+
+impl Call {
+    fn of(api: &RawApi) -> Self {
+        Call {
+            start_ns: api.start_ns,
+            thread: api.thread,
+            has_records: cupti::launch_has_records(api),
+        }
+    }
+}
+
 /// Stream history is kept for the hold plus this after it arrived (a stream's latest
 /// activity: after a newer one replaced it). An op's row is written a hold after its
 /// host record arrived, which is about when its own GPU records arrive and replace the
@@ -415,10 +462,8 @@ impl Attributor {
     pub fn new(hold_ns: i64) -> Self {
         Self {
             hold_ns,
-            ext_of_corr: HashMap::new(),
-            ext_order: VecDeque::new(),
-            api_of_corr: HashMap::new(),
-            api_order: VecDeque::new(),
+            launches: HashMap::new(),
+            launch_order: VecDeque::new(),
             proxy_threads: HashSet::new(),
             kernels: BTreeMap::new(),
             waiting: VecDeque::new(),
@@ -487,8 +532,8 @@ impl Attributor {
         self.unseen.len()
     }
 
-    fn note_unseen(&mut self, corr: u32, api: &RawApi, now: i64) {
-        if self.sampled && cupti::launch_has_records(api) && self.unseen.insert(corr) {
+    fn note_unseen(&mut self, corr: u32, call: Call, now: i64) {
+        if self.sampled && call.has_records && self.unseen.insert(corr) {
             self.unseen_order.push_back((now, corr));
         }
     }
@@ -513,19 +558,21 @@ impl Attributor {
                 external_id,
                 correlation_id,
             } => {
-                self.ext_of_corr.insert(correlation_id, external_id);
-                self.ext_order.push_back((now, correlation_id));
-                if let Some(&api) = self.api_of_corr.get(&correlation_id) {
-                    self.note_launch(external_id, api.start_ns, now);
-                    self.note_unseen(correlation_id, &api, now);
+                let l = self.launch(correlation_id, now);
+                l.ext = external_id;
+                if let Some(call) = l.call {
+                    self.note_launch(external_id, call.start_ns, now);
+                    self.note_unseen(correlation_id, call, now);
                 }
             }
             GpuItem::Api(api) => {
-                self.api_of_corr.insert(api.correlation_id, api);
-                self.api_order.push_back((now, api.correlation_id));
-                if let Some(&ext) = self.ext_of_corr.get(&api.correlation_id) {
-                    self.note_launch(ext, api.start_ns, now);
-                    self.note_unseen(api.correlation_id, &api, now);
+                let call = Call::of(&api);
+                let l = self.launch(api.correlation_id, now);
+                l.call = Some(call);
+                if l.ext != NO_EXT {
+                    let ext = l.ext;
+                    self.note_launch(ext, call.start_ns, now);
+                    self.note_unseen(api.correlation_id, call, now);
                 }
             }
             GpuItem::ProxyThread(t) => {
@@ -559,6 +606,17 @@ impl Attributor {
         }
     }
 
+    /// The entry of the traced call `corr`, made at `now` if new.
+    fn launch(&mut self, corr: u32, now: i64) -> &mut Launch {
+        self.launches.entry(corr).or_insert_with(|| {
+            self.launch_order.push_back((now, corr));
+            Launch {
+                ext: NO_EXT,
+                call: None,
+            }
+        })
+    }
+
     fn note_launch(&mut self, ext: u64, start: i64, now: i64) {
         let g = self.agg.entry(ext).or_default();
         g.touched_ns = now;
@@ -569,8 +627,11 @@ impl Attributor {
     /// come (apply the proxy rule's fallback, or drop it). Returns whether `a` is done.
     fn try_attribute(&mut self, a: &Activity, now: i64, expired: bool, out: &mut Vec<GpuRow>) -> bool {
         let corr = a.raw.correlation_id;
-        let api = self.api_of_corr.get(&corr).copied();
-        if let Some(&ext) = self.ext_of_corr.get(&corr) {
+        let (ext, api) = self
+            .launches
+            .get(&corr)
+            .map_or((NO_EXT, None), |l| (l.ext, l.call));
+        if ext != NO_EXT {
             // GPU work cannot start before the call that launched it. On the GPU
             // machine, with CUPTI's launch callbacks switched off and on under load,
             // kernels carried the correlation id of a call made after they ran
@@ -628,7 +689,7 @@ impl Attributor {
         a: &Activity,
         ext: u64,
         how: Attribution,
-        api: Option<RawApi>,
+        api: Option<Call>,
         now: i64,
         out: &mut Vec<GpuRow>,
     ) {
@@ -681,19 +742,12 @@ impl Attributor {
 
     fn prune(&mut self, now: i64) {
         let old = now - (2 * self.hold_ns + KEEP_EXTRA_NS);
-        while let Some(&(t, c)) = self.ext_order.front() {
+        while let Some(&(t, c)) = self.launch_order.front() {
             if t >= old {
                 break;
             }
-            self.ext_order.pop_front();
-            self.ext_of_corr.remove(&c);
-        }
-        while let Some(&(t, c)) = self.api_order.front() {
-            if t >= old {
-                break;
-            }
-            self.api_order.pop_front();
-            self.api_of_corr.remove(&c);
+            self.launch_order.pop_front();
+            self.launches.remove(&c);
         }
         self.agg.retain(|_, g| g.touched_ns >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
@@ -704,11 +758,9 @@ impl Attributor {
         }
         self.streams.prune(now);
         // A burst's peak capacity is given back once it has passed.
-        shrink_map(&mut self.ext_of_corr);
-        shrink_map(&mut self.api_of_corr);
+        shrink_map(&mut self.launches);
         shrink_map(&mut self.agg);
-        shrink_deque(&mut self.ext_order);
-        shrink_deque(&mut self.api_order);
+        shrink_deque(&mut self.launch_order);
     }
 
     /// Writes held ops whose time is up (all of them with `all`) to `out`.
@@ -720,6 +772,12 @@ impl Attributor {
             let (_, rec) = self.held.pop_front().expect("front exists");
             let ext = ext_id(rec.op_id, rec.group_id);
             let gpu = match self.agg.get(&ext) {
+                // Captured into a CUDA graph: its launch ran nothing until the graph
+                // is launched, and those kernels carry the graph launch's correlation.
+                _ if rec.graph_captured == Some(true) => {
+                    self.stats.ops_graph_captured += 1;
+                    None
+                }
                 // Its launching call was not marked: called outside the windows.
                 _ if self.sampled && !rec.gpu_marked => {
                     self.stats.ops_unsampled += 1;
@@ -730,7 +788,7 @@ impl Attributor {
                 // setting up its connections): CUPTI could not record its work.
                 Some(g)
                     if self.sampled
-                        && g.any_span.is_none()
+                        && g.span.is_none()
                         && g.launch_ns.is_some_and(|l| self.kinds_were_off(l)) =>
                 {
                     self.stats.ops_unsampled += 1;
@@ -787,6 +845,7 @@ mod tests {
             result: 0,
             tid: 1,
             gpu_marked: true,
+            graph_captured: Some(false),
         }
     }
 
@@ -909,6 +968,53 @@ mod tests {
     }
 
     #[test]
+    fn a_graph_captured_op_is_not_measured_rather_than_without_gpu() {
+        let mut captured = op(5, None);
+        captured.graph_captured = Some(true);
+        // Its launch was traced, but the captured kernel runs only at graph launches.
+        let (rows, ops, stats) = run(vec![ext(5, 1), api(1, 5, 9)], vec![captured, op(6, None)]);
+        assert!(rows.is_empty());
+        assert_eq!(ops[0].gpu, None);
+        assert_eq!(ops[1].gpu.as_ref().map(|g| g.engine), Some(Engine::None));
+        assert_eq!((stats.ops_graph_captured, stats.ops_without_gpu), (1, 1));
+    }
+
+    #[test]
+    fn the_window_is_the_kernels_else_the_copy_engine_copies_else_anything() {
+        let kernel = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_SendRecv"), None);
+        let memset = |corr, s, e| act(GpuKind::Memset, corr, s, e, None, None);
+        let dtod = |corr, s, e| act(GpuKind::Memcpy, corr, s, e, None, Some(8));
+        let htod = |corr, s, e| act(GpuKind::Memcpy, corr, s, e, None, Some(1));
+        // (activities in arrival order, expected window): a stronger bound's first
+        // activity drops the weaker span, whichever order they arrive in.
+        let cases = [
+            (vec![memset(1, 10, 20), htod(1, 30, 40)], (10, 40)),
+            (
+                vec![memset(1, 10, 20), dtod(1, 30, 40), htod(1, 50, 90)],
+                (30, 40),
+            ),
+            (vec![dtod(1, 30, 40), memset(1, 5, 95), dtod(1, 60, 70)], (30, 70)),
+            (
+                vec![
+                    dtod(1, 30, 40),
+                    kernel(1, 50, 60),
+                    memset(1, 0, 99),
+                    kernel(1, 45, 55),
+                ],
+                (45, 60),
+            ),
+            (vec![kernel(1, 50, 60), dtod(1, 10, 20)], (50, 60)),
+        ];
+        for (acts, (start, end)) in cases {
+            let mut items = vec![ext(5, 1)];
+            items.extend(acts);
+            let (_, ops, _) = run(items, vec![op(5, None)]);
+            let g = ops[0].gpu.as_ref().unwrap();
+            assert_eq!((g.gpu_start_ns, g.gpu_end_ns), (Some(start), Some(end)));
+        }
+    }
+
+    #[test]
     fn proxy_copies_go_to_the_running_kernel() {
         let k = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_SendRecv"), None);
         let items = vec![
@@ -965,6 +1071,7 @@ mod tests {
         at.hold(
             OpRecord {
                 gpu_marked: false,
+                graph_captured: Some(false),
                 ..op(3, None)
             },
             0,

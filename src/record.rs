@@ -44,6 +44,10 @@ pub struct OpRecord {
     /// `ZCTA_SAMPLE`, the call started in a window. Not a column: the writer's join
     /// uses it to tell an unsampled op from one whose GPU side did not arrive.
     pub gpu_marked: bool,
+    /// The call was made on a stream capturing a CUDA graph, as NCCL's profiler events
+    /// (CollApi/P2pApi `graphCaptured`) said; `None` when none arrived (zcta's plugin not
+    /// loaded, NCCL asked for no events, or a call NCCL rejected before them).
+    pub graph_captured: Option<bool>,
 }
 
 /// One NCCL control call (row of `calls`): groups, communicator lifecycle,

@@ -744,6 +744,7 @@ impl Writer {
                 row.gpu_foreign = Some(s.foreign);
                 row.ops_without_gpu = Some(s.ops_without_gpu);
                 row.ops_unsampled = p.policy.sampling.map(|_| s.ops_unsampled);
+                row.ops_graph_captured = Some(s.ops_graph_captured);
                 row.gpu_inconsistent = Some(s.inconsistent);
             }
         }

@@ -69,6 +69,7 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                                 result: 0,
                                 tid: pid,
                                 gpu_marked: true,
+                                graph_captured: Some(false),
                             },
                             gpu: Some(OpGpu {
                                 launch_ns: Some(t0 + skew + 5_000),

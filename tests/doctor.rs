@@ -726,6 +726,7 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
             result: 0,
             tid: 100 + rank,
             gpu_marked: true,
+            graph_captured: Some(false),
         },
         gpu: engine.map(|e| OpGpu {
             launch_ns: Some(t + 1_000),

@@ -717,3 +717,77 @@ fn sampling_windows_measure_only_the_ops_called_in_them() {
         );
     }
 }
+
+#[test]
+fn ops_captured_into_a_cuda_graph_are_not_measured() {
+    // The stand-in NCCL reports every call as graph-captured in its CollApi/P2pApi
+    // events, as NCCL does for calls on a capturing stream. On this one-rank
+    // communicator only Send and Recv have those events (collectives take NCCL's
+    // one-rank shortcut, which emits none): nothing says whether the others were.
+    let run = Run::new("gpu-graph");
+    let out = ops_run(
+        &run,
+        2,
+        &[("HOST_CUPTI", &cupti()), ("FAKE_NCCL_GRAPH_CAPTURED", "1")],
+    );
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let p = process(&run);
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 2 * 11);
+    let mut captured = 0;
+    for o in &ops {
+        let p2p = matches!(o.req_str("op"), "Send" | "Recv");
+        let want = if p2p {
+            support::Val::Bool(true)
+        } else {
+            support::Val::Null
+        };
+        assert_eq!(o.get("graph_captured"), &want, "{o:?}");
+        if p2p {
+            captured += 1;
+            for col in [
+                "engine",
+                "gpu_start_ns",
+                "gpu_end_ns",
+                "gpu_ready_ns",
+                "n_kernels",
+            ] {
+                assert!(o.is_null(col), "{col} of a captured op: {o:?}");
+            }
+        } else {
+            assert_eq!(o.str("engine"), Some("sm_kernel"), "{o:?}");
+        }
+    }
+    assert_eq!(captured, 4);
+    assert_eq!(p.u64("ops_graph_captured"), Some(4));
+    assert_eq!(p.u64("ops_without_gpu"), Some(0));
+    let report = text(&zcta_on("report", &run).stdout);
+    assert!(report.contains("Ops captured into CUDA graphs"), "{report}");
+
+    // Eager calls say so; without zcta's plugin nothing says either way.
+    for (env, want) in [
+        (vec![("HOST_CUPTI", cupti())], support::Val::Bool(false)),
+        (
+            vec![("HOST_CUPTI", cupti()), ("ZCTA_NCCL_PLUGIN", "0".into())],
+            support::Val::Null,
+        ),
+    ] {
+        let run = Run::new("gpu-eager");
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        ops_run(&run, 1, &env);
+        let ops = run.rows("ops");
+        let p2p: Vec<&Row> = ops
+            .iter()
+            .filter(|o| matches!(o.req_str("op"), "Send" | "Recv"))
+            .collect();
+        assert_eq!(p2p.len(), 2);
+        for o in p2p {
+            assert_eq!(o.get("graph_captured"), &want, "{env:?}");
+        }
+        assert!(
+            ops.iter().all(|o| o.str("engine") == Some("sm_kernel")),
+            "{env:?}"
+        );
+        assert_eq!(process(&run).u64("ops_graph_captured"), Some(0));
+    }
+}

@@ -349,6 +349,7 @@ fn damaged_logs_never_panic() {
             result: 0,
             tid: 42,
             gpu_marked: true,
+            graph_captured: Some(false),
         };
         w.append(&zcta::gpu::OpRow { rec: r, gpu: None }, &ctx).unwrap();
         if i % 100 == 99 {

@@ -77,6 +77,7 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
             result: 0,
             tid: r.pid,
             gpu_marked: true,
+            graph_captured: Some(false),
         },
         gpu: Some(OpGpu {
             launch_ns: Some(t[1] + s),

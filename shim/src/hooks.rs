@@ -38,6 +38,24 @@ thread_local! {
     /// comm_id of the communicator an interposed creating call is making (0: none),
     /// for the plugin's `init`, which NCCL calls inside it when it runs on this thread.
     static CURRENT_INIT: Cell<u64> = const { Cell::new(0) };
+    /// What NCCL's CollApi/P2pApi events said during the interposed op running on this
+    /// thread: 0 none arrived, 1 not graph-captured, 2 captured into a CUDA graph.
+    static API_EVENT: Cell<u8> = const { Cell::new(0) };
+}
+
+/// NCCL started a CollApi/P2pApi event inside the interposed op on this thread
+/// (`captured`: its `graphCaptured`).
+pub fn note_api_event(captured: bool) {
+    let _ = API_EVENT.try_with(|c| c.set(if captured { 2 } else { 1 }));
+}
+
+/// Whether the op that just returned on this thread was captured into a CUDA graph,
+/// as NCCL's API events said (`None`: none arrived); clears it for the next op.
+fn take_graph_captured() -> Option<bool> {
+    match API_EVENT.try_with(|c| c.replace(0)).unwrap_or(0) {
+        0 => None,
+        v => Some(v == 2),
+    }
 }
 
 /// op_id of the interposed op running on this thread, if any.
@@ -184,6 +202,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let t1 = now_ns();
     gpu::end(marked);
     let _ = CURRENT_OP.try_with(|c| c.set(0));
+    let graph_captured = take_graph_captured();
     protect(|| {
         let ok = nccl::accepted(rc);
         let st = comm_state(a.comm, may_query(rc));
@@ -223,6 +242,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             result: rc,
             tid: tid(),
             gpu_marked: marked,
+            graph_captured,
         };
         if group_id.is_some() {
             count_group_op();

@@ -84,8 +84,13 @@ fn default_mask() -> i32 {
 pub enum Start<'a> {
     /// Events we do not track (GroupApi, Group, KernelLaunch, NetPlugin...).
     Untracked,
-    CollApi,
-    P2pApi,
+    /// `graph_captured`: the call was made on a stream capturing a CUDA graph.
+    CollApi {
+        graph_captured: bool,
+    },
+    P2pApi {
+        graph_captured: bool,
+    },
     Coll {
         seq: u64,
         func: &'a str,
@@ -315,7 +320,10 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
     }
     let (kind, op_id, ctx) = match ev {
         Start::Untracked => return 0,
-        Start::CollApi | Start::P2pApi => (K_API, hooks::current_op().unwrap_or(0), ctx as u64),
+        Start::CollApi { graph_captured } | Start::P2pApi { graph_captured } => {
+            hooks::note_api_event(graph_captured);
+            (K_API, hooks::current_op().unwrap_or(0), ctx as u64)
+        }
         Start::Coll { .. } => (K_COLL, parent_of(parent).0, ctx as u64),
         Start::P2p { .. } => (K_P2P, parent_of(parent).0, ctx as u64),
         Start::ProxyOp { pid, .. } => {

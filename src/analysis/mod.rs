@@ -74,6 +74,9 @@ pub struct ProcView {
     /// `process.gpu_sampling` and `process.ops_unsampled` (`ZCTA_SAMPLE`).
     pub gpu_sampling: Option<String>,
     pub ops_unsampled: Option<u64>,
+    /// `process.ops_graph_captured`: ops captured into a CUDA graph (GPU side not
+    /// measured).
+    pub ops_graph_captured: Option<u64>,
     pub profiler_plugin: Option<String>,
     /// NCCL initialised our profiler plugin for at least one communicator.
     pub plugin_active: bool,
@@ -186,6 +189,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 cupti: opt_str(col::<StringArray>(b, "cupti"), r),
                 gpu_sampling: opt_str(col::<StringArray>(b, "gpu_sampling"), r),
                 ops_unsampled: opt_u64(col::<UInt64Array>(b, "ops_unsampled"), r),
+                ops_graph_captured: opt_u64(col::<UInt64Array>(b, "ops_graph_captured"), r),
                 profiler_plugin: opt_str(col::<StringArray>(b, "profiler_plugin"), r),
                 plugin_active: opt_str(col::<StringArray>(b, "profiler_plugin"), r).as_deref()
                     == Some("zcta")

@@ -411,6 +411,16 @@ impl Builder {
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
             });
         }
+        let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();
+        if captured > 0 {
+            out.push(Finding {
+                title: "Ops captured into CUDA graphs: GPU side not measured".into(),
+                evidence: format!(
+                    "{captured} ops were called on a stream capturing a CUDA graph (process.ops_graph_captured, ops.graph_captured); their GPU work runs at each launch of the graph, which zcta does not join to ops, so their queue, sync, transfer, barrier and engine are not measured"
+                ),
+                fix: "host phases are measured; for the GPU side, profile a run with the graph's collectives called eagerly (e.g. without CUDA graphs / torch.compile's reduce-overhead mode)".into(),
+            });
+        }
         let fell_back = self.ce_fell_back;
         if fell_back > 0 {
             let r: Vec<String> = self

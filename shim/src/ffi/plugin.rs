@@ -228,6 +228,11 @@ fn wanted_mask() -> i32 {
     }
 }
 
+/// Offsets in the union of `collApi.graphCaptured` and `p2pApi.graphCaptured` (`bool`;
+/// 64 and 56 from the descriptor's start: docs/dev/nccl-profiler-v5.md).
+const COLL_API_GRAPH_CAPTURED: usize = 64 - 24;
+const P2P_API_GRAPH_CAPTURED: usize = 56 - 24;
+
 /// Decodes a descriptor.
 ///
 /// # Safety
@@ -238,8 +243,12 @@ unsafe fn decode<'a>(d: &'a EventDescr) -> Start<'a> {
     // the union is 88 bytes, 8-aligned, as large as every member.
     unsafe {
         match d.ty {
-            t if t == plugin::bits::COLL_API => Start::CollApi,
-            t if t == plugin::bits::P2P_API => Start::P2pApi,
+            t if t == plugin::bits::COLL_API => Start::CollApi {
+                graph_captured: *u.add(COLL_API_GRAPH_CAPTURED) != 0,
+            },
+            t if t == plugin::bits::P2P_API => Start::P2pApi {
+                graph_captured: *u.add(P2P_API_GRAPH_CAPTURED) != 0,
+            },
             t if t == plugin::bits::COLL => {
                 let c = &*u.cast::<CollDescr>();
                 Start::Coll {
