@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 217 s on the 2×H200 with the defaults): is zcta
+# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 217–275 s on the 2×H200 with four configurations): is zcta
 # cheap enough to leave on, and right?
 #
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
-#    configuration — plain, zcta (defaults), kernelch (zcta + NCCL's per-channel GPU
-#    timers), profiler (torch.profiler, CPU + CUDA activities) — in a rotated order.
+#    configuration — plain, zcta (defaults), ready (zcta with ZCTA_GPU_READY=1: CUPTI's
+#    event and stream-wait records), kernelch (zcta + NCCL's per-channel GPU timers),
+#    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order.
 #    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
 #    128 MiB all_to_all loops.
 # 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks
 #    with zcta recording on and off (ABBA), so start-up variance cancels out.
-# 3. Accuracy (in the first zcta process): zcta's GPU duration per op vs CUDA events
+# 3. Accuracy (in the first zcta process, defaults: without gpu_ready_ns the duration is
+#    the kernels' span; tests/gpu/cupti.sh checks it with ZCTA_GPU_READY=1): zcta's GPU duration per op vs CUDA events
 #    around the same op; zcta's busbw vs an nccl-tests-style loop; phase conservation
 #    over every op of the run (`zcta phases`).
 # 4. Data: bytes on disk per op, writer lag (bench/wal_lag.py watching the write-ahead
@@ -18,7 +20,7 @@
 #
 # Builds nothing: expects the shim and the zcta CLI in CARRY_DIR, e.g. after
 #   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
-# usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta kernelch profiler"] bench/gpu_bench.sh [CARRY_DIR]
+# usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta ready kernelch profiler"] bench/gpu_bench.sh [CARRY_DIR]
 # Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +29,7 @@ bin=$(cd "${1:-$root/.carry}" && pwd)
 out=${OUT:-$root/gpu-out}
 rounds=${ROUNDS:-3}
 blocks=${AB_BLOCKS:-16}
-read -r -a configs <<<"${CONFIGS:-plain zcta kernelch profiler}"
+read -r -a configs <<<"${CONFIGS:-plain zcta ready kernelch profiler}"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
@@ -44,6 +46,7 @@ for ((r = 0; r < rounds; r++)); do
     envs=(ZCTA_OUT="$runs" ZCTA_RUN_ID="$c-$r")
     case $c in
       zcta) envs+=(LD_PRELOAD="$shim") ;;
+      ready) envs+=(LD_PRELOAD="$shim" ZCTA_GPU_READY=1) ;;
       kernelch) envs+=(LD_PRELOAD="$shim" ZCTA_NCCL_KERNEL_CH=1) ;;
     esac
     extra=()

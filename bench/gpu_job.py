@@ -4,7 +4,8 @@ cost the benchmark compares, measured the same way whatever is attached.
     torchrun --standalone --nproc-per-node 2 bench/gpu_job.py --config zcta --out DIR
 
 --config names what is attached (the launcher sets LD_PRELOAD and the environment;
-this job only checks it): plain, zcta, kernelch (zcta + NCCL's per-channel GPU timers),
+this job only checks it): plain, zcta, ready (zcta with ZCTA_GPU_READY=1), kernelch
+(zcta + NCCL's per-channel GPU timers),
 profiler (torch.profiler with CPU + CUDA activities around the measured part).
 
 Measured, in this order, each the median of --reps repetitions:
@@ -38,7 +39,7 @@ import nccl_bench as nb  # noqa: E402
 import train  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--config", required=True, choices=["plain", "zcta", "kernelch", "profiler"])
+ap.add_argument("--config", required=True, choices=["plain", "zcta", "ready", "kernelch", "profiler"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=5)
@@ -52,7 +53,7 @@ try:
     shim = True
 except AttributeError:
     shim = False
-if shim != (args.config in ("zcta", "kernelch")):
+if shim != (args.config in ("zcta", "ready", "kernelch")):
     sys.exit(f"gpu_job.py: config {args.config} but the shim is {'' if shim else 'not '}preloaded")
 
 model = train.Model(train.parse_args(["--dispatch", "dropless"]), world, rank, dev)

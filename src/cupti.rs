@@ -35,21 +35,29 @@ pub mod kind {
 /// `CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT`.
 const SYNC_STREAM_WAIT_EVENT: u32 = 2;
 
-/// The activity kinds zcta enables, in the order it enables them. Driver/runtime API
-/// records are not among them: tracing them (which CUPTI needs before it writes
-/// EXTERNAL_CORRELATION records) cost +30 µs per 8-byte all_reduce on the GPU machine
-/// (docs/PERFORMANCE.md); zcta learns each launch's correlation id from CUPTI's
-/// callback API instead, for the few calls below only. CUDA_EVENT and SYNCHRONIZATION
-/// give the event records and stream waits that say when an op's stream was free
-/// ([`crate::streams`]); CUPTI 13.0 writes no CUDA_EVENT record without the second.
-pub const ENABLED_KINDS: [u32; 6] = [
-    kind::CONCURRENT_KERNEL,
-    kind::MEMCPY,
-    kind::MEMCPY2,
-    kind::MEMSET,
-    kind::CUDA_EVENT,
-    kind::SYNCHRONIZATION,
-];
+/// The activity kinds zcta enables by default, in the order it enables them.
+/// Driver/runtime API records are not among them: tracing them (which CUPTI needs
+/// before it writes EXTERNAL_CORRELATION records) cost +30 µs per 8-byte all_reduce on
+/// the GPU machine (docs/PERFORMANCE.md); zcta learns each launch's correlation id from
+/// CUPTI's callback API instead, for the few calls below only.
+pub const DEFAULT_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
+
+/// Added with `ZCTA_GPU_READY=1`: the event records and stream waits that say when an
+/// op's stream was free ([`crate::streams`]); CUPTI 13.0 writes no CUDA_EVENT record
+/// without SYNCHRONIZATION. Not on by default: with them a torch loop of 8-byte
+/// all_reduce ran 1.8–3.2× slower than plain, against about 1.0–1.1× without, and the
+/// slowdown outlived switching them off (docs/PERFORMANCE.md, "CUPTI's event records").
+pub const STREAM_KINDS: [u32; 2] = [kind::CUDA_EVENT, kind::SYNCHRONIZATION];
+
+/// The kinds enabled without `ZCTA_CUPTI_KINDS`: the defaults, plus the stream kinds
+/// with `gpu_ready` (`ZCTA_GPU_READY=1`).
+pub fn default_kinds(gpu_ready: bool) -> Vec<u32> {
+    let mut k = DEFAULT_KINDS.to_vec();
+    if gpu_ready {
+        k.extend(STREAM_KINDS);
+    }
+    k
+}
 
 /// The names of the activity kinds zcta can enable (`ZCTA_CUPTI_KINDS`).
 const KIND_NAMES: [(&str, u32); 6] = [

@@ -404,9 +404,13 @@ fn perfetto_trace_is_valid_trace_event_json() {
 fn each_op_says_when_its_stream_was_free() {
     let run = Run::new("ready");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti());
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU_READY", "1");
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert_eq!(
+        process(&run).str("cupti"),
+        Some("on (with gpu_ready: CUDA event and stream-wait records)")
+    );
     let mut ops = run.rows("ops");
     ops.sort_by_key(|o| o.i64("api_start_ns"));
     assert_eq!(ops.len(), 3);
@@ -424,18 +428,21 @@ fn each_op_says_when_its_stream_was_free() {
     for o in &ops {
         assert!(t(o, "gpu_ready_ns") <= t(o, "gpu_start_ns"));
     }
-    // Without the event and synchronization kinds: not measured.
+    // Without the event and synchronization kinds (the default): not measured, and
+    // the report says how to measure it.
     let run = Run::new("ready-kinds");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti())
-        .env("ZCTA_CUPTI_KINDS", "kernel,memcpy,memcpy2,memset");
+    c.env("HOST_CUPTI", cupti());
     assert!(c.output().unwrap().status.success());
+    assert_eq!(process(&run).str("cupti"), Some("on"));
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 3);
     assert!(
         ops.iter()
             .all(|o| o.i64("gpu_start_ns").is_some() && o.i64("gpu_ready_ns").is_none())
     );
+    let report = text(&zcta_on("report", &run).stdout);
+    assert!(report.contains("ZCTA_GPU_READY=1"), "{report}");
 }
 
 /// The developers' knobs that measure what each part of capture costs:
@@ -481,7 +488,7 @@ fn recording_can_be_paused_and_resumed() {
     for pause_cupti in [false, true] {
         let run = Run::new("pause");
         let mut c = run.host(&["pause"]);
-        c.env("HOST_CUPTI", cupti());
+        c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU_READY", "1");
         if pause_cupti {
             c.env("ZCTA_PAUSE_CUPTI", "1");
         }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize,
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcta::cupti::RawApi;
-use zcta::cupti::{self as cu, DRIVER_CBIDS, ENABLED_KINDS, RUNTIME_CBIDS};
+use zcta::cupti::{self as cu, DRIVER_CBIDS, RUNTIME_CBIDS};
 use zcta::gpu::GpuItem;
 use zcta::sink::{GpuSource, GpuStatus};
 
@@ -78,6 +78,8 @@ pub fn active() -> bool {
 /// kinds some GPU work goes unseen, without callbacks no activity joins an op.
 struct Setup {
     kinds: Vec<u32>,
+    /// `ZCTA_GPU_READY=1`: CUPTI's event and stream-wait records too (`gpu_ready_ns`).
+    gpu_ready: bool,
     callbacks: bool,
     /// `ZCTA_PAUSE_CUPTI=1` (a benchmark's setting): a pause switches CUPTI's launch
     /// callbacks off too, not only its kinds (see [`sync_capture`]).
@@ -87,17 +89,19 @@ struct Setup {
 fn setup() -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
+        let gpu_ready = std::env::var("ZCTA_GPU_READY").is_ok_and(|v| v.trim() == "1");
         let kinds = match std::env::var("ZCTA_CUPTI_KINDS") {
             Ok(v) => cu::parse_kinds(&v).unwrap_or_else(|e| {
                 zcta::warn(format_args!("ZCTA_CUPTI_KINDS: {e}; using the default kinds"));
-                ENABLED_KINDS.to_vec()
+                cu::default_kinds(gpu_ready)
             }),
-            Err(_) => ENABLED_KINDS.to_vec(),
+            Err(_) => cu::default_kinds(gpu_ready),
         };
         let callbacks = !std::env::var("ZCTA_CUPTI_CALLBACKS").is_ok_and(|v| zcta::config::is_off(&v));
         let pause_cupti = std::env::var("ZCTA_PAUSE_CUPTI").is_ok_and(|v| v.trim() == "1");
         Setup {
             kinds,
+            gpu_ready,
             callbacks,
             pause_cupti,
         }
@@ -366,8 +370,12 @@ fn try_start(enabled: bool) -> Result<(), String> {
     crate::ffi::process::register_gpu_atexit();
     set_status(|s| {
         let st = setup();
-        s.cupti = if st.kinds == ENABLED_KINDS && st.callbacks {
-            "on".into()
+        s.cupti = if st.kinds == cu::default_kinds(st.gpu_ready) && st.callbacks {
+            if st.gpu_ready {
+                "on (with gpu_ready: CUDA event and stream-wait records)".into()
+            } else {
+                "on".into()
+            }
         } else {
             format!(
                 "on (developer settings: kinds {}, launch callbacks {})",

@@ -199,6 +199,9 @@ pub struct Builder {
     multi_node: bool,
     ce_took: u64,
     ce_fell_back: u64,
+    /// Ops with GPU times, and how many of them know when their stream was free.
+    gpu_timed: u64,
+    ready_known: u64,
     ce_reasons: BTreeMap<&'static str, u64>,
     not_ce_capable: u64,
     proxy_ops: u64,
@@ -223,6 +226,8 @@ impl Builder {
             multi_node: run.nccl_nodes.iter().any(|&n| n > 1),
             ce_took: 0,
             ce_fell_back: 0,
+            gpu_timed: 0,
+            ready_known: 0,
             ce_reasons: BTreeMap::new(),
             not_ce_capable: 0,
             proxy_ops: 0,
@@ -237,6 +242,10 @@ impl Builder {
         }
         let engine = o.engine.unwrap_or("not measured");
         *self.mix.entry((o.op, engine)).or_default() += 1;
+        if o.gpu_start.is_some() {
+            self.gpu_timed += 1;
+            self.ready_known += u64::from(o.ready.is_some());
+        }
         let g = self
             .groups
             .entry((o.op, size_bucket(o.bytes.unwrap_or(0)), engine))
@@ -409,6 +418,16 @@ impl Builder {
                     sampled.into_iter().collect::<Vec<_>>().join("; ")
                 ),
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
+            });
+        }
+        if self.gpu_timed > 0 && self.ready_known == 0 {
+            out.push(Finding {
+                title: "Queue and sync not split: when each op's stream was free is not recorded".into(),
+                evidence: format!(
+                    "none of the {} ops with GPU times has ops.gpu_ready_ns: CUPTI's CUDA event and stream-wait records are off by default, so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch), and GPU durations are the kernels' span (4-6 us short of CUDA events on the 2xH200)",
+                    self.gpu_timed
+                ),
+                fix: "run with ZCTA_GPU_READY=1 to measure them; it costs far more on small ops (up to 2-3x on a loop of 8-byte all_reduce, docs/PERFORMANCE.md), so use it for a diagnostic run, not to leave on".into(),
             });
         }
         let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();

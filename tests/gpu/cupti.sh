@@ -14,6 +14,9 @@ out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0   # NVLink multicast is forbidden on the shared test host
 export PYTHONUNBUFFERED=1
+# The accuracy check compares the op's time on its stream (from gpu_ready_ns) with CUDA
+# events: CUPTI's event and stream-wait records are on here (off by default).
+export ZCTA_GPU_READY=${ZCTA_GPU_READY:-1}
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] || { echo "missing $shim"; exit 2; }
 work=$(mktemp -d)

@@ -27,6 +27,9 @@ sys.path.insert(0, str(here.parents[1] / "analysis"))
 SIZES = {"1MiB": 1 << 20, "16MiB": 16 << 20}
 TIMED = 30          # timed groups per size and variant
 MIXED_SECONDS = 6   # longer than the join keeps correlations (2 x hold + 2 s)
+# The default and sampled parts check gpu_ready_ns: CUPTI's event and stream-wait
+# records are off by default.
+READY = {"ZCTA_GPU_READY": "1"}
 
 
 def child(kind, res):
@@ -137,7 +140,7 @@ def full_detail(shim_dir, summary):
     import pandas as pd
     from zcta_analysis import read_table
 
-    run, res = record("default", shim_dir, {})
+    run, res = record("default", shim_dir, READY)
     ops, gpu, proc = (read_table(run, t) for t in ("ops", "gpu", "process"))
     p = proc.iloc[0]
     check(str(p.cupti).startswith("on"), f"default: cupti {p.cupti}")
@@ -189,7 +192,7 @@ def sampled(shim_dir, summary):
     """Sampling windows: measured ops keep their GPU side, the others are counted."""
     from zcta_analysis import read_table
 
-    run, _ = record("sampled", shim_dir, {"ZCTA_SAMPLE": "50ms/250ms"})
+    run, _ = record("sampled", shim_dir, {"ZCTA_SAMPLE": "50ms/250ms", **READY})
     ops, proc = read_table(run, "ops"), read_table(run, "process")
     p = proc.iloc[0]
     sends = ops[ops.op == "Send"]
