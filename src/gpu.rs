@@ -396,8 +396,10 @@ pub struct Attributor {
     /// [`CAUSALITY_SLACK_NS`] plus the measured offset of CUPTI's clock.
     causality_slack_ns: i64,
     /// Every stream's recent work, event records and waits: when an op's stream was
-    /// free for it.
+    /// free for it. Not fed without CUPTI's event and stream-wait records
+    /// (`stream_history` false), which it needs to be used.
     streams: StreamTracker,
+    stream_history: bool,
     /// Since when CUPTI's kinds have been off (`None`: on), and the earlier spans they
     /// were off, (from, to), oldest first (pruned by age): sampling windows and pauses.
     kinds_off_since: Option<i64>,
@@ -477,6 +479,7 @@ impl Attributor {
             unseen_order: VecDeque::new(),
             causality_slack_ns: CAUSALITY_SLACK_NS,
             streams: StreamTracker::new(hold_ns + STREAM_KEEP_EXTRA_NS),
+            stream_history: true,
             kinds_off_since: None,
             kinds_off: VecDeque::new(),
         }
@@ -516,6 +519,15 @@ impl Attributor {
     /// records arrive ([`Self::pending`]).
     pub fn with_sampling(mut self) -> Self {
         self.sampled = true;
+        self
+    }
+
+    /// Whether to keep every stream's recent work (see [`GpuPolicy::stream_history`]:
+    /// only when CUPTI's event and stream-wait records are enabled).
+    ///
+    /// [`GpuPolicy::stream_history`]: crate::sink::GpuPolicy::stream_history
+    pub fn with_stream_history(mut self, keep: bool) -> Self {
+        self.stream_history = keep;
         self
     }
 
@@ -586,8 +598,10 @@ impl Attributor {
             GpuItem::StreamWait(m) => self.streams.stream_wait(&m, now),
             GpuItem::Activity(a) => {
                 let r = &a.raw;
-                self.streams
-                    .activity(r.context, r.stream, r.correlation_id, (r.start_ns, r.end_ns), now);
+                if self.stream_history {
+                    self.streams
+                        .activity(r.context, r.stream, r.correlation_id, (r.start_ns, r.end_ns), now);
+                }
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
                     return;

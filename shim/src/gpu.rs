@@ -108,6 +108,12 @@ fn setup() -> &'static Setup {
     })
 }
 
+/// Whether capture enables CUPTI's event or stream-wait records (`ZCTA_GPU_READY=1`, or
+/// `ZCTA_CUPTI_KINDS` naming them): only then is the writer's stream history of use.
+pub fn stream_kinds_enabled() -> bool {
+    setup().kinds.iter().any(|k| cu::STREAM_KINDS.contains(k))
+}
+
 /// Serialises the capture's state changes — the end of [`start`], [`sync_capture`],
 /// [`CuptiSource::set_detail`] and a foreign client's takeover — so none of them
 /// undoes another half-way.

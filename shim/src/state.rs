@@ -170,7 +170,11 @@ fn activate() -> Option<Recorder> {
     let ctl = WriterControl::new();
     let mut writer = Writer::new(info, cfg.policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
-    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
+    let gpu_policy = zcta::sink::GpuPolicy {
+        stream_history: crate::gpu::stream_kinds_enabled(),
+        ..cfg.gpu
+    };
+    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), gpu_policy);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()

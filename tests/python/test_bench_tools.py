@@ -69,7 +69,8 @@ def test_wal_lag_sees_rows_become_durable(host, tmp_path):  # noqa: F811
 def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     runs = tmp_path / "runs"
     runs.mkdir()
-    run = run_job(host, runs, "zcta-0", ranks=2, iters=10, cupti=True)
+    # With CUPTI's event and stream-wait records (ZCTA_GPU_READY=1), so gpu_ready_ns exists.
+    run = run_job(host, runs, "zcta-0", ranks=2, iters=10, cupti=True, extra_env={"ZCTA_GPU_READY": "1"})
     subprocess.run([ZCTA, "phases", run], check=True, capture_output=True)
     ops = pd.read_parquet(run / "ops")
     mine = ops[(ops["rank"] == 0) & (ops.op == "AllReduce")].sort_values("api_start_ns")

@@ -37,14 +37,15 @@ def stand_in_cupti(host: pathlib.Path) -> str:
 
 
 def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, iters: int = 5,
-            cupti: bool = False) -> pathlib.Path:
+            cupti: bool = False, extra_env: dict | None = None) -> pathlib.Path:
     """`ranks` host processes of the ops scenario under the shim; `cupti`: with the
-    stand-in CUPTI, so GPU columns and phases exist."""
+    stand-in CUPTI, so GPU columns and phases exist; `extra_env`: more settings."""
     idfile = out / "id"
     idfile.write_bytes(os.urandom(128))
     env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(out), "ZCTA_RUN_ID": run_id}
     if cupti:
         env["HOST_CUPTI"] = stand_in_cupti(host)
+    env.update(extra_env or {})
     procs = [subprocess.Popen([host, "ops", str(r), str(ranks), idfile, str(iters)], env=env) for r in range(ranks)]
     assert [p.wait() for p in procs] == [0] * ranks
     return out / run_id
