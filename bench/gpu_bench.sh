@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 217–275 s on the 2×H200 with four configurations): is zcta
+# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 217–275 s on the 2×H200 with four configurations; five since the seventh session, not yet timed): is zcta
 # cheap enough to leave on, and right?
 #
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per

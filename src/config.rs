@@ -16,6 +16,7 @@
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 //! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |
+//! | `ZCTA_GPU_READY` | unset | `1`: also CUPTI's event and stream-wait records, for `ops.gpu_ready_ns` (read by the shim; costly on small ops) |
 //! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
 //! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI's launch callbacks off (read by the shim) |
 

@@ -45,8 +45,9 @@ pub const DEFAULT_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind
 /// Added with `ZCTA_GPU_READY=1`: the event records and stream waits that say when an
 /// op's stream was free ([`crate::streams`]); CUPTI 13.0 writes no CUDA_EVENT record
 /// without SYNCHRONIZATION. Not on by default: with them a torch loop of 8-byte
-/// all_reduce ran 1.8–3.2× slower than plain, against about 1.0–1.1× without, and the
-/// slowdown outlived switching them off (docs/PERFORMANCE.md, "CUPTI's event records").
+/// all_reduce ran 1.9–3.2× slower than plain processes, the slowdown outlived
+/// switching them off, and one zcta process without them ran about as fast as plain
+/// ones (docs/PERFORMANCE.md, "CUPTI's event records").
 pub const STREAM_KINDS: [u32; 2] = [kind::CUDA_EVENT, kind::SYNCHRONIZATION];
 
 /// The kinds enabled without `ZCTA_CUPTI_KINDS`: the defaults, plus the stream kinds

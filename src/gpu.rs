@@ -594,8 +594,9 @@ impl Attributor {
                 self.causality_slack_ns = CAUSALITY_SLACK_NS + o.saturating_abs();
             }
             GpuItem::Kinds { on, t } => self.kinds_switched(on, t),
-            GpuItem::EventRecord(m) => self.streams.event_record(&m, now),
-            GpuItem::StreamWait(m) => self.streams.stream_wait(&m, now),
+            GpuItem::EventRecord(m) if self.stream_history => self.streams.event_record(&m, now),
+            GpuItem::StreamWait(m) if self.stream_history => self.streams.stream_wait(&m, now),
+            GpuItem::EventRecord(_) | GpuItem::StreamWait(_) => {}
             GpuItem::Activity(a) => {
                 let r = &a.raw;
                 if self.stream_history {
@@ -1257,6 +1258,40 @@ mod tests {
 
     /// The op's stream is free when the work ahead of it ends: the program's kernel on
     /// the same stream, or the work on another stream it waits for through an event.
+    #[test]
+    fn without_stream_history_nothing_is_kept_and_readiness_is_not_measured() {
+        let items = || {
+            vec![
+                act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+                GpuItem::EventRecord(mark(9, 5, 1)),
+                api(10, 200, 1),
+                ext(1, 10),
+                act(
+                    GpuKind::Kernel,
+                    10,
+                    540,
+                    900,
+                    Some("ncclDevKernel_AllReduce"),
+                    None,
+                ),
+            ]
+        };
+        for keep in [true, false] {
+            let mut at = Attributor::new(100).with_stream_history(keep);
+            at.hold(op(1, None), 0);
+            let mut rows = Vec::new();
+            for it in items() {
+                at.item(it, 10, &mut rows);
+            }
+            assert_eq!(at.streams.len() > 0, keep);
+            let mut out = Vec::new();
+            at.release(1000, false, &mut out);
+            let g = out[0].gpu.as_ref().unwrap();
+            assert_eq!(g.gpu_start_ns, Some(540));
+            assert_eq!(g.gpu_ready_ns, keep.then_some(500));
+        }
+    }
+
     #[test]
     fn an_ops_stream_is_free_when_the_work_ahead_of_it_ends() {
         let kernel = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_AllReduce"), None);

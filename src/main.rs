@@ -550,8 +550,19 @@ fn gpu_view(ops: &TableData, procs: &TableData) {
         };
         let sampling = strings(b, "gpu_sampling");
         let unsampled = u64s(b, "ops_unsampled");
+        let captured = u64s(b, "ops_graph_captured");
         for i in 0..b.num_rows() {
             println!("    pid {:<8} {}", pid.value(i), cupti.value(i));
+            if let Some(n) = captured
+                .filter(|c| !c.is_null(i))
+                .map(|c| c.value(i))
+                .filter(|&n| n > 0)
+            {
+                println!(
+                    "    {:12} {n} ops captured into CUDA graphs (ops.graph_captured), GPU side not measured",
+                    ""
+                );
+            }
             if let Some(s) = sampling.filter(|s| !s.is_null(i)) {
                 let n = unsampled.filter(|u| !u.is_null(i)).map(|u| u.value(i));
                 println!(

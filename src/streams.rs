@@ -232,7 +232,7 @@ impl StreamTracker {
 
     /// Entries kept (activities, waits, records).
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.acts.values().map(BTreeMap::len).sum::<usize>()
             + self.waits.values().map(BTreeMap::len).sum::<usize>()
             + self.records.len()

@@ -411,6 +411,8 @@ fn each_op_says_when_its_stream_was_free() {
         process(&run).str("cupti"),
         Some("on (with gpu_ready: CUDA event and stream-wait records)")
     );
+    let report = text(&zcta_on("report", &run).stdout);
+    assert!(!report.contains("Queue and sync not split"), "{report}");
     let mut ops = run.rows("ops");
     ops.sort_by_key(|o| o.i64("api_start_ns"));
     assert_eq!(ops.len(), 3);

@@ -198,6 +198,9 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
     let t0 = now_ns();
     let marked = current_group().is_none() && gpu::begin(op_id, t0);
+    // What NCCL's API events say about this call only (an event that arrived outside
+    // an op, e.g. while recording was being resumed, must not stick to this one).
+    let _ = API_EVENT.try_with(|c| c.set(0));
     let rc = real();
     let t1 = now_ns();
     gpu::end(marked);

@@ -171,7 +171,7 @@ fn activate() -> Option<Recorder> {
     let mut writer = Writer::new(info, cfg.policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
     let gpu_policy = zcta::sink::GpuPolicy {
-        stream_history: crate::gpu::stream_kinds_enabled(),
+        stream_history: cfg.cupti && crate::gpu::stream_kinds_enabled(),
         ..cfg.gpu
     };
     writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), gpu_policy);

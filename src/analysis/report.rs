@@ -420,7 +420,11 @@ impl Builder {
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
             });
         }
-        if self.gpu_timed > 0 && self.ready_known == 0 {
+        let asked_for_ready = run
+            .procs
+            .iter()
+            .any(|p| p.cupti.as_deref().is_some_and(|c| c.contains("gpu_ready")));
+        if self.gpu_timed > 0 && self.ready_known == 0 && !asked_for_ready {
             out.push(Finding {
                 title: "Queue and sync not split: when each op's stream was free is not recorded".into(),
                 evidence: format!(
