@@ -175,6 +175,9 @@ pub enum Attribution {
     NcclCall,
     /// Issued by NCCL's proxy thread, tied by the kernel-window rule.
     ProxyWindow,
+    /// An NCCL kernel run by a launch of a CUDA graph that captured NCCL calls: its
+    /// correlation id is the graph launch's, which names no op.
+    GraphLaunch,
 }
 
 impl Attribution {
@@ -182,6 +185,7 @@ impl Attribution {
         match self {
             Attribution::NcclCall => "nccl_call",
             Attribution::ProxyWindow => "proxy_window",
+            Attribution::GraphLaunch => "graph_launch",
         }
     }
 }
@@ -684,6 +688,21 @@ impl Attributor {
             }
             return expired;
         }
+        // An NCCL kernel launched from a CUDA graph (ops captured into it are written
+        // as graph_captured): a gpu row of its own, no op. Copies and memsets in graphs
+        // carry no name that would tell NCCL's from the program's.
+        if expired && a.raw.kind == GpuKind::Kernel && a.raw.graph_id != 0 {
+            self.stats.gpu_rows += 1;
+            out.push(GpuRow {
+                act: a.clone(),
+                op_id: None,
+                group_id: None,
+                attribution: Attribution::GraphLaunch,
+                launch_ns: None,
+                api_thread: None,
+            });
+            return true;
+        }
         // Not ours (the program's own copy or memset) once its correlation had time to
         // arrive: CUPTI may deliver the external correlation after the API record.
         if expired {
@@ -980,6 +999,34 @@ mod tests {
             assert_eq!((g.gpu_start_ns, g.gpu_end_ns), (Some(100), Some(180)));
             assert_eq!((g.n_memcpy, g.memcpy_bytes, g.n_kernels), (2, 2048, 0));
         }
+    }
+
+    #[test]
+    fn nccl_kernels_of_graph_launches_are_gpu_rows_without_an_op() {
+        let graph = |corr, name: &str, graph_id| match act(GpuKind::Kernel, corr, 100, 200, Some(name), None)
+        {
+            GpuItem::Activity(mut a) => {
+                a.raw.graph_id = graph_id;
+                GpuItem::Activity(a)
+            }
+            _ => unreachable!(),
+        };
+        let (rows, _, stats) = run(
+            vec![
+                graph(40, "ncclDevKernel_SendRecv", 3),
+                // Not NCCL's, or NCCL's without a graph and without a known launch.
+                graph(41, "gemm", 3),
+                graph(42, "ncclDevKernel_SendRecv", 0),
+            ],
+            vec![],
+        );
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!(
+            (r.op_id, r.group_id, r.attribution, r.act.raw.graph_id),
+            (None, None, Attribution::GraphLaunch, 3)
+        );
+        assert_eq!((stats.gpu_rows, stats.foreign), (1, 2));
     }
 
     #[test]

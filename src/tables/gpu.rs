@@ -6,9 +6,9 @@ use crate::gpu::GpuRow;
 crate::define_table! {
     /// One row per GPU activity of an NCCL operation.
     pub struct GpuTable, GpuBuilder: "gpu", row = GpuRow;
-    op_id: U64, nullable, default, "the op whose call launched it (`ops.op_id`); NULL when it belongs to a group (see group_id)" => |r, c| r.op_id;
+    op_id: U64, nullable, default, "the op whose call launched it (`ops.op_id`); NULL when it belongs to a group (see group_id) or to a CUDA graph launch (attribution graph_launch)" => |r, c| r.op_id;
     group_id: U64, nullable, default, "the group whose ncclGroupEnd launched it (`ops.group_id`: every op of the group shares it); NULL for an ungrouped op" => |r, c| r.group_id;
-    attribution: Utf8, required, default, "how it was tied to its op (docs/phases.md): nccl_call (launched by a CUDA call made inside the NCCL call) or proxy_window (a copy NCCL's proxy thread issued, given to the op whose NCCL kernel on the device was running when it was issued)" => |r, c| Some(r.attribution.name());
+    attribution: Utf8, required, default, "how it was tied to its op (docs/phases.md): nccl_call (launched by a CUDA call made inside the NCCL call), proxy_window (a copy NCCL's proxy thread issued, given to the op whose NCCL kernel on the device was running when it was issued) or graph_launch (an NCCL kernel run by a launch of a CUDA graph; op_id and group_id NULL: the ops captured into the graph are in ops with graph_captured, and which replay belongs to which op is not known)" => |r, c| Some(r.attribution.name());
     kind: Utf8, required, default, "kernel, memcpy or memset" => |r, c| Some(r.act.raw.kind.name());
     name: Utf8, nullable, default, "kernels: name, demangled to the function name (ncclDevKernel_AllReduce_Sum_f32_RING_LL names the kernel specialisation, not the algorithm run: see nccl_ops.algo)" => |r, c| r.act.name.as_deref();
     copy_kind: Utf8, nullable, default, "copies: HtoD, DtoH, DtoD, PtoP (peer device), HtoH, …" => |r, c| r.act.raw.copy_kind.map(cupti::copy_kind_name);

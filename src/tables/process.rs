@@ -39,7 +39,7 @@ crate::define_table! {
     gpu_inconsistent: U64, nullable, default, "GPU activities dropped because they started more than 1 ms before the CUDA call their correlation id names (a wrong correlation; seen when CUPTI was switched off and on under load, see docs/dev/cupti.md); NULL when CUPTI was off" => |r, c| r.gpu_inconsistent;
     gpu_sampling: Utf8, nullable, default, "ZCTA_SAMPLE's windows, e.g. `1000 ms of every 10000 ms (windows aligned to CLOCK_REALTIME)`: only ops called in them have their GPU side joined (NCCL's events run from 50 ms before a window until its work is done, so ops called then may have nccl_ops/proxy rows too); NULL: every op (the default)" => |r, c| r.gpu_sampling.as_deref();
     ops_unsampled: U64, nullable, default, "ops called outside the sampling windows, written with their GPU columns NULL (not measured); NULL without sampling or with CUPTI off" => |r, c| r.ops_unsampled;
-    ops_graph_captured: U64, nullable, default, "ops captured into a CUDA graph (ops.graph_captured), written with their GPU columns NULL (not measured); the NCCL kernels of the graph's launches are counted in gpu_foreign. NULL with CUPTI off" => |r, c| r.ops_graph_captured;
+    ops_graph_captured: U64, nullable, default, "ops captured into a CUDA graph (ops.graph_captured), written with their GPU columns NULL (not measured); the NCCL kernels of the graph's launches are gpu rows with attribution graph_launch and no op. NULL with CUPTI off" => |r, c| r.ops_graph_captured;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 

@@ -5,7 +5,8 @@ tests/gpu/cupti.sh needs two GPUs; this covers, on one, the join of GPU records 
 the stream history behind gpu_ready_ns (a wait on another stream included), pruning
 over a run longer than the join keeps anything, sampling windows, and the op's GPU
 duration on its stream against CUDA events, and send/recv groups captured in a CUDA
-graph and replayed (written as captured, GPU side not measured).
+graph and replayed (written as captured, GPU side not measured; the kernels of the
+graph's launches as gpu rows without an op).
 
     python3 tests/gpu/one_gpu.py SHIM_DIR [PARTS]  # SHIM_DIR holds libzcta_prof.so and zcta;
                                                    # PARTS: default,sampled,graph (all)
@@ -235,9 +236,11 @@ def graph(shim_dir, summary):
           f"engines {dict(cap.engine.value_counts(dropna=False))} (NULL: not measured)")
     check(p.ops_graph_captured == 20 and p.ops_without_gpu == 0,
           f"graph: process.ops_graph_captured {p.ops_graph_captured}, ops_without_gpu {p.ops_without_gpu}")
-    kern = gpu[gpu.kind == "kernel"] if len(gpu) else gpu
-    print(f"INFO  graph: {len(kern)} kernel rows written (the 20 eager groups'); the 200 kernels of the graph's "
-          f"launches are among process.gpu_foreign = {p.gpu_foreign}")
+    launches = gpu[gpu.attribution == "graph_launch"] if len(gpu) else gpu
+    check(len(launches) == 200 and (launches.graph_id.fillna(0) != 0).all()
+          and launches.op_id.isna().all() and launches.group_id.isna().all(),
+          f"graph: {len(launches)} gpu rows of the graph's 20 launches x 10 kernels with attribution graph_launch, "
+          f"a graph id and no op")
     summary.append(f"graph captured={int((cap.graph_captured == True).sum())}/20 "  # noqa: E712
                    f"ops_graph_captured={p.ops_graph_captured}")
 
