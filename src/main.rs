@@ -14,6 +14,28 @@ use zcta::reader::{self, TableData};
 use zcta::recover::{LogOutcome, recover_run};
 use zcta::tables;
 
+/// `println!` to stdout that returns a write error from the enclosing function
+/// (`anyhow::Result`) instead of panicking: `zcta report RUN | head` closes the pipe
+/// early, and [`main`] ends such a run quietly.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            return Err(e.into());
+        }
+    }};
+}
+
+/// `print!` likewise.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($t)*) {
+            return Err(e.into());
+        }
+    }};
+}
+
 /// zcta-prof: where every NCCL collective's time really goes.
 #[derive(Parser, Debug)]
 #[command(name = "zcta", version, about, long_about = None)]
@@ -170,12 +192,12 @@ fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
         )
     });
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&render::json(&facts, &report, probe.as_ref()))?
         );
     } else {
-        print!("{}", render::text(&facts, &report, probe.as_ref()));
+        out!("{}", render::text(&facts, &report, probe.as_ref()));
     }
     Ok(ExitCode::from(render::exit_code(&report, probe.as_ref())))
 }
@@ -231,7 +253,7 @@ fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     for s in &stats.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
-    println!(
+    outln!(
         "{}: {} events from {} processes (open it in https://ui.perfetto.dev)",
         output.display(),
         stats.events,
@@ -266,10 +288,10 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
     }
     match format {
         DiffFormat::Table => {
-            println!("A {}\nB {}", a.display(), b.display());
-            print!("{}", analysis::diff::render_text(&d));
+            outln!("A {}\nB {}", a.display(), b.display());
+            out!("{}", analysis::diff::render_text(&d));
         }
-        DiffFormat::Json => println!(
+        DiffFormat::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&analysis::diff::render_json(&d))?
         ),
@@ -306,18 +328,18 @@ fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
     }
     match format {
         Format::Table => {
-            println!(
+            outln!(
                 "run {} — {n} ops on {} processes",
                 run.display(),
                 data.procs.len()
             );
-            print!("{}", analysis::report::render_text(&r));
+            out!("{}", analysis::report::render_text(&r));
         }
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&analysis::report::render_json(&r))?
         ),
-        Format::Csv => print!("{}", analysis::report::render_csv(&r)),
+        Format::Csv => out!("{}", analysis::report::render_csv(&r)),
     }
     for s in &data.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
@@ -333,6 +355,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader of our output went away (`zcta report RUN | head`): stop quietly.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("zcta: error: {e:#}");
             ExitCode::from(2)
@@ -357,7 +386,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for s in &data.skipped {
                 eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
             }
-            println!("{}: {n} rows", run.join("phases").display());
+            outln!("{}: {n} rows", run.join("phases").display());
             Ok(if data.skipped.is_empty() {
                 ExitCode::SUCCESS
             } else {
@@ -373,12 +402,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Doctor(a) => doctor(a),
         Cmd::Schema => {
             for t in tables::ALL_TABLES {
-                println!("## `{t}`\n");
-                print!(
+                outln!("## `{t}`\n");
+                out!(
                     "{}",
                     tables::markdown_columns(tables::columns_of(t).unwrap_or(&[]))
                 );
-                println!();
+                outln!();
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -397,12 +426,12 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
     let is_live = |h: &str, pid: i32| !force && h == host && Path::new(&format!("/proc/{pid}")).exists();
     let report = recover_run(run, &is_live)?;
     if report.logs.is_empty() {
-        println!("{}: nothing to recover", run.display());
+        outln!("{}: nothing to recover", run.display());
         return Ok(ExitCode::SUCCESS);
     }
     for (wal, outcome) in &report.logs {
         match outcome {
-            LogOutcome::Recovered { parquet, rows, torn } => println!(
+            LogOutcome::Recovered { parquet, rows, torn } => outln!(
                 "recovered {rows} rows: {} -> {}{}",
                 wal.display(),
                 parquet.display(),
@@ -412,16 +441,16 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
                     ""
                 }
             ),
-            LogOutcome::AlreadyClosed => println!("removed stale log {}", wal.display()),
-            LogOutcome::Empty => println!("removed empty log {}", wal.display()),
-            LogOutcome::Live => println!(
+            LogOutcome::AlreadyClosed => outln!("removed stale log {}", wal.display()),
+            LogOutcome::Empty => outln!("removed empty log {}", wal.display()),
+            LogOutcome::Live => outln!(
                 "skipped {}: its process still runs on this host (use --force if it is gone)",
                 wal.display()
             ),
             LogOutcome::Failed(why) => eprintln!("zcta: cannot recover {}: {why}", wal.display()),
         }
     }
-    println!(
+    outln!(
         "{} rows recovered from {} logs",
         report.rows_recovered(),
         report.logs.len()
@@ -453,8 +482,8 @@ fn opt<T: Array>(a: &T, i: usize) -> Option<usize> {
 
 /// NCCL's own view: whether the profiler plugin ran, which ops it reported, and the
 /// algorithm/protocol mix it chose.
-fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
-    println!("\n  NCCL's view (profiler plugin)");
+fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Result<()> {
+    outln!("\n  NCCL's view (profiler plugin)");
     for b in &procs.batches {
         let (Some(plugin), Some(n), Some(pid)) = (
             strings(b, "profiler_plugin"),
@@ -474,7 +503,7 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
             } else {
                 format!("missing: {what}")
             };
-            println!("    pid {:<8} {line}", pid.value(i));
+            outln!("    pid {:<8} {line}", pid.value(i));
         }
     }
     // (host, pid, op_id) of every op NCCL reported, and the Coll mix.
@@ -532,40 +561,41 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) {
                 n - with
             )
         };
-        println!("    {op:<14} {with:>8} of {n:<8} ops with NCCL's view{note}");
+        outln!("    {op:<14} {with:>8} of {n:<8} ops with NCCL's view{note}");
     }
     for ((func, algo, proto, ch), n) in mix {
-        println!("    {func:<14} {algo:<10} {proto:<7} {ch:>3} channels  {n:>8} events");
+        outln!("    {func:<14} {algo:<10} {proto:<7} {ch:>3} channels  {n:>8} events");
     }
+    Ok(())
 }
 
 /// The GPU side (CUPTI): whether capture ran in each process, and per op which
 /// engine moved the bytes and how long the GPU work took.
-fn gpu_view(ops: &TableData, procs: &TableData) {
-    println!("\n  GPU (CUPTI)");
+fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
+    outln!("\n  GPU (CUPTI)");
     for b in &procs.batches {
         let (Some(cupti), Some(pid)) = (strings(b, "cupti"), i32s(b, "pid")) else {
-            println!("    no CUPTI status (files from schema version 1)");
+            outln!("    no CUPTI status (files from schema version 1)");
             continue;
         };
         let sampling = strings(b, "gpu_sampling");
         let unsampled = u64s(b, "ops_unsampled");
         let captured = u64s(b, "ops_graph_captured");
         for i in 0..b.num_rows() {
-            println!("    pid {:<8} {}", pid.value(i), cupti.value(i));
+            outln!("    pid {:<8} {}", pid.value(i), cupti.value(i));
             if let Some(n) = captured
                 .filter(|c| !c.is_null(i))
                 .map(|c| c.value(i))
                 .filter(|&n| n > 0)
             {
-                println!(
+                outln!(
                     "    {:12} {n} ops captured into CUDA graphs (ops.graph_captured), GPU side not measured",
                     ""
                 );
             }
             if let Some(s) = sampling.filter(|s| !s.is_null(i)) {
                 let n = unsampled.filter(|u| !u.is_null(i)).map(|u| u.value(i));
-                println!(
+                outln!(
                     "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops outside the windows, GPU side not measured",
                     "",
                     s.value(i),
@@ -606,24 +636,25 @@ fn gpu_view(ops: &TableData, procs: &TableData) {
     for (op, (engines, mut dur, mut queue)) in by {
         let mix: Vec<String> = engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let us = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{:.1} us", v as f64 / 1e3));
-        println!(
+        outln!(
             "    {op:<14} GPU median {:>10}  launch->start median {:>10}  {}",
             us(median(&mut dur)),
             us(median(&mut queue)),
             mix.join(", ")
         );
     }
+    Ok(())
 }
 
 fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
-    println!("run {}", run.display());
+    outln!("run {}", run.display());
     let mut problems = 0usize;
     let mut ops: Option<TableData> = None;
     let mut kept: BTreeMap<&str, TableData> = BTreeMap::new();
     for t in tables::ALL_TABLES {
         let data = reader::read_table(run, t).with_context(|| format!("reading table {t}"))?;
-        println!(
+        outln!(
             "  {t:<8} {:>10} rows in {} files",
             data.num_rows(),
             data.files.len()
@@ -633,7 +664,7 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
             eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
         }
         if !data.pending_logs.is_empty() {
-            println!(
+            outln!(
                 "           {} write-ahead logs pending (process killed or still running): run `zcta recover {}`",
                 data.pending_logs.len(),
                 run.display()
@@ -646,10 +677,10 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
-        nccl_view(ops, nops, procs);
+        nccl_view(ops, nops, procs)?;
     }
     if let (Some(ops), Some(procs)) = (&ops, kept.get("process")) {
-        gpu_view(ops, procs);
+        gpu_view(ops, procs)?;
     }
     if let Some(ops) = ops {
         let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();
@@ -672,13 +703,17 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
             }
         }
         if !by.is_empty() {
-            println!(
+            outln!(
                 "\n  {:>5}  {:<14} {:>10} {:>14} {:>8}",
-                "rank", "op", "calls", "bytes", "errors"
+                "rank",
+                "op",
+                "calls",
+                "bytes",
+                "errors"
             );
             for ((rank, op), (n, bytes, errs)) in by {
                 let rank = rank.map_or("-".to_string(), |r| r.to_string());
-                println!("  {rank:>5}  {op:<14} {n:>10} {bytes:>14} {errs:>8}");
+                outln!("  {rank:>5}  {op:<14} {n:>10} {bytes:>14} {errs:>8}");
             }
         }
     }

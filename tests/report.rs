@@ -564,3 +564,28 @@ fn phases_table_for_pandas_and_duckdb() {
     assert_eq!(code, 0);
     assert_eq!(zcta::reader::read_table(&dir, "phases").unwrap().num_rows(), 280);
 }
+
+/// `zcta report RUN | head -1`: the reader goes away before zcta writes; zcta stops
+/// quietly (exit 0, nothing on stderr) instead of panicking on the broken pipe.
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    let (_t, dir) = run_dir();
+    for args in [vec!["report"], vec!["summary"], vec!["diff"]] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zcta"));
+        cmd.args(&args).arg(&dir);
+        if args[0] == "diff" {
+            cmd.arg(&dir);
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before zcta has loaded the run.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+}
