@@ -2,6 +2,8 @@
 //! time, so a machine without the NVIDIA driver gets a clean [`NvmlOutcome::Absent`]
 //! rather than a link error, and every query that fails becomes a `None` plus a note.
 
+use std::time::Duration;
+
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
 use nvml_wrapper::error::NvmlError;
@@ -19,8 +21,35 @@ impl NvmlSource for RealNvml {
     fn query(&self) -> NvmlOutcome {
         // nvml-wrapper returns errors rather than panicking; catch_unwind is a belt
         // for an unexpected enum value or symbol layout in a driver we never saw.
-        std::panic::catch_unwind(query).unwrap_or_else(|_| NvmlOutcome::Failed("NVML query panicked".into()))
+        bounded(NVML_LIMIT, || {
+            std::panic::catch_unwind(query)
+                .unwrap_or_else(|_| NvmlOutcome::Failed("NVML query panicked".into()))
+        })
     }
+}
+
+/// How long `zcta doctor` waits for NVML: a driver stuck on a faulty GPU can block its
+/// calls for minutes, and the rest of the report does not need NVML.
+const NVML_LIMIT: Duration = Duration::from_secs(20);
+
+/// `f` on a thread of its own, given up after `limit` (the thread is left to finish
+/// or to die with the process).
+fn bounded(limit: Duration, f: impl FnOnce() -> NvmlOutcome + Send + 'static) -> NvmlOutcome {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("zcta-nvml".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    if let Err(e) = spawned {
+        return NvmlOutcome::Failed(format!("could not start a thread for NVML: {e}"));
+    }
+    rx.recv_timeout(limit).unwrap_or_else(|_| {
+        NvmlOutcome::Failed(format!(
+            "NVML did not answer within {} s (a driver or GPU in trouble?); the checks that need it are skipped",
+            limit.as_secs_f64()
+        ))
+    })
 }
 
 fn init() -> Result<Nvml, NvmlError> {
@@ -155,4 +184,23 @@ fn topo_name(t: TopologyLevel) -> String {
         TopologyLevel::System => "system",
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hung_nvml_is_given_up_on() {
+        let out = bounded(Duration::from_millis(50), || {
+            std::thread::sleep(Duration::from_secs(30));
+            NvmlOutcome::Absent("late".into())
+        });
+        match out {
+            NvmlOutcome::Failed(why) => assert!(why.contains("did not answer within 0.05 s"), "{why}"),
+            _ => panic!("expected a timeout"),
+        }
+        let quick = bounded(Duration::from_secs(30), || NvmlOutcome::Absent("none".into()));
+        assert!(matches!(quick, NvmlOutcome::Absent(ref s) if s == "none"));
+    }
 }
