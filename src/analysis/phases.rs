@@ -227,15 +227,17 @@ mod tests {
         );
         assert_eq!(p.unresolved, 50);
         assert_eq!(split(&Cuts::default()), Phases::default());
+        // The same GPU span in the cases below.
+        let gpu = Cuts {
+            gpu_start: Some(10),
+            gpu_end: Some(50),
+            ..Cuts::default()
+        };
         // The launch call known, the stream's readiness not (a run from before
         // gpu_ready_ns, or no work ahead recorded): queue and sync are not measured.
         let q = split(&Cuts {
             launch: Some(4),
-            ..Cuts {
-                gpu_start: Some(10),
-                gpu_end: Some(50),
-                ..Cuts::default()
-            }
+            ..gpu
         });
         assert_eq!(
             (q.init, q.queue, q.sync, q.unresolved),
@@ -244,11 +246,7 @@ mod tests {
         // Readiness known, the launch call not: none of the three is measured.
         let r = split(&Cuts {
             ready: Some(7),
-            ..Cuts {
-                gpu_start: Some(10),
-                gpu_end: Some(50),
-                ..Cuts::default()
-            }
+            ..gpu
         });
         assert_eq!(
             (r.init, r.queue, r.sync, r.unresolved),
@@ -258,11 +256,7 @@ mod tests {
         let idle = split(&Cuts {
             launch: Some(4),
             ready: Some(1),
-            ..Cuts {
-                gpu_start: Some(10),
-                gpu_end: Some(50),
-                ..Cuts::default()
-            }
+            ..gpu
         });
         assert_eq!((idle.init, idle.queue, idle.sync), (Some(4), Some(0), Some(6)));
     }
