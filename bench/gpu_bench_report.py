@@ -14,7 +14,7 @@ import sys
 import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
-from zcta_analysis import read_table  # noqa: E402
+from zcta_analysis import read_table, stream_time_ns  # noqa: E402
 
 work, runs = sys.argv[1], sys.argv[2]
 res = os.path.join(work, "res")
@@ -57,11 +57,7 @@ def stream_us(ops):
     """The op's time on its stream (docs/phases.md), µs: from when the stream was free
     for it (or its launch call, if later) to its GPU end; the kernel span without
     gpu_ready_ns (older runs, or the event kinds off)."""
-    if "gpu_ready_ns" not in ops:
-        return (ops.gpu_end_ns - ops.gpu_start_ns) / 1e3
-    start = ops[["gpu_ready_ns", "launch_ns"]].max(axis=1)
-    start = start.where(ops.gpu_ready_ns.notna() & ops.launch_ns.notna(), ops.gpu_start_ns)
-    return (ops.gpu_end_ns - start) / 1e3
+    return stream_time_ns(ops).fillna(ops.gpu_end_ns - ops.gpu_start_ns) / 1e3
 
 
 zj = next((j for j in jobs if j["config"] == "zcta" and j["accuracy"]), None)

@@ -93,6 +93,18 @@ def size_bucket(b: pd.Series) -> pd.Series:
     return (2 ** np.floor(np.log2(v))).astype("int64")
 
 
+def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
+    """Each op's time on its stream (docs/phases.md), ns: from when the stream was free
+    for it, or its launch call if later, to its GPU end — what CUDA events around the
+    op measure. NaN where `gpu_ready_ns` or `launch_ns` is unknown (the default
+    capture: set ZCTA_GPU_READY=1)."""
+    if "gpu_ready_ns" not in ops:
+        return pd.Series(float("nan"), index=ops.index)
+    known = ops.gpu_ready_ns.notna() & ops.launch_ns.notna()
+    start = ops[["gpu_ready_ns", "launch_ns"]].max(axis=1)
+    return (ops.gpu_end_ns - start).where(known)
+
+
 def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
     """A copy with every phase column; a `phases` table written by an older zcta lacks
     the newer ones (`sync_ns`): not measured there."""

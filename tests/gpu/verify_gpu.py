@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
-from zcta_analysis import read_table  # noqa: E402
+from zcta_analysis import read_table, stream_time_ns  # noqa: E402
 
 mode, run, results = sys.argv[1], sys.argv[2], sys.argv[3]
 failed = False
@@ -127,10 +127,8 @@ if not profile and not sampled:
         for op in ("AllReduce", "AlltoAll"):
             ev = [(n, t) for n, t in d["timed"] if n.split(":")[-1] == op]
             rows = mine[mine.op == op].tail(len(ev))
-            for (label, t), (_, o) in zip(ev, rows.iterrows()):
+            for (label, t), (_, o), z in zip(ev, rows.iterrows(), stream_time_ns(rows)):
                 k = o.gpu_end_ns - o.gpu_start_ns
-                z = (o.gpu_end_ns - max(o.gpu_ready_ns, o.launch_ns)
-                     if pd.notna(o.gpu_ready_ns) and pd.notna(o.launch_ns) else float("nan"))
                 errs.append((label, o.engine, t, z, z - t, abs(z - t) <= max(0.05 * t, 5000), k - t))
     if errs:
         e = pd.DataFrame(errs, columns=["label", "engine", "event", "zcta", "diff", "ok", "kdiff"])

@@ -16,7 +16,9 @@ import pytest
 from test_readers import ROOT, host, run_job, shim, stand_in_cupti  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "analysis"))
 import nccl_bench as nb  # noqa: E402
+from zcta_analysis import stream_time_ns  # noqa: E402
 
 ZCTA = ROOT / "target" / "debug" / "zcta"
 
@@ -80,6 +82,10 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     # NCCL's event records and waits, so gpu_ready_ns is known after the first call).
     assert mine.gpu_ready_ns.iloc[3:].notna().all()
     zcta_us = ((mine.gpu_end_ns - mine[["gpu_ready_ns", "launch_ns"]].max(axis=1)) / 1e3).tolist()[3:]
+    # The analysis package's helper says the same, and NaN where readiness is unknown.
+    assert (stream_time_ns(mine).iloc[3:] / 1e3).tolist() == zcta_us
+    assert stream_time_ns(mine.assign(gpu_ready_ns=None)).isna().all()
+    assert stream_time_ns(mine.drop(columns="gpu_ready_ns")).isna().all()
     res = tmp_path / "work" / "res"
     res.mkdir(parents=True)
     measures = ["train_step_ms", "allreduce_8B_us", "a2a_1MiB_us", "a2a_128MiB_us"]
