@@ -226,6 +226,10 @@ enum Bound {
 #[derive(Default)]
 struct Agg {
     launch_ns: Option<i64>,
+    /// The first and last start of its traced calls whose work CUPTI records
+    /// ([`Call::has_records`]): under sampling, a window's kinds going off between them
+    /// lost some of that work.
+    work_launches: Option<(i64, i64)>,
     /// The span of the activities of the strongest [`Bound`] seen so far.
     span: Option<Span>,
     bound: Bound,
@@ -512,10 +516,10 @@ impl Attributor {
             .unwrap_or(i64::MIN)
     }
 
-    /// Whether CUPTI's kinds were off at `t`.
-    fn kinds_were_off(&self, t: i64) -> bool {
-        self.kinds_off_since.is_some_and(|from| t >= from)
-            || self.kinds_off.iter().any(|&(from, to)| (from..to).contains(&t))
+    /// Whether CUPTI's kinds were off at some time in `[a, b]`.
+    fn kinds_were_off_within(&self, a: i64, b: i64) -> bool {
+        self.kinds_off_since.is_some_and(|from| from <= b)
+            || self.kinds_off.iter().any(|&(from, to)| from <= b && a < to)
     }
 
     /// Capture runs in sampling windows ([`crate::sample`]): ops without a marked
@@ -577,7 +581,7 @@ impl Attributor {
                 let l = self.launch(correlation_id, now);
                 l.ext = external_id;
                 if let Some(call) = l.call {
-                    self.note_launch(external_id, call.start_ns, now);
+                    self.note_launch(external_id, call, now);
                     self.note_unseen(correlation_id, call, now);
                 }
             }
@@ -587,7 +591,7 @@ impl Attributor {
                 l.call = Some(call);
                 if l.ext != NO_EXT {
                     let ext = l.ext;
-                    self.note_launch(ext, call.start_ns, now);
+                    self.note_launch(ext, call, now);
                     self.note_unseen(api.correlation_id, call, now);
                 }
             }
@@ -636,10 +640,17 @@ impl Attributor {
         })
     }
 
-    fn note_launch(&mut self, ext: u64, start: i64, now: i64) {
+    fn note_launch(&mut self, ext: u64, call: Call, now: i64) {
         let g = self.agg.entry(ext).or_default();
         g.touched_ns = now;
+        let start = call.start_ns;
         g.launch_ns = Some(g.launch_ns.map_or(start, |l| l.min(start)));
+        if call.has_records {
+            g.work_launches = Some(
+                g.work_launches
+                    .map_or((start, start), |(a, b)| (a.min(start), b.max(start))),
+            );
+        }
     }
 
     /// Attributes `a` if its op can be known now. `expired`: no more information will
@@ -817,13 +828,14 @@ impl Attributor {
                     self.stats.ops_unsampled += 1;
                     None
                 }
-                // Marked, but it launched after the window's kinds went off (a call
-                // that outlived the window's drain, like a communicator's first call
-                // setting up its connections): CUPTI could not record its work.
+                // Marked, but some of its work launched after the window's kinds
+                // went off (a call that outlived the window's drain, like a
+                // communicator's first call, whose connection setup copies ran in the
+                // window and whose kernel did not): CUPTI could not record all of it.
                 Some(g)
                     if self.sampled
-                        && g.span.is_none()
-                        && g.launch_ns.is_some_and(|l| self.kinds_were_off(l)) =>
+                        && g.work_launches
+                            .is_some_and(|(first, last)| self.kinds_were_off_within(first, last)) =>
                 {
                     self.stats.ops_unsampled += 1;
                     None
@@ -1239,7 +1251,46 @@ mod tests {
         assert_eq!(out[0].gpu.as_ref().map(|g| g.engine), Some(Engine::None));
         assert_eq!(out[1].gpu, None);
         assert_eq!((at.stats.ops_without_gpu, at.stats.ops_unsampled), (1, 1));
-        assert!(at.kinds_were_off(299) && !at.kinds_were_off(300) && !at.kinds_were_off(99));
+        assert!(at.kinds_were_off_within(299, 299) && !at.kinds_were_off_within(300, 400));
+        assert!(!at.kinds_were_off_within(0, 99) && at.kinds_were_off_within(0, 100));
+    }
+
+    /// A communicator's first call, seen on the GPU machine (tests/gpu/cupti.sh, sampled
+    /// mode): its connection-setup copies launched and ran in the window, its kernel
+    /// launched after the kinds went off. Not sampled, rather than engine `none`.
+    #[test]
+    fn a_call_whose_kernel_launched_after_the_kinds_went_off_is_not_sampled() {
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        at.hold(op(1, None), 0);
+        at.hold(op(2, None), 0);
+        at.item(ext(1, 10), 0, &mut rows);
+        at.item(launch(10, 41, 50), 0, &mut rows); // a setup copy, in the window
+        at.item(act(GpuKind::Memcpy, 10, 55, 60, None, Some(1)), 0, &mut rows);
+        at.kinds_switched(false, 100);
+        at.item(ext(1, 11), 0, &mut rows);
+        at.item(launch(11, 652, 150), 0, &mut rows); // its kernel, after the kinds went off
+        at.kinds_switched(true, 300);
+        at.item(ext(2, 12), 0, &mut rows); // the next window's op: measured
+        at.item(launch(12, 652, 310), 0, &mut rows);
+        at.item(
+            act(
+                GpuKind::Kernel,
+                12,
+                320,
+                330,
+                Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+                None,
+            ),
+            0,
+            &mut rows,
+        );
+        at.settle(1_000, 50, &mut rows);
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out);
+        assert_eq!(out[0].gpu, None);
+        assert_eq!(out[1].gpu.as_ref().map(|g| g.engine), Some(Engine::SmKernel));
+        assert_eq!((at.stats.ops_without_gpu, at.stats.ops_unsampled), (0, 1));
     }
 
     #[test]
