@@ -47,10 +47,10 @@ def child(mode):
     torch.cuda.synchronize()
     if mode == "pause":
         for _ in range(ROUNDS):
-            torch.cuda._sleep(nb.SLEEP_CYCLES * 20)
+            torch.cuda._sleep(nb.SLEEP_CYCLES * 4)  # ~2 ms
             big(K)
             set_recording(0)
-            torch.cuda._sleep(nb.SLEEP_CYCLES * 20)
+            torch.cuda._sleep(nb.SLEEP_CYCLES * 4)  # ~2 ms
             small(K)
             set_recording(1)  # the GPU is still busy with the paused launches
             big(K)
@@ -58,7 +58,7 @@ def child(mode):
     else:  # windows: the writer thread switches capture while this one launches
         end = time.monotonic() + 3
         while time.monotonic() < end:
-            torch.cuda._sleep(nb.SLEEP_CYCLES * 5)
+            torch.cuda._sleep(nb.SLEEP_CYCLES)  # ~0.5 ms
             big(20)
         torch.cuda.synchronize()
     me.destroy()

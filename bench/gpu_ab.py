@@ -37,10 +37,7 @@ args = ap.parse_args()
 # "Off" blocks switch CUPTI off too (the GPU is synchronised before every switch, which
 # this needs: docs/dev/cupti.md, "Switching CUPTI"); read when capture starts.
 os.environ.setdefault("ZCTA_PAUSE_CUPTI", "1")
-rank = int(os.environ["RANK"])
-dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-torch.cuda.set_device(dev)
-dist.init_process_group("nccl", device_id=dev)
+rank, _, dev = nb.setup()
 try:
     set_recording = ctypes.CDLL(None).zcta_set_recording
 except AttributeError:

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 217–275 s on the 2×H200 with four configurations; five since the seventh session, not yet timed): is zcta
+# The GPU benchmark (2 GPUs, torch, NCCL 2.28; 378 s on the 2×H200 with its five
+# default configurations, eighth session, unpinned): is zcta
 # cheap enough to leave on, and right?
 #
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
 #    configuration — plain, zcta (defaults), ready (zcta with ZCTA_GPU_READY=1: CUPTI's
 #    event and stream-wait records), kernelch (zcta + NCCL's per-channel GPU timers),
-#    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order.
+#    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order. Two more for
+#    CONFIGS, to split zcta's cost: nokinds (ZCTA_CUPTI_KINDS=none), hostonly
+#    (ZCTA_CUPTI=0). Each rank pins itself to its CPU set of BENCH_RANK_CPUS (default
+#    0-7:8-15; empty: not pinned; examples/nccl_bench.py's pin_rank): unpinned, plain
+#    processes' 8-byte loop ranged 44–58 us on the 2xH200; with the whole torchrun on
+#    cores 0-7, 33–39 us (docs/PERFORMANCE.md, "Eighth session").
 #    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
 #    128 MiB all_to_all loops.
 # 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks
@@ -20,7 +26,8 @@
 #
 # Builds nothing: expects the shim and the zcta CLI in CARRY_DIR, e.g. after
 #   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
-# usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta ready kernelch profiler"] bench/gpu_bench.sh [CARRY_DIR]
+# usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta ready kernelch profiler"]
+#        [BENCH_RANK_CPUS=0-7:8-15] bench/gpu_bench.sh [CARRY_DIR]
 # Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +37,7 @@ out=${OUT:-$root/gpu-out}
 rounds=${ROUNDS:-3}
 blocks=${AB_BLOCKS:-16}
 read -r -a configs <<<"${CONFIGS:-plain zcta ready kernelch profiler}"
+export BENCH_RANK_CPUS=${BENCH_RANK_CPUS-0-7:8-15}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
@@ -48,6 +56,10 @@ for ((r = 0; r < rounds; r++)); do
       zcta) envs+=(LD_PRELOAD="$shim") ;;
       ready) envs+=(LD_PRELOAD="$shim" ZCTA_GPU_READY=1) ;;
       kernelch) envs+=(LD_PRELOAD="$shim" ZCTA_NCCL_KERNEL_CH=1) ;;
+      nokinds) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=none) ;;
+      hostonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI=0) ;;
+      plain | profiler) ;;
+      *) echo "unknown configuration $c (plain zcta ready kernelch profiler nokinds hostonly)"; exit 2 ;;
     esac
     extra=()
     watcher=

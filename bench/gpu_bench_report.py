@@ -28,11 +28,13 @@ MEASURES = [("train_step_ms", "examples/train.py step (ms)", 1.01),
             ("allreduce_8B_us", "8-byte all_reduce host loop (us/call)", 1.03),
             ("a2a_1MiB_us", "1 MiB all_to_all (us/op)", 1.01),
             ("a2a_128MiB_us", "128 MiB all_to_all (us/op)", 1.01)]
-CONFIGS = [c for c in ("plain", "zcta", "ready", "kernelch", "profiler") if c in by]
+CONFIGS = [c for c in ("plain", "zcta", "nokinds", "hostonly", "ready", "kernelch", "profiler") if c in by]
 
 print("### Overhead: process A/B, rounds in rotated order\n")
+pinned = os.environ.get("BENCH_RANK_CPUS")
 print("Median over rounds of each process pair's median; ratio = that round's config / plain, "
-      "median over rounds [min, max].\n")
+      "median over rounds [min, max]. Ranks pinned to CPUs "
+      + (f"{pinned} (BENCH_RANK_CPUS, one set per local rank).\n" if pinned else "no (BENCH_RANK_CPUS unset).\n"))
 print("| measure | target | " + " | ".join(CONFIGS) + " |")
 print("|---|---|" + "---|" * len(CONFIGS))
 for key, label, target in MEASURES:

@@ -5,8 +5,9 @@ cost the benchmark compares, measured the same way whatever is attached.
 
 --config names what is attached (the launcher sets LD_PRELOAD and the environment;
 this job only checks it): plain, zcta, ready (zcta with ZCTA_GPU_READY=1), kernelch
-(zcta + NCCL's per-channel GPU timers),
-profiler (torch.profiler with CPU + CUDA activities around the measured part).
+(zcta + NCCL's per-channel GPU timers), nokinds (zcta without CUPTI's activity kinds),
+hostonly (zcta without CUPTI), profiler (torch.profiler with CPU + CUDA activities
+around the measured part).
 
 Measured, in this order, each the median of --reps repetitions:
 - train step: examples/train.py's model, --train-steps steps after 10 warm-up steps,
@@ -39,7 +40,8 @@ import nccl_bench as nb  # noqa: E402
 import train  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--config", required=True, choices=["plain", "zcta", "ready", "kernelch", "profiler"])
+ap.add_argument("--config", required=True,
+                choices=["plain", "zcta", "ready", "kernelch", "profiler", "nokinds", "hostonly"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=5)
@@ -53,7 +55,7 @@ try:
     shim = True
 except AttributeError:
     shim = False
-if shim != (args.config in ("zcta", "ready", "kernelch")):
+if shim != (args.config in ("zcta", "ready", "kernelch", "nokinds", "hostonly")):
     sys.exit(f"gpu_job.py: config {args.config} but the shim is {'' if shim else 'not '}preloaded")
 
 model = train.Model(train.parse_args(["--dispatch", "dropless"]), world, rank, dev)
@@ -107,8 +109,12 @@ if args.accuracy:
                        ("AlltoAll", lambda: dist.all_to_all_single(y, x))):
             per_call = nb.time_op(fn, stream, 30)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            # ~2 ms of GPU sleep: the host enqueues all 20 calls before the GPU reaches
-            # e0, so the loop times the GPU, as nccl-tests does, not Python's enqueue.
+            # ~10 ms of GPU sleep: both hosts enqueue all 20 calls (~1-2 ms through
+            # torch) before either GPU reaches e0, so the loop times the GPU, as
+            # nccl-tests does, not Python's enqueue. (With ~2 ms the 16 MiB AlltoAll loop
+            # twice timed 20-27 GB/s against zcta's 166-173, ~7 ms lost in 20 ops, cause
+            # not established; a longer sleep also absorbs the ranks' skew after the
+            # barrier. docs/PERFORMANCE.md.)
             torch.cuda.synchronize()
             dist.barrier()  # both ranks start the sleep together, or one waits for the other
             torch.cuda._sleep(20 * nb.SLEEP_CYCLES)

@@ -11,8 +11,13 @@ import random
 import statistics
 
 # A GPU sleep before the start event keeps the GPU busy while the host enqueues the op,
-# so the events time the GPU's work, not the host's enqueue (~100 us at H200 clocks).
-SLEEP_CYCLES = 200_000
+# so the events time the GPU's work, not the host's enqueue (~500 us at H200 clocks).
+# It was 200,000 cycles (~100 us): in a loop of sleep + op + events without a
+# synchronise, one rank's host took longer per torch all_to_all (~60-90 us in the call
+# alone) than the GPU per iteration, the GPU went idle before the launch, and 15 % of
+# that rank's event pairs timed 80-210 us of host enqueue around a 55 us op
+# (tests/gpu/cupti.sh, default mode, 2xH200, eighth session).
+SLEEP_CYCLES = 1_000_000
 
 # nccl-tests bus-bandwidth factors, n = ranks.
 BUSBW = {
@@ -24,11 +29,43 @@ BUSBW = {
 }
 
 
+def parse_cpu_list(text):
+    """CPUs of a list like "0-3,8,10-11" (taskset's form), as a set."""
+    cpus = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise ValueError(f"not a CPU list: {text!r} (e.g. 0-7 or 0-3,8)")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin_rank(local_rank, spec=None):
+    """Pins this process (and the threads it starts later: NCCL's, zcta's, CUPTI's) to
+    its rank's CPUs when BENCH_RANK_CPUS (or `spec`) is set: one CPU list per local rank,
+    separated by ':', e.g. "0-7:8-15". Between processes, where the threads land
+    changes the small-op loops more than what the benchmarks compare
+    (docs/PERFORMANCE.md, "Eighth session"). Returns the CPUs pinned to, or None."""
+    spec = os.environ.get("BENCH_RANK_CPUS", "") if spec is None else spec
+    if not spec:
+        return None
+    sets = spec.split(":")
+    if local_rank >= len(sets):
+        raise ValueError(f"BENCH_RANK_CPUS={spec!r} names {len(sets)} CPU sets, local rank {local_rank} has none")
+    cpus = parse_cpu_list(sets[local_rank]) & os.sched_getaffinity(0)
+    if not cpus:
+        raise ValueError(f"BENCH_RANK_CPUS={spec!r}: none of {sets[local_rank]!r} is available to this process")
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
 def setup():
-    """init_process_group on this rank's GPU; returns (rank, world, device)."""
+    """init_process_group on this rank's GPU; returns (rank, world, device). Pins the
+    rank's CPUs first when BENCH_RANK_CPUS is set (`pin_rank`)."""
     import torch
     import torch.distributed as dist
 
+    pin_rank(int(os.environ["LOCAL_RANK"]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(dev)

@@ -39,6 +39,25 @@ def test_nccl_bench_arithmetic():
     assert nb.busbw_gbs("broadcast", 10**9, 1e6, 4) == pytest.approx(1.0)
 
 
+def test_pin_rank_cpu_sets():
+    assert nb.parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+    for bad in ("", "3-1", "a", "0-", "1,,2"):
+        with pytest.raises(ValueError):
+            nb.parse_cpu_list(bad)
+    assert nb.pin_rank(0, "") is None
+    mine = sorted(os.sched_getaffinity(0))
+    try:
+        # Rank 1 of "A:B" gets B, intersected with what the process may use.
+        assert nb.pin_rank(1, f"{mine[0]}:{mine[-1]},{mine[-1] + 1000}") == {mine[-1]}
+        assert os.sched_getaffinity(0) == {mine[-1]}
+        with pytest.raises(ValueError, match="local rank 2 has none"):
+            nb.pin_rank(2, "0:1")
+        with pytest.raises(ValueError, match="none of"):
+            nb.pin_rank(0, f"{mine[-1] + 1000}")
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
 def test_ab_helpers():
     assert [nb.abba_on(b) for b in range(8)] == [True, False, False, True] * 2
     lo, hi = nb.bootstrap_ci(statistics.median, [[1.0] * 5 + [3.0] * 5])
