@@ -6,12 +6,15 @@
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
 #    configuration — plain, zcta (defaults), ready (zcta with ZCTA_GPU_READY=1: CUPTI's
 #    event and stream-wait records), kernelch (zcta + NCCL's per-channel GPU timers),
-#    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order. Two more for
-#    CONFIGS, to split zcta's cost: nokinds (ZCTA_CUPTI_KINDS=none), hostonly
-#    (ZCTA_CUPTI=0). Each rank pins itself to its CPU set of BENCH_RANK_CPUS (default
-#    0-7:8-15; empty: not pinned; examples/nccl_bench.py's pin_rank): unpinned, plain
-#    processes' 8-byte loop ranged 44–58 us on the 2xH200; with the whole torchrun on
-#    cores 0-7, 33–39 us (docs/PERFORMANCE.md, "Eighth session").
+#    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order. More for
+#    CONFIGS, to split zcta's cost: nokinds (ZCTA_CUPTI_KINDS=none), kernelonly
+#    (ZCTA_CUPTI_KINDS=kernel), copyonly (ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset),
+#    hostonly (ZCTA_CUPTI=0). MEASURES (gpu_job.py --measures) limits what each
+#    process measures; AB_BLOCKS=0 skips step 2. Each rank pins itself to its CPU set
+#    of BENCH_RANK_CPUS (default 0-7:8-15; empty: not pinned; pin_rank in
+#    examples/nccl_bench.py): unpinned, plain processes' 8-byte loop ranged 44–58 us
+#    on the 2xH200; with the whole torchrun on cores 0-7, 33–39 us (docs/PERFORMANCE.md,
+#    "Eighth session").
 #    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
 #    128 MiB all_to_all loops.
 # 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks
@@ -27,7 +30,7 @@
 # Builds nothing: expects the shim and the zcta CLI in CARRY_DIR, e.g. after
 #   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
 # usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta ready kernelch profiler"]
-#        [BENCH_RANK_CPUS=0-7:8-15] bench/gpu_bench.sh [CARRY_DIR]
+#        [BENCH_RANK_CPUS=0-7:8-15] [MEASURES=allreduce_8B_us,...] bench/gpu_bench.sh [CARRY_DIR]
 # Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,30 +60,34 @@ for ((r = 0; r < rounds; r++)); do
       ready) envs+=(LD_PRELOAD="$shim" ZCTA_GPU_READY=1) ;;
       kernelch) envs+=(LD_PRELOAD="$shim" ZCTA_NCCL_KERNEL_CH=1) ;;
       nokinds) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=none) ;;
+      kernelonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=kernel) ;;
+      copyonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset) ;;
       hostonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI=0) ;;
       plain | profiler) ;;
-      *) echo "unknown configuration $c (plain zcta ready kernelch profiler nokinds hostonly)"; exit 2 ;;
+      *) echo "unknown configuration $c (plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly)"; exit 2 ;;
     esac
-    extra=()
+    extra=(--measures "${MEASURES:-train_step_ms,allreduce_8B_us,a2a_1MiB_us,a2a_128MiB_us}")
     watcher=
     if [ "$c" = zcta ] && [ "$r" = 0 ]; then
-      extra=(--accuracy)
+      extra+=(--accuracy)
       python3 "$here/wal_lag.py" "$runs/zcta-0" "$work/res/wal_lag.json" "$work/stop" &
       watcher=$!
     fi
     echo "== round $r: $c"
     env "${envs[@]}" timeout 300 torchrun --standalone --nproc-per-node 2 "$here/gpu_job.py" \
-      --config "$c" --round "$r" --out "$work/res" ${extra[@]+"${extra[@]}"} >"$work/logs/$c-$r.log" 2>&1 \
+      --config "$c" --round "$r" --out "$work/res" "${extra[@]}" >"$work/logs/$c-$r.log" 2>&1 \
       || { echo "FAIL  $c round $r"; tail -15 "$work/logs/$c-$r.log"; status=1; }
     if [ -n "$watcher" ]; then touch "$work/stop"; wait "$watcher"; fi
   done
 done
 
-echo "== in-process A/B ($blocks blocks per setting)"
-ZCTA_OUT="$runs" ZCTA_RUN_ID=ab LD_PRELOAD="$shim" timeout 300 torchrun --standalone --nproc-per-node 2 \
-  "$here/gpu_ab.py" --blocks "$blocks" >"$work/logs/ab.log" 2>&1 \
-  || { echo "FAIL  in-process A/B"; tail -15 "$work/logs/ab.log"; status=1; }
-grep -A10 '^measurement' "$work/logs/ab.log" >"$work/res/ab.txt"
+if [ "$blocks" -gt 0 ]; then
+  echo "== in-process A/B ($blocks blocks per setting)"
+  ZCTA_OUT="$runs" ZCTA_RUN_ID=ab LD_PRELOAD="$shim" timeout 300 torchrun --standalone --nproc-per-node 2 \
+    "$here/gpu_ab.py" --blocks "$blocks" >"$work/logs/ab.log" 2>&1 \
+    || { echo "FAIL  in-process A/B"; tail -15 "$work/logs/ab.log"; status=1; }
+  grep -A10 '^measurement' "$work/logs/ab.log" >"$work/res/ab.txt"
+fi
 
 if [ -d "$runs/zcta-0" ]; then
   du -sb "$runs/zcta-0" | cut -f1 >"$work/res/disk_bytes"   # before `zcta phases` adds its table

@@ -28,7 +28,8 @@ MEASURES = [("train_step_ms", "examples/train.py step (ms)", 1.01),
             ("allreduce_8B_us", "8-byte all_reduce host loop (us/call)", 1.03),
             ("a2a_1MiB_us", "1 MiB all_to_all (us/op)", 1.01),
             ("a2a_128MiB_us", "128 MiB all_to_all (us/op)", 1.01)]
-CONFIGS = [c for c in ("plain", "zcta", "nokinds", "hostonly", "ready", "kernelch", "profiler") if c in by]
+CONFIGS = [c for c in ("plain", "zcta", "kernelonly", "copyonly", "nokinds", "hostonly", "ready", "kernelch",
+                       "profiler") if c in by]
 
 print("### Overhead: process A/B, rounds in rotated order\n")
 pinned = os.environ.get("BENCH_RANK_CPUS")
@@ -38,14 +39,20 @@ print("Median over rounds of each process pair's median; ratio = that round's co
 print("| measure | target | " + " | ".join(CONFIGS) + " |")
 print("|---|---|" + "---|" * len(CONFIGS))
 for key, label, target in MEASURES:
+    if not any(key in by[c][r] for c in CONFIGS for r in by[c]):
+        continue  # not measured (gpu_job.py --measures)
     cells = []
     for c in CONFIGS:
-        vals = [by[c][r][key] for r in sorted(by[c])]
+        vals = [by[c][r][key] for r in sorted(by[c]) if key in by[c][r]]
+        if not vals:
+            cells.append("—")
+            continue
         m = statistics.median(vals)
-        if c == "plain" or "plain" not in by:
+        ratios = [by[c][r][key] / by["plain"][r][key] for r in sorted(by[c])
+                  if key in by[c][r] and key in by.get("plain", {}).get(r, {})]
+        if c == "plain" or not ratios:
             cells.append(f"{m:.2f}")
             continue
-        ratios = [by[c][r][key] / by["plain"][r][key] for r in sorted(by[c]) if r in by["plain"]]
         cells.append(f"{m:.2f} ({statistics.median(ratios):.3f}× [{min(ratios):.3f}, {max(ratios):.3f}])")
     print(f"| {label} | zcta ≤ {target}× | " + " | ".join(cells) + " |")
 

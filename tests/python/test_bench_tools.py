@@ -118,13 +118,19 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
             (res / f"{config}-{rnd}.json").write_text(json.dumps(
                 {"config": config, "round": rnd, "world": 2, "medians": med, "reps": {}, "accuracy": acc,
                  "accuracy_start_ns": int(ops.api_start_ns.min()) - 1}))
+    # A configuration run with fewer measures (gpu_job.py --measures): "—" where it has none.
+    (res / "nokinds-0.json").write_text(json.dumps(
+        {"config": "nokinds", "round": 0, "world": 2, "medians": {"allreduce_8B_us": 10.5}, "reps": {},
+         "accuracy": [], "accuracy_start_ns": 0}))
     (res / "disk_bytes").write_text("123456")
     (res / "wal_lag.json").write_text(json.dumps({"rows": 10, "p50_ms": 1200.0, "p99_ms": 1500.0,
                                                   "max_ms": 1510.0, "poll_ms": 50}))
     out = subprocess.run([sys.executable, ROOT / "bench" / "gpu_bench_report.py", tmp_path / "work", runs],
                          check=True, capture_output=True, text=True).stdout
     # Ratio per round against plain of the same round: 1.1 in both rounds.
-    assert "| examples/train.py step (ms) | zcta ≤ 1.01× | 15.00 | 16.50 (1.100× [1.100, 1.100]) |" in out, out
+    assert "| examples/train.py step (ms) | zcta ≤ 1.01× | 15.00 | 16.50 (1.100× [1.100, 1.100]) | — |" in out, out
+    assert "| 8-byte all_reduce host loop (us/call) | zcta ≤ 1.03× | 15.00 | 16.50 (1.100× [1.100, 1.100]) | " \
+           "10.50 (1.050× [1.050, 1.050]) |" in out, out
     row = next(line for line in out.splitlines() if line.startswith("| AllReduce |") and "sm_kernel" in line)
     assert "| -1.0 | -1.0..-1.0 |" in row, row
     assert "window ≠ Σ phases + unresolved: **0**" in out, out
