@@ -797,8 +797,16 @@ impl Attributor {
         self.agg.retain(|_, g| g.touched_ns >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
-        // The latest switch on stays: it says which stream history counts.
-        while self.kinds_off.len() > 1 && self.kinds_off.front().is_some_and(|&(_, to)| to < old) {
+        // The latest switch on stays: it says which stream history counts. A held op
+        // whose call began earlier (a connection setup longer than what the join keeps)
+        // still needs the switches since then for the sampling rule in `release`.
+        let keep_from = self
+            .held
+            .iter()
+            .map(|(_, r)| r.api_start_ns)
+            .min()
+            .map_or(old, |t| t.min(old));
+        while self.kinds_off.len() > 1 && self.kinds_off.front().is_some_and(|&(_, to)| to < keep_from) {
             self.kinds_off.pop_front();
         }
         self.streams.prune(now);
@@ -1253,6 +1261,64 @@ mod tests {
         assert_eq!((at.stats.ops_without_gpu, at.stats.ops_unsampled), (1, 1));
         assert!(at.kinds_were_off_within(299, 299) && !at.kinds_were_off_within(300, 400));
         assert!(!at.kinds_were_off_within(0, 99) && at.kinds_were_off_within(0, 100));
+    }
+
+    /// The sampling rule's other cases: the kinds still off when the op is released (the
+    /// usual case, the hold being shorter than the gap between windows); a first launch
+    /// in the gap and the last after the next window began; a flag-sync memop (no
+    /// activity record) launched in the gap, which loses nothing.
+    #[test]
+    fn the_sampling_rule_looks_at_every_recorded_launch_and_the_open_gap() {
+        let nccl = Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+        let mut at = Attributor::new(100).with_sampling();
+        let mut rows = Vec::new();
+        for id in 1..=3 {
+            at.hold(op(id, None), 0);
+        }
+        at.item(ext(1, 10), 0, &mut rows); // op 1: a copy in the first window...
+        at.item(launch(10, 41, 50), 0, &mut rows);
+        at.item(act(GpuKind::Memcpy, 10, 55, 60, None, Some(1)), 0, &mut rows);
+        at.kinds_switched(false, 100);
+        at.item(ext(1, 11), 0, &mut rows); // ...a copy in the gap...
+        at.item(launch(11, 41, 150), 0, &mut rows);
+        at.kinds_switched(true, 300);
+        at.item(ext(1, 12), 0, &mut rows); // ...and its kernel in the next window
+        at.item(launch(12, 652, 310), 0, &mut rows);
+        at.item(act(GpuKind::Kernel, 12, 320, 330, nccl, None), 0, &mut rows);
+        at.item(ext(2, 13), 0, &mut rows); // op 2: kernel in the window, then a memop in the gap
+        at.item(launch(13, 652, 350), 0, &mut rows);
+        at.item(act(GpuKind::Kernel, 13, 360, 370, nccl, None), 0, &mut rows);
+        at.kinds_switched(false, 400);
+        at.item(ext(2, 14), 0, &mut rows);
+        at.item(launch(14, cupti::CBID_STREAM_BATCH_MEMOP, 410), 0, &mut rows);
+        at.item(ext(3, 15), 0, &mut rows); // op 3: its kernel launched after the kinds went off
+        at.item(launch(15, 652, 420), 0, &mut rows);
+        at.settle(1_000, 50, &mut rows);
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out); // the kinds are still off
+        assert_eq!(out[0].gpu, None, "op 1 lost its copy in the gap");
+        assert_eq!(out[1].gpu.as_ref().map(|g| g.engine), Some(Engine::SmKernel));
+        assert_eq!(out[2].gpu, None, "op 3 launched while the kinds were off");
+        assert_eq!((at.stats.ops_without_gpu, at.stats.ops_unsampled), (0, 2));
+    }
+
+    /// Switches older than the join keeps stay while a held op's call began before them.
+    #[test]
+    fn switches_stay_while_a_held_call_needs_them() {
+        let mut at = Attributor::new(100).with_sampling();
+        at.kinds_switched(false, 100);
+        at.kinds_switched(true, 300);
+        at.kinds_switched(false, 400);
+        at.kinds_switched(true, 500);
+        let mut long_call = op(1, None);
+        long_call.api_start_ns = 50;
+        at.hold(long_call, 20_000_000_000);
+        at.prune(20_000_000_000);
+        assert_eq!(at.kinds_off.len(), 2);
+        let mut out = Vec::new();
+        at.release(i64::MAX, true, &mut out);
+        at.prune(40_000_000_000);
+        assert_eq!(at.kinds_off.len(), 1, "the latest switch on stays");
     }
 
     /// A communicator's first call, seen on the GPU machine (tests/gpu/cupti.sh, sampled

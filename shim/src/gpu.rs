@@ -206,6 +206,9 @@ fn apply() {
     let kinds = !paused && detail_on();
     let cb_change = CALLBACKS_ON.swap(on, Ordering::SeqCst) != on;
     let kinds_change = KINDS_ON.swap(kinds, Ordering::SeqCst) != kinds;
+    // Switch times err towards "off": on is stamped after the kinds are enabled, off
+    // before they are disabled, so a launch made during the switch counts as unrecorded.
+    let before = zcta::clock::now_ns();
     if kinds_change && kinds {
         cupti::set_kinds(&s.kinds, true);
     }
@@ -216,7 +219,8 @@ fn apply() {
         cupti::set_kinds(&s.kinds, false);
     }
     if kinds_change {
-        KINDS_SWITCHED_AT[usize::from(kinds)].store(zcta::clock::now_ns(), Ordering::Relaxed);
+        let t = if kinds { zcta::clock::now_ns() } else { before };
+        KINDS_SWITCHED_AT[usize::from(kinds)].store(t, Ordering::Relaxed);
         KINDS_EPOCH.fetch_add(1, Ordering::Release);
     }
 }
