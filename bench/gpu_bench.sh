@@ -44,6 +44,10 @@ export BENCH_RANK_CPUS=${BENCH_RANK_CPUS-0-7:8-15}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
+known=" plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly "
+for c in "${configs[@]}"; do
+  [[ "$known" == *" $c "* ]] || { echo "unknown configuration $c (known:$known)"; exit 2; }
+done
 work=$(mktemp -d)
 mkdir -p "$out" "$work/res" "$work/logs"
 runs="$work/runs"
@@ -63,8 +67,6 @@ for ((r = 0; r < rounds; r++)); do
       kernelonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=kernel) ;;
       copyonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset) ;;
       hostonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI=0) ;;
-      plain | profiler) ;;
-      *) echo "unknown configuration $c (plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly)"; exit 2 ;;
     esac
     extra=(--measures "${MEASURES:-train_step_ms,allreduce_8B_us,a2a_1MiB_us,a2a_128MiB_us}")
     watcher=

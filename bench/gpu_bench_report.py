@@ -32,10 +32,11 @@ CONFIGS = [c for c in ("plain", "zcta", "kernelonly", "copyonly", "nokinds", "ho
                        "profiler") if c in by]
 
 print("### Overhead: process A/B, rounds in rotated order\n")
-pinned = os.environ.get("BENCH_RANK_CPUS")
+# What the jobs said they pinned (older job files do not say).
+pins = sorted({str((j.get("pinned") or {}).get("spec")) if "pinned" in j else "unknown" for j in jobs})
 print("Median over rounds of each process pair's median; ratio = that round's config / plain, "
-      "median over rounds [min, max]. Ranks pinned to CPUs "
-      + (f"{pinned} (BENCH_RANK_CPUS, one set per local rank).\n" if pinned else "no (BENCH_RANK_CPUS unset).\n"))
+      "median over rounds [min, max]. Ranks pinned (BENCH_RANK_CPUS, one CPU set per local rank): "
+      + ", ".join("no" if p == "None" else p for p in pins) + ".\n")
 print("| measure | target | " + " | ".join(CONFIGS) + " |")
 print("|---|---|" + "---|" * len(CONFIGS))
 for key, label, target in MEASURES:

@@ -137,6 +137,8 @@ if rank == 0:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / f"{args.config}-{args.round}.json", "w") as f:
         json.dump({"config": args.config, "round": args.round, "world": world, "pid": os.getpid(),
+                   "pinned": {"spec": os.environ.get("BENCH_RANK_CPUS") or None,
+                              "rank0_cpus": sorted(nb.PINNED) if nb.PINNED else None},
                    "medians": {k: statistics.median(v) for k, v in res.items()}, "reps": res,
                    "accuracy": acc, "accuracy_start_ns": acc_start_ns}, f)
 dist.barrier()

@@ -29,12 +29,16 @@ BUSBW = {
 }
 
 
+# The CPUs `setup` pinned this rank to (None: not pinned).
+PINNED = None
+
+
 def parse_cpu_list(text):
     """CPUs of a list like "0-3,8,10-11" (taskset's form), as a set."""
     cpus = set()
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+        if not lo.isdecimal() or (dash and not hi.isdecimal()) or (hi and int(hi) < int(lo)):
             raise ValueError(f"not a CPU list: {text!r} (e.g. 0-7 or 0-3,8)")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return cpus
@@ -52,7 +56,11 @@ def pin_rank(local_rank, spec=None):
     sets = spec.split(":")
     if local_rank >= len(sets):
         raise ValueError(f"BENCH_RANK_CPUS={spec!r} names {len(sets)} CPU sets, local rank {local_rank} has none")
-    cpus = parse_cpu_list(sets[local_rank]) & os.sched_getaffinity(0)
+    try:
+        cpus = parse_cpu_list(sets[local_rank])
+    except ValueError as e:
+        raise ValueError(f"BENCH_RANK_CPUS={spec!r}, local rank {local_rank}: {e}") from None
+    cpus &= os.sched_getaffinity(0)
     if not cpus:
         raise ValueError(f"BENCH_RANK_CPUS={spec!r}: none of {sets[local_rank]!r} is available to this process")
     os.sched_setaffinity(0, cpus)
@@ -65,7 +73,8 @@ def setup():
     import torch
     import torch.distributed as dist
 
-    pin_rank(int(os.environ["LOCAL_RANK"]))
+    global PINNED
+    PINNED = pin_rank(int(os.environ["LOCAL_RANK"]))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(dev)

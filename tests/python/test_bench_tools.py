@@ -41,7 +41,7 @@ def test_nccl_bench_arithmetic():
 
 def test_pin_rank_cpu_sets():
     assert nb.parse_cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
-    for bad in ("", "3-1", "a", "0-", "1,,2"):
+    for bad in ("", "3-1", "a", "0-", "1,,2", "\u00b2"):
         with pytest.raises(ValueError):
             nb.parse_cpu_list(bad)
     assert nb.pin_rank(0, "") is None
@@ -52,6 +52,8 @@ def test_pin_rank_cpu_sets():
         assert os.sched_getaffinity(0) == {mine[-1]}
         with pytest.raises(ValueError, match="local rank 2 has none"):
             nb.pin_rank(2, "0:1")
+        with pytest.raises(ValueError, match="local rank 1: not a CPU list"):
+            nb.pin_rank(1, "0-7:")
         with pytest.raises(ValueError, match="none of"):
             nb.pin_rank(0, f"{mine[-1] + 1000}")
     finally:
@@ -121,7 +123,7 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     # A configuration run with fewer measures (gpu_job.py --measures): "—" where it has none.
     (res / "nokinds-0.json").write_text(json.dumps(
         {"config": "nokinds", "round": 0, "world": 2, "medians": {"allreduce_8B_us": 10.5}, "reps": {},
-         "accuracy": [], "accuracy_start_ns": 0}))
+         "accuracy": [], "accuracy_start_ns": 0, "pinned": {"spec": "0-7:8-15", "rank0_cpus": [0, 1]}}))
     (res / "disk_bytes").write_text("123456")
     (res / "wal_lag.json").write_text(json.dumps({"rows": 10, "p50_ms": 1200.0, "p99_ms": 1500.0,
                                                   "max_ms": 1510.0, "poll_ms": 50}))
@@ -129,6 +131,7 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
                          check=True, capture_output=True, text=True).stdout
     # Ratio per round against plain of the same round: 1.1 in both rounds.
     assert "| examples/train.py step (ms) | zcta ≤ 1.01× | 15.00 | 16.50 (1.100× [1.100, 1.100]) | — |" in out, out
+    assert "Ranks pinned (BENCH_RANK_CPUS, one CPU set per local rank): 0-7:8-15, unknown." in out, out
     assert "| 8-byte all_reduce host loop (us/call) | zcta ≤ 1.03× | 15.00 | 16.50 (1.100× [1.100, 1.100]) | " \
            "10.50 (1.050× [1.050, 1.050]) |" in out, out
     row = next(line for line in out.splitlines() if line.startswith("| AllReduce |") and "sm_kernel" in line)
