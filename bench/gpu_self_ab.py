@@ -30,6 +30,9 @@ import nccl_bench as nb  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--blocks", type=int, default=16)
 ap.add_argument("--tag", default="", help="label printed before each line")
+ap.add_argument("--always-on", action="store_true",
+                help="under the shim, never pause: every block recorded, medians printed as for plain "
+                     "(for a process A/B between settings: bench/gpu_self_process_ab.sh)")
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -41,6 +44,9 @@ torch.cuda.set_stream(stream)
 # which that needs (docs/dev/cupti.md, "Switching CUPTI").
 os.environ.setdefault("ZCTA_PAUSE_CUPTI", "1")
 set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
+label = "on" if set_recording is not None else "plain"
+if args.always_on:
+    set_recording = None
 me = nb.SelfComm(stream)
 small_a, small_b = torch.ones(2, device=dev), torch.empty(2, device=dev)
 big_a, big_b = torch.ones((1 << 20) // 4, device=dev), torch.empty((1 << 20) // 4, device=dev)
@@ -103,7 +109,7 @@ tag = f"{args.tag:16} " if args.tag else ""
 for t, v in res.items():
     m_on = statistics.median(v[True])
     if set_recording is None:
-        print(f"{tag}{t:30} plain {m_on:9.3f} us")
+        print(f"{tag}{t:30} {label} {m_on:9.3f} us")
         continue
     m_off = statistics.median(v[False])
     pm = statistics.median(pairs[t])

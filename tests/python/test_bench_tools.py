@@ -181,3 +181,23 @@ print(kinds.count(10), len(act.bufs) >= 1)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["3", "True"], out.stdout
+
+
+def test_self_process_ab_report():
+    """bench/self_process_ab_report.py pairs each setting's process with the plain process
+    of the same round, as gpu_self_ab.py --always-on prints them."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from self_process_ab_report import table
+
+    item = "send/recv to self, 8 B"
+    log = [f"{'plain:0':16} {item:30} plain {10.0:9.3f} us",
+           f"{'plain:1':16} {item:30} plain {20.0:9.3f} us",
+           f"{'default:0':16} {item:30} on {11.0:9.3f} us",
+           f"{'default:1':16} {item:30} on {26.0:9.3f} us",
+           f"{'no-kinds:2':16} {item:30} on {9.0:9.3f} us",  # no plain in round 2: no ratio
+           "default round 1: failed"]
+    out = table(log)
+    row = next(line for line in out if line.startswith("default "))
+    assert row.split()[-5:] == ["18.500", "1.200", "[1.100,", "1.300]", "(2)"], row
+    assert next(line for line in out if line.startswith("no-kinds")).rstrip().endswith("9.000")
+    assert next(line for line in out if line.startswith("plain")).rstrip().endswith("15.000")
