@@ -42,7 +42,8 @@ import train  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True,
-                choices=["plain", "zcta", "ready", "kernelch", "profiler", "nokinds", "kernelonly", "copyonly", "hostonly"])
+                choices=["plain", "zcta", "ready", "kernelch", "profiler",
+                         "nokinds", "kernelonly", "copyonly", "hostonly"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=5)

@@ -14,9 +14,9 @@ import statistics
 # so the events time the GPU's work, not the host's enqueue (~500 us at H200 clocks).
 # It was 200,000 cycles (~100 us): in a loop of sleep + op + events without a
 # synchronise, one rank's host took longer per torch all_to_all (~60-90 us in the call
-# alone) than the GPU per iteration, the GPU went idle before the launch, and 15 % of
-# that rank's event pairs timed 80-210 us of host enqueue around a 55 us op
-# (tests/gpu/cupti.sh, default mode, 2xH200, eighth session).
+# alone) than the GPU per iteration, the GPU went idle before the launch, and 10 of 240
+# event pairs (8 of that rank's 30 torch all_to_all) timed host enqueue too, 80-210 us
+# around a 55 us op (tests/gpu/cupti.sh, default mode, 2xH200, eighth session).
 SLEEP_CYCLES = 1_000_000
 
 # nccl-tests bus-bandwidth factors, n = ranks.

@@ -228,7 +228,8 @@ struct Agg {
     launch_ns: Option<i64>,
     /// The first and last start of its traced calls whose work CUPTI records
     /// ([`Call::has_records`]): under sampling, a window's kinds going off between them
-    /// lost some of that work.
+    /// lost some of that work. (Conservative: a call that spans a whole gap without
+    /// launching in it, 150 ms or more of connection setup, is not sampled either.)
     work_launches: Option<(i64, i64)>,
     /// The span of the activities of the strongest [`Bound`] seen so far.
     span: Option<Span>,
@@ -1264,9 +1265,9 @@ mod tests {
     }
 
     /// The sampling rule's other cases: the kinds still off when the op is released (the
-    /// usual case, the hold being shorter than the gap between windows); a first launch
-    /// in the gap and the last after the next window began; a flag-sync memop (no
-    /// activity record) launched in the gap, which loses nothing.
+    /// usual case, the hold being shorter than the gap between windows); launches in a
+    /// window, in the gap and in the next window (the last one alone would pass); a
+    /// flag-sync memop (no activity record) launched in the gap, which loses nothing.
     #[test]
     fn the_sampling_rule_looks_at_every_recorded_launch_and_the_open_gap() {
         let nccl = Some("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
