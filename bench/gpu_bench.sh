@@ -44,9 +44,25 @@ export BENCH_RANK_CPUS=${BENCH_RANK_CPUS-0-7:8-15}
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
-known=" plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly "
+# The environment configuration $1 adds, one assignment per line; fails for an unknown one.
+config_env() {
+  case $1 in
+    plain | profiler) ;;
+    zcta) echo "LD_PRELOAD=$shim" ;;
+    ready) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_GPU_READY=1 ;;
+    kernelch) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_NCCL_KERNEL_CH=1 ;;
+    nokinds) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_KINDS=none ;;
+    kernelonly) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_KINDS=kernel ;;
+    copyonly) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset ;;
+    hostonly) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI=0 ;;
+    *) return 1 ;;
+  esac
+}
 for c in "${configs[@]}"; do
-  [[ "$known" == *" $c "* ]] || { echo "unknown configuration $c (known:$known)"; exit 2; }
+  config_env "$c" >/dev/null || {
+    echo "unknown configuration $c (known: plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly)"
+    exit 2
+  }
 done
 work=$(mktemp -d)
 mkdir -p "$out" "$work/res" "$work/logs"
@@ -58,17 +74,10 @@ for ((r = 0; r < rounds; r++)); do
   n=${#configs[@]}
   for ((i = 0; i < n; i++)); do
     c=${configs[$(((i + r) % n))]}
-    envs=(ZCTA_OUT="$runs" ZCTA_RUN_ID="$c-$r")
-    case $c in
-      zcta) envs+=(LD_PRELOAD="$shim") ;;
-      ready) envs+=(LD_PRELOAD="$shim" ZCTA_GPU_READY=1) ;;
-      kernelch) envs+=(LD_PRELOAD="$shim" ZCTA_NCCL_KERNEL_CH=1) ;;
-      nokinds) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=none) ;;
-      kernelonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=kernel) ;;
-      copyonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset) ;;
-      hostonly) envs+=(LD_PRELOAD="$shim" ZCTA_CUPTI=0) ;;
-    esac
-    extra=(--measures "${MEASURES:-train_step_ms,allreduce_8B_us,a2a_1MiB_us,a2a_128MiB_us}")
+    mapfile -t envs < <(config_env "$c")
+    envs+=(ZCTA_OUT="$runs" ZCTA_RUN_ID="$c-$r")
+    extra=()
+    if [ -n "${MEASURES:-}" ]; then extra=(--measures "$MEASURES"); fi
     watcher=
     if [ "$c" = zcta ] && [ "$r" = 0 ]; then
       extra+=(--accuracy)
@@ -77,7 +86,7 @@ for ((r = 0; r < rounds; r++)); do
     fi
     echo "== round $r: $c"
     env "${envs[@]}" timeout 300 torchrun --standalone --nproc-per-node 2 "$here/gpu_job.py" \
-      --config "$c" --round "$r" --out "$work/res" "${extra[@]}" >"$work/logs/$c-$r.log" 2>&1 \
+      --config "$c" --round "$r" --out "$work/res" ${extra[@]+"${extra[@]}"} >"$work/logs/$c-$r.log" 2>&1 \
       || { echo "FAIL  $c round $r"; tail -15 "$work/logs/$c-$r.log"; status=1; }
     if [ -n "$watcher" ]; then touch "$work/stop"; wait "$watcher"; fi
   done
