@@ -7,7 +7,9 @@ cost the benchmark compares, measured the same way whatever is attached.
 this job only checks it): plain, zcta, ready (zcta with ZCTA_GPU_READY=1), kernelch
 (zcta + NCCL's per-channel GPU timers), nokinds / kernelonly / copyonly (zcta with no
 activity kinds, the kernel kind only, the memcpy/memcpy2/memset kinds only), hostonly
-(zcta without CUPTI), profiler (torch.profiler with CPU + CUDA activities around the
+(zcta without CUPTI), nocallbacks (zcta without CUPTI's launch callbacks), noplugin (zcta
+without its NCCL profiler plugin), kernelchonly (zcta without CUPTI, with NCCL's
+per-channel GPU timers), profiler (torch.profiler with CPU + CUDA activities around the
 measured part).
 
 Measured, in this order, each the median of --reps repetitions:
@@ -43,7 +45,8 @@ import train  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True,
                 choices=["plain", "zcta", "ready", "kernelch", "profiler",
-                         "nokinds", "kernelonly", "copyonly", "hostonly"])
+                         "nokinds", "kernelonly", "copyonly", "hostonly", "nocallbacks", "noplugin",
+                         "kernelchonly"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=5)
