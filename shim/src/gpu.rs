@@ -208,7 +208,7 @@ fn apply() {
     let kinds_change = KINDS_ON.swap(kinds, Ordering::SeqCst) != kinds;
     // Switch times err towards "off": on is stamped after the kinds are enabled, off
     // before they are disabled, so a launch made during the switch counts as unrecorded.
-    let before = zcta::clock::now_ns();
+    let before = crate::ffi::sys::now_ns();
     if kinds_change && kinds {
         cupti::set_kinds(&s.kinds, true);
     }
@@ -219,7 +219,7 @@ fn apply() {
         cupti::set_kinds(&s.kinds, false);
     }
     if kinds_change {
-        let t = if kinds { zcta::clock::now_ns() } else { before };
+        let t = if kinds { crate::ffi::sys::now_ns() } else { before };
         KINDS_SWITCHED_AT[usize::from(kinds)].store(t, Ordering::Relaxed);
         KINDS_EPOCH.fetch_add(1, Ordering::Release);
     }
@@ -279,7 +279,7 @@ pub fn on_api_enter(driver: bool, cbid: u32, correlation_id: u32) {
         api: RawApi {
             driver,
             cbid,
-            start_ns: zcta::clock::now_ns(),
+            start_ns: crate::ffi::sys::now_ns(),
             end_ns: 0,
             thread: cupti::cupti_thread_id(),
             correlation_id,
@@ -306,7 +306,7 @@ pub fn start(enabled: bool) {
             if FOREIGN.load(Ordering::Acquire) {
                 stop_for_foreign("a CUPTI client registered while zcta was starting");
             } else {
-                STARTED_AT.store(zcta::clock::now_ns(), Ordering::Release);
+                STARTED_AT.store(crate::ffi::sys::now_ns(), Ordering::Release);
                 STATE.store(ACTIVE, Ordering::Release);
                 // Paused before the first communicator.
                 apply();
@@ -350,9 +350,9 @@ fn try_start(enabled: bool) -> Result<(), String> {
     // The first call initialises CUPTI's timer (it took ~0.5–0.8 ms on the GPU
     // machine); the second, bracketed by two clock reads, gives the offset.
     let _ = cupti::timestamp();
-    let before = zcta::clock::now_ns();
+    let before = crate::ffi::sys::now_ns();
     let ts = cupti::timestamp().ok_or("cuptiGetTimestamp failed")? as i64;
-    let after = zcta::clock::now_ns();
+    let after = crate::ffi::sys::now_ns();
     let offset = ts.wrapping_sub(before + (after - before) / 2);
     if offset.unsigned_abs() > 1_000_000_000 {
         let why = format!(
@@ -405,7 +405,7 @@ fn stop_for_foreign(what: &str) {
     cupti::flush(true);
     cupti::stop(&setup().kinds);
     STATE.store(OFF, Ordering::Release);
-    let when = zcta::clock::now_ns();
+    let when = crate::ffi::sys::now_ns();
     STOPPED_AT.store(when, Ordering::Release);
     set_status(|s| s.cupti = format!("stopped: {what} at {when} ns; GPU columns NULL from then on"));
     warn_once(format_args!(

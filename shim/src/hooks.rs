@@ -11,7 +11,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use zcta::clock::now_ns;
+use crate::ffi::sys::now_ns;
 use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
 use zcta::record::{CallRecord, CommRecord, Event, OpRecord, SmallStr};

@@ -21,7 +21,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 
-use zcta::clock::now_ns;
+use crate::ffi::sys::now_ns;
 use zcta::nccl::{self, PLUGIN_ALGOS, PLUGIN_FUNCS, PLUGIN_PROTOS, name_code};
 use zcta::record::{NcclCommRecord, NcclOpRecord, PluginEvent, ProxyKind, ProxyRecord, SmallStr};
 
