@@ -11,7 +11,8 @@
 #    (ZCTA_CUPTI_KINDS=kernel), copyonly (ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset),
 #    hostonly (ZCTA_CUPTI=0), nocallbacks (ZCTA_CUPTI_CALLBACKS=0: kinds on, nothing
 #    joined), noplugin (ZCTA_NCCL_PLUGIN=0), kernelchonly (ZCTA_CUPTI=0 with NCCL's
-#    per-channel GPU timers: what GPU times from NCCL alone would cost). MEASURES (gpu_job.py --measures) limits what each
+#    per-channel GPU timers: what GPU times from NCCL alone would cost), kernelchmin (the
+#    same with NCCL's Coll, P2p and KernelCh events only: ZCTA_NCCL_MASK=0x46). MEASURES (gpu_job.py --measures) limits what each
 #    process measures; AB_BLOCKS=0 skips step 2. Each rank pins itself to its CPU set
 #    of BENCH_RANK_CPUS (default 0-7:8-15; empty: not pinned; pin_rank in
 #    examples/nccl_bench.py): unpinned, plain processes' 8-byte loop ranged 44–58 us
@@ -60,12 +61,13 @@ config_env() {
     nocallbacks) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_CALLBACKS=0 ;;
     noplugin) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_NCCL_PLUGIN=0 ;;
     kernelchonly) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI=0 ZCTA_NCCL_KERNEL_CH=1 ;;
+    kernelchmin) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI=0 ZCTA_NCCL_MASK=0x46 ;;
     *) return 1 ;;
   esac
 }
 for c in "${configs[@]}"; do
   config_env "$c" >/dev/null || {
-    echo "unknown configuration $c (known: plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly nocallbacks noplugin kernelchonly)"
+    echo "unknown configuration $c (known: plain zcta ready kernelch profiler nokinds kernelonly copyonly hostonly nocallbacks noplugin kernelchonly kernelchmin)"
     exit 2
   }
 done

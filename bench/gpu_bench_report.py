@@ -29,7 +29,7 @@ MEASURES = [("train_step_ms", "examples/train.py step (ms)", 1.01),
             ("a2a_1MiB_us", "1 MiB all_to_all (us/op)", 1.01),
             ("a2a_128MiB_us", "128 MiB all_to_all (us/op)", 1.01)]
 CONFIGS = [c for c in ("plain", "zcta", "kernelonly", "copyonly", "nokinds", "nocallbacks", "noplugin", "hostonly",
-                       "kernelchonly", "ready", "kernelch", "profiler") if c in by]
+                       "kernelchonly", "kernelchmin", "ready", "kernelch", "profiler") if c in by]
 
 print("### Overhead: process A/B, rounds in rotated order\n")
 # What the jobs said they pinned (older job files do not say).

@@ -9,7 +9,8 @@ this job only checks it): plain, zcta, ready (zcta with ZCTA_GPU_READY=1), kerne
 activity kinds, the kernel kind only, the memcpy/memcpy2/memset kinds only), hostonly
 (zcta without CUPTI), nocallbacks (zcta without CUPTI's launch callbacks), noplugin (zcta
 without its NCCL profiler plugin), kernelchonly (zcta without CUPTI, with NCCL's
-per-channel GPU timers), profiler (torch.profiler with CPU + CUDA activities around the
+per-channel GPU timers), kernelchmin (the same with only NCCL's Coll, P2p and KernelCh
+events), profiler (torch.profiler with CPU + CUDA activities around the
 measured part).
 
 Measured, in this order, each the median of --reps repetitions:
@@ -46,7 +47,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True,
                 choices=["plain", "zcta", "ready", "kernelch", "profiler",
                          "nokinds", "kernelonly", "copyonly", "hostonly", "nocallbacks", "noplugin",
-                         "kernelchonly"])
+                         "kernelchonly", "kernelchmin"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=5)
