@@ -1,15 +1,18 @@
 //! Writer throughput: rows/s through the crash-safe sink (IPC log + Parquet), on one
-//! core, with a torch-like op stream. Also prints bytes per ops row on disk.
+//! core, with a torch-like op stream. Also prints bytes per ops row on disk. Two
+//! groups: the host side only (`Writer::handle`, no GPU capture), and the same ops
+//! with their GPU side filled in (the ops table's writer, as after the GPU join).
 //! Run: `cargo bench --bench writer`.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use zcta::gpu::{Engine, OpGpu, OpRow};
 use zcta::nccl::OpKind;
 use zcta::record::{Event, OpRecord};
-use zcta::sink::{ProcessInfo, SinkPolicy, Writer};
-use zcta::tables::{Ctx, ProcessRow};
+use zcta::sink::{DatasetWriter, ProcessInfo, SinkPolicy, Writer};
+use zcta::tables::{Ctx, OpsTable, ProcessRow};
 
 /// A stream resembling a training step loop: a few op kinds and sizes, one
 /// communicator, increasing timestamps with jitter, Send/Recv in groups.
@@ -65,6 +68,49 @@ fn workload(n: usize) -> Vec<Event> {
         .collect()
 }
 
+/// The same ops with a GPU side: launched 3–6 µs into the call, started on the GPU
+/// 5–15 µs after the launch, running ~5 µs plus 1 µs per 200 KiB, each with jitter.
+fn with_gpu(events: &[Event]) -> Vec<OpRow> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Op(rec) => Some(*rec),
+            _ => None,
+        })
+        .map(|rec| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let launch = rec.api_start_ns + 3_000 + (x % 3_000) as i64;
+            let start = launch + 5_000 + ((x >> 16) % 10_000) as i64;
+            let dur = 5_000 + (rec.bytes.unwrap_or(0) / 204_800) as i64 * 1_000 + ((x >> 32) % 2_000) as i64;
+            OpRow {
+                rec,
+                gpu: Some(OpGpu {
+                    launch_ns: Some(launch),
+                    gpu_ready_ns: None,
+                    gpu_start_ns: Some(start),
+                    gpu_end_ns: Some(start + dur),
+                    engine: Engine::SmKernel,
+                    kernel: None,
+                    n_kernels: 1,
+                    n_memcpy: 0,
+                    memcpy_bytes: 0,
+                }),
+            }
+        })
+        .collect()
+}
+
+fn write_ops(dir: &std::path::Path, rows: &[OpRow], ctx: &Ctx) {
+    let mut w = DatasetWriter::<OpsTable>::new(dir, "bench-p1", SinkPolicy::default());
+    for r in rows {
+        w.append(black_box(r), ctx).unwrap();
+    }
+    w.close().unwrap();
+}
+
 fn info(dir: &std::path::Path) -> ProcessInfo {
     ProcessInfo {
         run_dir: dir.to_owned(),
@@ -113,6 +159,33 @@ fn bench_writer(c: &mut Criterion) {
                 w.handle(black_box(e)).unwrap();
             }
             w.finish("exit", 0).unwrap();
+            dir
+        })
+    });
+    g.finish();
+
+    let rows = with_gpu(&events);
+    let ctx = info(std::path::Path::new("")).ctx;
+    {
+        let dir = tempfile::tempdir().unwrap();
+        write_ops(dir.path(), &rows, &ctx);
+        let bytes: u64 = std::fs::read_dir(dir.path().join("ops"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        eprintln!(
+            "ops bytes on disk with the GPU side: {bytes} for {} rows = {:.2} bytes/row",
+            rows.len(),
+            bytes as f64 / rows.len() as f64
+        );
+    }
+    let mut g = c.benchmark_group("writer");
+    g.throughput(Throughput::Elements(rows.len() as u64));
+    g.sample_size(10);
+    g.bench_function("ops_rows_1M_with_gpu_side", |b| {
+        b.iter_with_large_drop(|| {
+            let dir = tempfile::tempdir().unwrap();
+            write_ops(dir.path(), &rows, &ctx);
             dir
         })
     });
