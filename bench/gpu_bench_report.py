@@ -2,7 +2,8 @@
 
 usage: gpu_bench_report.py WORK_DIR RUNS_DIR
 WORK_DIR/res holds the jobs' JSON (<config>-<round>.json), ab.txt, wal_lag.json,
-report.json, disk_bytes; RUNS_DIR/zcta-0 is the run the accuracy and data tables use.
+report.json, disk_bytes; RUNS_DIR/zcta-0 is the run the accuracy and data tables use,
+and every RUNS_DIR/<config>-<round> gives the time-in-call table.
 """
 
 import glob
@@ -56,6 +57,45 @@ for key, label, target in MEASURES:
             continue
         cells.append(f"{m:.2f} ({statistics.median(ratios):.3f}× [{min(ratios):.3f}, {max(ratios):.3f}])")
     print(f"| {label} | zcta ≤ {target}× | " + " | ".join(cells) + " |")
+
+# Time inside the NCCL call, per configuration with the shim: api_end_ns − api_start_ns
+# as zcta recorded it in every run of the job. CUPTI's work inside the launch (its
+# callbacks, its kernel instrumentation) and NCCL's profiler events happen inside the
+# call; zcta's own record is built after the call returns, so it is not in it. Measured
+# per call, this splits the in-call costs without the placement noise of the ratios.
+IN_CALL = [("AllReduce", 8, "8-byte all_reduce"), ("AlltoAll", 1 << 20, "1 MiB all_to_all")]
+in_call = {}
+for d in sorted(glob.glob(os.path.join(runs, "*-*"))):
+    config, _, rnd = os.path.basename(d).rpartition("-")
+    if not rnd.isdigit():
+        continue
+    o = read_table(d, "ops")
+    if not len(o):
+        continue
+    for op, nbytes, _ in IN_CALL:
+        sel = o[(o.op == op) & (o.bytes == nbytes)]
+        if len(sel):
+            us = (sel.api_end_ns - sel.api_start_ns).median() / 1e3
+            in_call.setdefault(config, {}).setdefault((op, nbytes), []).append((us, len(sel)))
+if in_call:
+    print("\n### Time inside the NCCL call (zcta's api_end_ns − api_start_ns), per configuration\n")
+    print("Median over each run's calls (both ranks), then median over rounds [min, max]; calls per "
+          "run in parentheses. Includes CUPTI's work inside the launch and NCCL's profiler events; "
+          "excludes zcta's own record, made after the call returns.\n")
+    print("| configuration | " + " | ".join(f"{label} (us)" for _, _, label in IN_CALL) + " |")
+    print("|---|" + "---|" * len(IN_CALL))
+    order = [c for c in CONFIGS if c in in_call] + sorted(c for c in in_call if c not in CONFIGS)
+    for c in order:
+        cells = []
+        for op, nbytes, _ in IN_CALL:
+            v = in_call[c].get((op, nbytes))
+            if not v:
+                cells.append("—")
+                continue
+            us = [u for u, _ in v]
+            n = statistics.median(k for _, k in v)
+            cells.append(f"{statistics.median(us):.2f} [{min(us):.2f}, {max(us):.2f}] ({n:.0f})")
+        print(f"| {c} | " + " | ".join(cells) + " |")
 
 ab = os.path.join(res, "ab.txt")
 if os.path.exists(ab):

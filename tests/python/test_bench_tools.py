@@ -124,6 +124,17 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     (res / "nokinds-0.json").write_text(json.dumps(
         {"config": "nokinds", "round": 0, "world": 2, "medians": {"allreduce_8B_us": 10.5}, "reps": {},
          "accuracy": [], "accuracy_start_ns": 0, "pinned": {"spec": "0-7:8-15", "rank0_cpus": [0, 1]}}))
+    # Two rounds of a configuration with the shim: the time-in-call table takes each run's
+    # median of api_end_ns - api_start_ns, then the median over rounds.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for rnd, durs in ((0, [10_000, 20_000, 90_000]), (1, [40_000, 40_000, 50_000])):
+        d = runs / f"nokinds-{rnd}" / "ops"
+        d.mkdir(parents=True)
+        pq.write_table(pa.table({"op": ["AllReduce"] * 3 + ["AlltoAll"], "bytes": [8, 8, 8, 1 << 10],
+                                 "api_start_ns": [0, 0, 0, 0], "api_end_ns": durs + [5_000], "rank": [0, 1, 0, 0]}),
+                       d / "x.parquet")
     (res / "disk_bytes").write_text("123456")
     (res / "wal_lag.json").write_text(json.dumps({"rows": 10, "p50_ms": 1200.0, "p99_ms": 1500.0,
                                                   "max_ms": 1510.0, "poll_ms": 50}))
@@ -140,6 +151,8 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     assert f"| bytes on disk per op (whole run directory, every table) | {123456 / len(ops):.1f} |" in out
     assert "| CUPTI records dropped | 0 |" in out
     assert "1200 / 1500 / 1510 ms" in out
+    # Medians 20 and 40 us; the 1 KiB AlltoAll is not the 1 MiB one.
+    assert "| nokinds | 30.00 [20.00, 40.00] (3) | — |" in out, out
 
 
 def test_gpu_scripts_compile():
