@@ -214,3 +214,19 @@ def test_self_process_ab_report():
     assert row.split()[-5:] == ["18.500", "1.200", "[1.100,", "1.300]", "(2)"], row
     assert next(line for line in out if line.startswith("no-kinds")).rstrip().endswith("9.000")
     assert next(line for line in out if line.startswith("plain")).rstrip().endswith("15.000")
+
+
+def test_reencode_example(host, tmp_path):  # noqa: F811
+    """examples/reencode.rs (built by `cargo build --all-targets`) sizes a run's table
+    with today's Parquet settings, and reads the run without changing it."""
+    run = run_job(host, tmp_path, "r", ranks=2, iters=5, cupti=True)
+    tool = ROOT / "target" / "debug" / "examples" / "reencode"
+    before = sorted((p.name, p.stat().st_size) for p in (run / "gpu").iterdir())
+    out = subprocess.run([tool, run, "gpu"], check=True, capture_output=True, text=True).stdout
+    n = len(pd.read_parquet(run / "gpu"))
+    assert n > 0 and out.startswith(f"gpu: {n} rows in "), out
+    assert sorted((p.name, p.stat().st_size) for p in (run / "gpu").iterdir()) == before
+    bad = subprocess.run([tool, run, "proxy"], capture_output=True, text=True)  # the stand-in wrote none
+    assert bad.returncode != 0 and f"reading {run / 'proxy'}" in bad.stderr, bad.stderr
+    bad = subprocess.run([tool, run, "phases"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown table phases" in bad.stderr, bad.stderr
