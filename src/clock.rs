@@ -5,6 +5,10 @@
 //! through the vDSO). CUPTI's default timestamps are in the same domain, so host and
 //! GPU records can be compared without conversion. Ranks on one host share it; across
 //! hosts it is only as good as NTP/PTP, which the analysis estimates separately.
+//!
+//! The shim's hot paths read the same clock through `clock_gettime` directly
+//! (`shim/src/ffi/sys.rs`, `now_ns`: this crate has no unsafe code), ~85 instructions
+//! cheaper per read; a unit test there checks the two agree.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
