@@ -12,12 +12,13 @@
 #    hostonly (ZCTA_CUPTI=0), nocallbacks (ZCTA_CUPTI_CALLBACKS=0: kinds on, nothing
 #    joined), noplugin (ZCTA_NCCL_PLUGIN=0), kernelchonly (ZCTA_CUPTI=0 with NCCL's
 #    per-channel GPU timers: what GPU times from NCCL alone would cost), kernelchmin (the
-#    same with NCCL's Coll, P2p and KernelCh events only: ZCTA_NCCL_MASK=0x46). MEASURES (gpu_job.py --measures) limits what each
-#    process measures; AB_BLOCKS=0 skips step 2. Each rank pins itself to its CPU set
-#    of BENCH_RANK_CPUS (default 0-7:8-15; empty: not pinned; pin_rank in
-#    examples/nccl_bench.py): unpinned, plain processes' 8-byte loop ranged 44–58 us
-#    on the 2xH200; with the whole torchrun on cores 0-7, 33–39 us (docs/PERFORMANCE.md,
-#    "Eighth session").
+#    same with NCCL's Coll, P2p and KernelCh events only: ZCTA_NCCL_MASK=0x46). MEASURES
+#    (gpu_job.py --measures) limits what each process measures; AB_BLOCKS=0 skips step 2.
+#    Each rank pins itself to its CPU set of BENCH_RANK_CPUS (default 0-7:8-15; empty:
+#    not pinned; pin_rank in examples/nccl_bench.py): unpinned, plain processes' 8-byte
+#    loop ranged 44–58 us on the 2xH200; with the whole torchrun on cores 0-7, 33–39 us
+#    (docs/PERFORMANCE.md, "Eighth session"). The report also gives each configuration's
+#    time inside the NCCL call, from zcta's own rows of every run.
 #    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
 #    128 MiB all_to_all loops.
 # 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks

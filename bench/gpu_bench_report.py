@@ -60,9 +60,11 @@ for key, label, target in MEASURES:
 
 # Time inside the NCCL call, per configuration with the shim: api_end_ns − api_start_ns
 # as zcta recorded it in every run of the job. CUPTI's work inside the launch (its
-# callbacks, its kernel instrumentation) and NCCL's profiler events happen inside the
-# call; zcta's own record is built after the call returns, so it is not in it. Measured
-# per call, this splits the in-call costs without the placement noise of the ratios.
+# callbacks, its kernel instrumentation), NCCL's profiler events and zcta's callbacks
+# for them happen inside the call; only zcta's ops row is built after the call returns.
+# Measured per call, this splits the in-call costs without the placement noise of the
+# ratios. Calls from the accuracy phase (ops timed alone behind a GPU sleep, in the
+# run of zcta round 0) are left out.
 IN_CALL = [("AllReduce", 8, "8-byte all_reduce"), ("AlltoAll", 1 << 20, "1 MiB all_to_all")]
 in_call = {}
 for d in sorted(glob.glob(os.path.join(runs, "*-*"))):
@@ -72,6 +74,10 @@ for d in sorted(glob.glob(os.path.join(runs, "*-*"))):
     o = read_table(d, "ops")
     if not len(o):
         continue
+    acc = next((j["accuracy_start_ns"] for j in jobs if j["config"] == config and str(j["round"]) == rnd
+                and j.get("accuracy")), None)
+    if acc is not None:
+        o = o[o.api_start_ns < acc]
     for op, nbytes, _ in IN_CALL:
         sel = o[(o.op == op) & (o.bytes == nbytes)]
         if len(sel):
@@ -80,8 +86,9 @@ for d in sorted(glob.glob(os.path.join(runs, "*-*"))):
 if in_call:
     print("\n### Time inside the NCCL call (zcta's api_end_ns − api_start_ns), per configuration\n")
     print("Median over each run's calls (both ranks), then median over rounds [min, max]; calls per "
-          "run in parentheses. Includes CUPTI's work inside the launch and NCCL's profiler events; "
-          "excludes zcta's own record, made after the call returns.\n")
+          "run in parentheses. Includes CUPTI's work inside the launch, NCCL's profiler events and "
+          "zcta's callbacks; excludes zcta's ops row, built after the call returns, and the "
+          "accuracy phase's calls.\n")
     print("| configuration | " + " | ".join(f"{label} (us)" for _, _, label in IN_CALL) + " |")
     print("|---|" + "---|" * len(IN_CALL))
     order = [c for c in CONFIGS if c in in_call] + sorted(c for c in in_call if c not in CONFIGS)

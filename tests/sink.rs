@@ -89,3 +89,82 @@ fn every_cut_batch_is_in_the_log() {
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 100);
     w.finish("exit", 0).unwrap();
 }
+
+/// A batch of `n` rows of `T`'s schema with increasing values in every column.
+fn rows_of<T: zcta::tables::Table>(n: usize) -> arrow_array::RecordBatch {
+    use arrow_array::{
+        ArrayRef, BooleanArray, Int32Array, Int64Array, StringArray, UInt32Array, UInt64Array,
+    };
+    use arrow_schema::DataType;
+    let schema = T::schema();
+    let cols: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .map(|f| -> ArrayRef {
+            match f.data_type() {
+                DataType::Int32 => Arc::new(Int32Array::from_iter_values(0..n as i32)),
+                DataType::Int64 => Arc::new(Int64Array::from_iter_values(
+                    (0..n as i64).map(|i| 1_700_000_000_000_000_000 + i * 977),
+                )),
+                DataType::UInt32 => Arc::new(UInt32Array::from_iter_values(0..n as u32)),
+                DataType::UInt64 => Arc::new(UInt64Array::from_iter_values(0..n as u64)),
+                DataType::Boolean => Arc::new(BooleanArray::from_iter((0..n).map(|i| Some(i % 2 == 0)))),
+                DataType::Utf8 => Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("v{}", i % 3)),
+                )),
+                other => panic!("{}.{}: no test values for {other}", T::NAME, f.name()),
+            }
+        })
+        .collect();
+    arrow_array::RecordBatch::try_new(schema, cols).unwrap()
+}
+
+/// Every column a table declares `delta` is an integer column, and the file the sink
+/// writes stores it DELTA_BINARY_PACKED without a dictionary.
+fn delta_columns_are_written_delta<T: zcta::tables::Table>(dir: &std::path::Path) {
+    use parquet::basic::Encoding as PqEncoding;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use zcta::tables::Encoding;
+    let delta: Vec<&str> = T::encodings()
+        .iter()
+        .filter(|(_, e)| *e == Encoding::Delta)
+        .map(|(c, _)| *c)
+        .collect();
+    let path = dir.join(format!("{}.parquet", T::NAME));
+    zcta::sink::write_parquet_file::<T>(&path, &[rows_of::<T>(5_000)]).unwrap();
+    let meta = SerializedFileReader::new(std::fs::File::open(&path).unwrap())
+        .unwrap()
+        .metadata()
+        .clone();
+    let rg = meta.row_group(0);
+    for c in &delta {
+        let chunk = rg
+            .columns()
+            .iter()
+            .find(|m| m.column_path().string() == *c)
+            .unwrap_or_else(|| panic!("{}.{c}: declared delta, not in the file", T::NAME));
+        let enc: Vec<PqEncoding> = chunk.encodings().collect();
+        assert!(
+            enc.contains(&PqEncoding::DELTA_BINARY_PACKED)
+                && !enc.contains(&PqEncoding::RLE_DICTIONARY)
+                && !enc.contains(&PqEncoding::PLAIN_DICTIONARY),
+            "{}.{c}: {enc:?}",
+            T::NAME
+        );
+    }
+}
+
+#[test]
+fn delta_columns_are_integers_written_delta_binary_packed() {
+    use zcta::tables::*;
+    let dir = tempfile::tempdir().unwrap();
+    delta_columns_are_written_delta::<OpsTable>(dir.path());
+    delta_columns_are_written_delta::<GpuTable>(dir.path());
+    delta_columns_are_written_delta::<CallsTable>(dir.path());
+    delta_columns_are_written_delta::<NcclOpsTable>(dir.path());
+    delta_columns_are_written_delta::<ProxyTable>(dir.path());
+    delta_columns_are_written_delta::<CommsTable>(dir.path());
+    delta_columns_are_written_delta::<NcclCommsTable>(dir.path());
+    delta_columns_are_written_delta::<PhasesTable>(dir.path());
+    delta_columns_are_written_delta::<ProcessTable>(dir.path());
+}

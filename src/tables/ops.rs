@@ -24,7 +24,7 @@ crate::define_table! {
     recvbuff: U64, required, default, "receive buffer address (0 for Send; Bcast: the single buffer)" => |r, c| Some(r.recvbuff);
     stream: U64, required, default, "cudaStream_t address (0: the legacy default stream)" => |r, c| Some(r.stream);
     device: I32, nullable, default, "CUDA device of the communicator (ncclCommCuDevice)" => |r, c| r.device;
-    group_id: U64, nullable, default, "id shared by the ops issued between one outermost ncclGroupStart/ncclGroupEnd on this thread; NULL outside groups; joins `calls.group_id`" => |r, c| r.group_id;
+    group_id: U64, nullable, delta, "id shared by the ops issued between one outermost ncclGroupStart/ncclGroupEnd on this thread; NULL outside groups; joins `calls.group_id`" => |r, c| r.group_id;
     api_start_ns: I64, required, delta, "entry into the NCCL call, ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.api_start_ns);
     api_end_ns: I64, required, delta, "return from the NCCL call, same clock" => |r, c| Some(r.api_end_ns);
     result: I32, required, default, "ncclResult_t returned to the caller (0 success, 4 invalid argument, 5 invalid usage, 7 in progress, ...)" => |r, c| Some(r.result);

@@ -132,9 +132,17 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     for rnd, durs in ((0, [10_000, 20_000, 90_000]), (1, [40_000, 40_000, 50_000])):
         d = runs / f"nokinds-{rnd}" / "ops"
         d.mkdir(parents=True)
-        pq.write_table(pa.table({"op": ["AllReduce"] * 3 + ["AlltoAll"], "bytes": [8, 8, 8, 1 << 10],
-                                 "api_start_ns": [0, 0, 0, 0], "api_end_ns": durs + [5_000], "rank": [0, 1, 0, 0]}),
+        # Round 1's job timed accuracy from t=500: its call at t=1000 is left out.
+        late = [(1_000, 10_000_000)] if rnd == 1 else []
+        pq.write_table(pa.table({"op": ["AllReduce"] * (3 + len(late)) + ["AlltoAll"],
+                                 "bytes": [8] * (3 + len(late)) + [1 << 10],
+                                 "api_start_ns": [0, 0, 0] + [t for t, _ in late] + [0],
+                                 "api_end_ns": durs + [e for _, e in late] + [5_000],
+                                 "rank": [0, 1, 0] + [0] * len(late) + [0]}),
                        d / "x.parquet")
+    (res / "nokinds-1.json").write_text(json.dumps(
+        {"config": "nokinds", "round": 1, "world": 2, "medians": {}, "reps": {},
+         "accuracy": [{"op": "AllReduce", "bytes": 8, "event_us": [], "loop_us": 1.0}], "accuracy_start_ns": 500}))
     (res / "disk_bytes").write_text("123456")
     (res / "wal_lag.json").write_text(json.dumps({"rows": 10, "p50_ms": 1200.0, "p99_ms": 1500.0,
                                                   "max_ms": 1510.0, "poll_ms": 50}))
@@ -227,6 +235,31 @@ def test_reencode_example(host, tmp_path):  # noqa: F811
     assert n > 0 and out.startswith(f"gpu: {n} rows in "), out
     assert sorted((p.name, p.stat().st_size) for p in (run / "gpu").iterdir()) == before
     bad = subprocess.run([tool, run, "proxy"], capture_output=True, text=True)  # the stand-in wrote none
-    assert bad.returncode != 0 and f"reading {run / 'proxy'}" in bad.stderr, bad.stderr
+    assert bad.returncode != 0 and f"no Parquet files in {run / 'proxy'}" in bad.stderr, bad.stderr
     bad = subprocess.run([tool, run, "phases"], capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown table phases" in bad.stderr, bad.stderr
+    # A truncated file is an error that names it.
+    f = next((run / "ops").glob("*.parquet"))
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    bad = subprocess.run([tool, run, "ops"], capture_output=True, text=True)
+    assert bad.returncode != 0 and str(f) in bad.stderr and "truncated or corrupt" in bad.stderr, bad.stderr
+
+
+def test_gpu_bench_configurations_agree():
+    """bench/gpu_bench.sh's configurations (its config_env arms and its error message),
+    gpu_job.py's --config choices and the report's column order name the same set."""
+    import ast
+    import re
+
+    sh = (ROOT / "bench" / "gpu_bench.sh").read_text()
+    body = sh[sh.index("config_env() {"):sh.index("\n}\n", sh.index("config_env() {"))]
+    arms = {n.strip() for m in re.findall(r"^\s+([a-z| ]+)\)", body, re.M) for n in m.split("|")}
+    known = set(re.search(r"known: ([a-z ]+)\)", sh).group(1).split())
+    job = ast.parse((ROOT / "bench" / "gpu_job.py").read_text())
+    choices = next(set(ast.literal_eval(k.value)) for n in ast.walk(job) if isinstance(n, ast.Call)
+                   for k in n.keywords if k.arg == "choices")
+    rep = (ROOT / "bench" / "gpu_bench_report.py").read_text()
+    tup = re.search(r"CONFIGS = \[c for c in \(([^)]*)\)", rep).group(1)
+    report = set(ast.literal_eval("(" + tup + ")"))
+    assert len(arms) >= 10, arms
+    assert arms == known == choices == report, (arms, known, choices, report)
