@@ -111,6 +111,18 @@ fn write_ops(dir: &std::path::Path, rows: &[OpRow], ctx: &Ctx) {
     w.close().unwrap();
 }
 
+/// Prints the bytes of the run's ops table per row.
+fn print_ops_bytes(run: &std::path::Path, what: &str, rows: usize) {
+    let bytes: u64 = std::fs::read_dir(run.join("ops"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    eprintln!(
+        "ops bytes on disk{what}: {bytes} for {rows} rows = {:.2} bytes/row",
+        bytes as f64 / rows as f64
+    );
+}
+
 fn info(dir: &std::path::Path) -> ProcessInfo {
     ProcessInfo {
         run_dir: dir.to_owned(),
@@ -138,14 +150,7 @@ fn bench_writer(c: &mut Criterion) {
             w.handle(e).unwrap();
         }
         w.finish("exit", 0).unwrap();
-        let bytes: u64 = std::fs::read_dir(dir.path().join("ops"))
-            .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
-            .sum();
-        eprintln!(
-            "ops bytes on disk: {bytes} for {N} rows = {:.2} bytes/row",
-            bytes as f64 / N as f64
-        );
+        print_ops_bytes(dir.path(), "", N);
     }
     let mut g = c.benchmark_group("writer");
     g.throughput(Throughput::Elements(N as u64));
@@ -169,15 +174,7 @@ fn bench_writer(c: &mut Criterion) {
     {
         let dir = tempfile::tempdir().unwrap();
         write_ops(dir.path(), &rows, &ctx);
-        let bytes: u64 = std::fs::read_dir(dir.path().join("ops"))
-            .unwrap()
-            .map(|e| e.unwrap().metadata().unwrap().len())
-            .sum();
-        eprintln!(
-            "ops bytes on disk with the GPU side: {bytes} for {} rows = {:.2} bytes/row",
-            rows.len(),
-            bytes as f64 / rows.len() as f64
-        );
+        print_ops_bytes(dir.path(), " with the GPU side", rows.len());
     }
     let mut g = c.benchmark_group("writer");
     g.throughput(Throughput::Elements(rows.len() as u64));
