@@ -73,6 +73,14 @@ elif sampled:
     keys = [set(map(tuple, measured[measured["rank"] == r][["op", "comm_id", "seq"]].values)) for r in (0, 1)]
     both = len(keys[0] & keys[1]) / max(len(keys[0] | keys[1]), 1)
     print(f"INFO  ops sampled on both ranks: {both:.1%} of {len(keys[0] | keys[1])}")
+    # How far apart the ranks' hosts ran: when each rank's host calls the same collective
+    # (comm_id, seq), every op of the run.
+    coll = ops[~ops.op.isin(["Send", "Recv"]) & ops.seq.notna()]
+    at = coll.pivot_table(index=["comm_id", "seq"], columns="rank", values="api_start_ns", aggfunc="first").dropna()
+    if len(at) and {0, 1} <= set(at.columns):
+        gap_ms = (at[1] - at[0]) / 1e6
+        print(f"INFO  rank 1 called each collective {gap_ms.median():+.1f} ms after rank 0 (median; p10 "
+              f"{gap_ms.quantile(.1):+.1f}, p90 {gap_ms.quantile(.9):+.1f}; {len(at)} collectives)")
 else:
     check(len(measured) == len(ok_ops), f"every op measured (engine not NULL): {len(measured)} of {len(ok_ops)}")
 check(share >= 0.99, f"ops with GPU times: {len(with_gpu)} of {len(measured)} ({share:.1%})")
