@@ -35,7 +35,8 @@
 #   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
 # usage: [ROUNDS=3] [AB_BLOCKS=16] [CONFIGS="plain zcta ready kernelch profiler"]
 #        [BENCH_RANK_CPUS=0-7:8-15] [MEASURES=allreduce_8B_us,...] bench/gpu_bench.sh [CARRY_DIR]
-# Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out).
+# Logs, the report and the run directories' summaries go to $OUT (default ./gpu-out),
+# with round 0's run directories in runs0.tgz.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -117,4 +118,7 @@ fi
 python3 "$here/gpu_bench_report.py" "$work" "$runs" | tee "$out/bench.md" || status=1
 echo "wall: $(($(date +%s) - t0)) s"
 tar czf "$out/bench.tgz" -C "$work" logs res
+# Round 0's run directories (~1 MB each: 60 bytes per op on disk, eighth session), so the
+# rows can be read again off the GPU machine (the device returns files up to 16 MiB).
+(cd "$runs" 2>/dev/null && ls -d -- *-0 >/dev/null 2>&1) && tar czf "$out/runs0.tgz" -C "$runs" $(cd "$runs" && ls -d -- *-0)
 exit $status
