@@ -15,7 +15,8 @@
 //! time `t` with `t mod EVERY < ON` (the shim checks each call's own timestamp; for
 //! ops in a group, that of the ncclGroupEnd that launches them), so
 //! every rank of a job samples the same ops and the cross-rank phases (barrier) stay
-//! measurable for them (when the ranks call it within one window of each other). The
+//! measurable for them (when the ranks call it within one window of each other; hosts
+//! that run ahead of their GPUs by different amounts do not: docs/phases.md). The
 //! writer thread switches the kinds and NCCL's events on [`OPEN_LEAD`] before a
 //! window (it switches within its poll interval, so the window's first calls find them
 //! on), and off after it in two steps: first calls stop being marked
