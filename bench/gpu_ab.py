@@ -12,6 +12,8 @@ was in both halves. Rank 0 prints one line per measurement: median of the "on" b
 paired ratios (each "on" block over its neighbouring "off" block, which cancels slow
 drift) with its interval, and the ratio of the means (what sampled detail,
 ZCTA_SAMPLE, costs over time: blocks inside a window cost more than the others).
+Each measurement starts on both ranks together (`nccl_bench.together`; since the ninth
+session, before only each block did).
 """
 
 import argparse
@@ -82,7 +84,7 @@ for blk in range(2 * args.blocks):
     dist.barrier()
     set_recording(1 if on else 0)
     for name, fn in tests.items():
-        res[name][on].append(fn())
+        res[name][on].append(nb.together(fn))
         if blk % 2 == 1:
             pairs[name].append(res[name][True][-1] / res[name][False][-1])
 set_recording(1)

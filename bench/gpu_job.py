@@ -13,11 +13,15 @@ per-channel GPU timers), kernelchmin (the same with only NCCL's Coll, P2p and Ke
 events), profiler (torch.profiler with CPU + CUDA activities around the
 measured part).
 
-Measured, in this order, each the median of --reps repetitions:
+Measured, in this order, each the median of --reps repetitions, each repetition started
+on both ranks together (synchronise, barrier: a rank that starts late holds the other's
+loop on the GPU, and its lag would count as time per call):
 - train step: examples/train.py's model, --train-steps steps after 10 warm-up steps,
   each step synchronised (ms);
-- 8-byte all_reduce host loop: 500 calls then one synchronise (us per call);
-- 1 MiB and 128 MiB all_to_all_single: back-to-back loops (us per op).
+- 8-byte all_reduce host loop: 2,000 calls then one synchronise (us per call; 500 calls
+  and no barrier until the ninth session);
+- 1 MiB and 128 MiB all_to_all_single: back-to-back loops of 500 and 20 ops (us per op;
+  200 and 10 before).
 --accuracy (last, so the run's final ops are these): per op and size, 30 calls each
 between its own CUDA events (zcta's GPU duration of the same op is compared later), and
 an nccl-tests-style loop (events around 20 back-to-back calls, enqueued while the GPU
@@ -85,9 +89,9 @@ def train_step_ms():
 
 tests = {
     "train_step_ms": train_step_ms,
-    "allreduce_8B_us": lambda: nb.per_call_us(lambda: dist.all_reduce(small), 500),
-    "a2a_1MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b1, a1), 200),
-    "a2a_128MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b128, a128), 10),
+    "allreduce_8B_us": lambda: nb.per_call_us(lambda: dist.all_reduce(small), 2000),
+    "a2a_1MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b1, a1), 500),
+    "a2a_128MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b128, a128), 20),
 }
 unknown = set(args.measures.split(",")) - set(tests)
 if unknown:
@@ -109,7 +113,7 @@ res = {k: [] for k in tests}
 with ctx:
     for _ in range(args.reps):
         for name, fn in tests.items():
-            res[name].append(fn())
+            res[name].append(nb.together(fn))
 
 acc, acc_start_ns = [], time.time_ns()
 if args.accuracy:

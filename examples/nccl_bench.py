@@ -217,6 +217,18 @@ def per_call_us(fn, n):
     return (time.perf_counter() - t) / n * 1e6
 
 
+def together(fn):
+    """Runs fn once every rank got here (synchronise, then barrier), so timed loops start
+    together: a rank that starts late holds the other's collectives on the GPU, and its
+    lag would count as the other's time per call."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    return fn()
+
+
 def abba_on(block):
     """In-process A/B: whether block number `block` has recording on, in ABBA order
     (on, off, off, on, ...), so a slow drift weighs on both halves alike."""
