@@ -97,11 +97,12 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
 /// Writes a 4-rank run: 50 AllReduce of 16 MiB in which rank 3 starts 40 µs after the
 /// others, then 20 AlltoAll of 1 MiB on the default stream with NCCL_CTA_POLICY=2.
 fn golden(dir: &Path) {
-    golden_with(dir, 0, Engine::SmKernel);
+    golden_with(dir, 0, Engine::SmKernel, 0);
 }
 
-/// [`golden`] with AllReduce's GPU work `slower` ns longer and AlltoAll on `a2a_engine`.
-fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine) {
+/// [`golden`] with AllReduce's GPU work `slower` ns longer, AlltoAll on `a2a_engine`, and
+/// rank 3's first `rank3_unmeasured` AllReduce without a GPU side (as under sampling).
+fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u64) {
     for (i, r) in RANKS.iter().enumerate() {
         let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
         let ctx = Ctx {
@@ -121,6 +122,10 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine) {
                 [t0, t0 + 2 * US, start, t0 + 200 * US + slower],
                 0x55,
             );
+            let mut row = row;
+            if r.rank == 3 && k < rank3_unmeasured {
+                row.gpu = None;
+            }
             w.append(&row, &ctx).unwrap();
         }
         for k in 0..20u64 {
@@ -316,6 +321,29 @@ fn a_missing_rank_makes_barrier_not_measured() {
 }
 
 #[test]
+fn gpu_times_on_some_ranks_only_are_named() {
+    // As under ZCTA_SAMPLE when the ranks' hosts call an op in different windows: every
+    // rank's row is there, rank 3's without a GPU side.
+    let t = tempfile::tempdir().unwrap();
+    golden_with(t.path(), 0, Engine::SmKernel, 10);
+    let j = json(t.path());
+    let notes = j["notes"].to_string();
+    assert!(
+        notes.contains("10 operations lack some rank's data")
+            && notes.contains("10 of them have every rank's rows but GPU times on only some ranks"),
+        "{notes}"
+    );
+    // A missing rank alone is not counted as such.
+    let (_t, dir) = run_dir();
+    std::fs::remove_file(dir.join("ops").join("hostB-r3-p201-00000.parquet")).unwrap();
+    assert!(
+        !json(&dir)["notes"]
+            .to_string()
+            .contains("of them have every rank's rows")
+    );
+}
+
+#[test]
 fn bad_input_is_named_and_the_rest_reported() {
     let (_t, dir) = run_dir();
     let bad = dir.join("ops").join("hostA-r9-p999-00000.parquet");
@@ -342,7 +370,7 @@ fn diff_finds_the_slower_phase_and_the_path_change() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = (t.path().join("a"), t.path().join("b"));
     golden(&a);
-    golden_with(&b, 50 * US, Engine::CopyEngine);
+    golden_with(&b, 50 * US, Engine::CopyEngine, 0);
     let (code, out, err) = zcta(&[
         "diff",
         a.to_str().unwrap(),

@@ -359,8 +359,12 @@ pub struct ScanStats {
     /// Parallel to `Run::hosts`.
     pub clocks: Vec<Option<clock::HostClock>>,
     pub stragglers: Vec<Straggler>,
-    /// Collectives/pairs whose ranks were not all in the run directory.
+    /// Collectives/pairs without a barrier: some rank's rows are not in the run
+    /// directory, or some rank has no GPU start.
     pub incomplete: u64,
+    /// Of those, the ones whose ranks' rows were all there with GPU times on some ranks
+    /// only (under `ZCTA_SAMPLE`: the ranks' hosts called it in different windows).
+    pub gpu_on_some_ranks: u64,
 }
 
 /// Rows read to estimate host clocks (the first ones in time order; one offset per
@@ -437,6 +441,9 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                     .iter()
                     .filter_map(|o| Some((o.gpu_start? - offset(o.host)?, o.rank?)))
                     .collect();
+                if !starts.is_empty() && starts.len() < members.len() {
+                    stats.gpu_on_some_ranks += 1;
+                }
                 if starts.len() == members.len() {
                     let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
                     let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");

@@ -366,10 +366,17 @@ impl Builder {
             ));
         }
         if stats.incomplete > 0 {
-            report.notes.push(format!(
+            let mut note = format!(
                 "{} operations lack some rank's data (files missing, or no GPU times there): their barrier and transfer are not measured",
                 stats.incomplete
-            ));
+            );
+            if stats.gpu_on_some_ranks > 0 {
+                note.push_str(&format!(
+                    "; {} of them have every rank's rows but GPU times on only some ranks (under ZCTA_SAMPLE: the ranks' hosts called them in different windows, docs/phases.md)",
+                    stats.gpu_on_some_ranks
+                ));
+            }
+            report.notes.push(note);
         }
         if run.hosts.len() > 1 {
             for (h, c) in run.hosts.iter().zip(&stats.clocks) {
