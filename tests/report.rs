@@ -157,6 +157,8 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u6
             profiler_plugin: "zcta".into(),
             plugin_comms: 1,
             cupti: "on".into(),
+            gpu_sampling: (rank3_unmeasured > 0)
+                .then(|| "50 ms of every 250 ms (windows aligned to CLOCK_REALTIME)".into()),
             ..ProcessRow::default()
         };
         write_process_file(dir, &prefix, &row, &ctx).unwrap();
@@ -332,6 +334,13 @@ fn gpu_times_on_some_ranks_only_are_named() {
         notes.contains("10 operations lack some rank's data")
             && notes.contains("10 of them have every rank's rows but GPU times on only some ranks"),
         "{notes}"
+    );
+    // The sampling finding says how far apart the hosts called them (here the hosts'
+    // clocks differ by SKEW, which the report removes: 0 ms).
+    let findings = j["findings"].to_string();
+    assert!(
+        findings.contains("called each collective a median 0.0 ms apart, so 10 operations were sampled on only some of their ranks"),
+        "{findings}"
     );
     // A missing rank alone is not counted as such.
     let (_t, dir) = run_dir();

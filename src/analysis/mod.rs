@@ -365,6 +365,10 @@ pub struct ScanStats {
     /// Of those, the ones whose ranks' rows were all there with GPU times on some ranks
     /// only (under `ZCTA_SAMPLE`: the ranks' hosts called it in different windows).
     pub gpu_on_some_ranks: u64,
+    /// Median over collectives seen on every rank of the spread of their calls' start
+    /// (latest − earliest `api_start_ns`, host clocks aligned), ns: how far apart the
+    /// ranks' hosts ran. `None` without such collectives.
+    pub host_spread_ns: Option<i64>,
 }
 
 /// Rows read to estimate host clocks (the first ones in time order; one offset per
@@ -411,6 +415,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
     let mut stats = ScanStats::default();
     type PerComm = (u64, HashMap<i32, (u64, Vec<i64>)>);
     let mut straggle: HashMap<u64, PerComm> = HashMap::new();
+    let mut host_spread: Vec<i64> = Vec::new();
     let mut skipped = Vec::new();
     let mut hosts_seen = run.hosts.len();
     let copies = std::mem::take(&mut run.proxy_copies);
@@ -436,6 +441,18 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
             let offset = |h: usize| clocks.get(h).copied().flatten().map(|c| c.offset_ns);
             let mut last: Option<i64> = None;
             let grouped = complete || members.len() > 1 || op_key(&members[0]).is_some();
+            if complete && members.len() > 1 && members[0].peer.is_none() && host_spread.len() < 100_000 {
+                let calls: Vec<i64> = members
+                    .iter()
+                    .filter_map(|o| Some(o.api_start - offset(o.host)?))
+                    .collect();
+                if calls.len() == members.len() {
+                    let (lo, hi) = (calls.iter().min(), calls.iter().max());
+                    if let (Some(lo), Some(hi)) = (lo, hi) {
+                        host_spread.push(hi - lo);
+                    }
+                }
+            }
             if complete {
                 let starts: Vec<(i64, i32)> = members
                     .iter()
@@ -500,6 +517,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
         .collect();
     stragglers.sort_by_key(|s| std::cmp::Reverse(s.collectives));
     stats.stragglers = stragglers;
+    stats.host_spread_ns = median(&mut host_spread);
     clocks.resize(hosts_seen.max(run.hosts.len()), None);
     stats.clocks = clocks;
     Ok(stats)

@@ -418,10 +418,17 @@ impl Builder {
             .collect();
         if !sampled.is_empty() {
             let outside: u64 = run.procs.iter().filter_map(|p| p.ops_unsampled).sum();
+            let apart = match (stats.host_spread_ns, stats.gpu_on_some_ranks) {
+                (Some(s), n) if n > 0 => format!(
+                    "; the ranks' hosts called each collective a median {:.1} ms apart, so {n} operations were sampled on only some of their ranks (no barrier for them)",
+                    s as f64 / 1e6
+                ),
+                _ => String::new(),
+            };
             out.push(Finding {
                 title: "GPU side and NCCL's view sampled (ZCTA_SAMPLE)".into(),
                 evidence: format!(
-                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured",
+                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured{apart}",
                     sampled.into_iter().collect::<Vec<_>>().join("; ")
                 ),
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
