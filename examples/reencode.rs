@@ -1,8 +1,9 @@
 //! Rewrites one table of a run directory with zcta's Parquet settings for that table
-//! (`zcta::sink::writer_properties`, the sink's row-group size) into one temporary file
-//! and prints bytes per row: how an encoding change sizes real data, e.g. a run copied
-//! back from a GPU machine. Build it once at each setting and compare the "again in one
-//! file" figures; the "as written" figure also counts the run's file count and footers.
+//! (`zcta::sink::write_parquet_file`, as `zcta phases` writes its table) into one
+//! temporary file and prints bytes per row: how an encoding change sizes real data,
+//! e.g. a run copied back from a GPU machine. Build it once at each setting and compare
+//! the "again in one file" figures; the "as written" figure also counts the run's file
+//! count and footers. The table's rows are held in memory while it is written.
 //!
 //! `cargo run --release --example reencode -- RUN_DIR TABLE` (TABLE: ops, gpu, calls,
 //! nccl_ops, proxy). The run directory is only read; files are read as `zcta` reads
@@ -11,31 +12,26 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use parquet::arrow::ArrowWriter;
-use zcta::sink::SinkPolicy;
 use zcta::tables::{CallsTable, GpuTable, NcclOpsTable, OpsTable, ProxyTable, Table};
 
 /// Bytes of the files as written, bytes of all their rows written again in one file
 /// with `T`'s settings, and the rows.
 fn reencode<T: Table>(files: &[PathBuf]) -> Result<(u64, u64, u64)> {
     let schema = T::schema();
-    let out = tempfile::NamedTempFile::new().context("creating a temporary file")?;
-    let props = zcta::sink::writer_properties::<T>(SinkPolicy::default().row_group_rows);
-    let mut writer = ArrowWriter::try_new(out.reopen()?, schema.clone(), Some(props))?;
-    let (mut before, mut rows) = (0u64, 0u64);
+    let (mut before, mut batches) = (0u64, Vec::new());
     for f in files {
         before += std::fs::metadata(f)
             .with_context(|| format!("reading {}", f.display()))?
             .len();
-        let batches =
-            zcta::reader::read_file(f, &schema).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
-        for b in &batches {
-            rows += b.num_rows() as u64;
-            writer.write(b)?;
-        }
+        batches.extend(
+            zcta::reader::read_file(f, &schema).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+        );
     }
-    writer.close()?;
-    let after = std::fs::metadata(out.path())?.len();
+    let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+    let out = tempfile::tempdir().context("creating a temporary directory")?;
+    let path = out.path().join(format!("{}.parquet", T::NAME));
+    zcta::sink::write_parquet_file::<T>(&path, &batches)?;
+    let after = std::fs::metadata(&path)?.len();
     Ok((before, after, rows))
 }
 

@@ -96,6 +96,10 @@ pub struct SinkPolicy {
     pub row_group_rows: usize,
 }
 
+/// Parquet row-group size of the sink's files (`SinkPolicy::row_group_rows`' default, and
+/// the size [`write_parquet_file`] writes).
+pub const ROW_GROUP_ROWS: usize = 256 * 1024;
+
 impl Default for SinkPolicy {
     fn default() -> Self {
         Self {
@@ -103,7 +107,7 @@ impl Default for SinkPolicy {
             batch_rows: 16 * 1024,
             segment_rows: 4 * 1024 * 1024,
             segment_age: Duration::from_secs(300),
-            row_group_rows: 256 * 1024,
+            row_group_rows: ROW_GROUP_ROWS,
         }
     }
 }
@@ -138,7 +142,7 @@ pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
 pub fn write_parquet_file<T: Table>(path: &Path, batches: &[RecordBatch]) -> Result<(), SinkError> {
     let tmp = tmp_path_for(path);
     let file = File::create(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
-    let mut w = ArrowWriter::try_new(file, T::schema(), Some(writer_properties::<T>(256 * 1024)))
+    let mut w = ArrowWriter::try_new(file, T::schema(), Some(writer_properties::<T>(ROW_GROUP_ROWS)))
         .map_err(|e| SinkError::parquet(&tmp, e))?;
     for b in batches {
         w.write(b).map_err(|e| SinkError::parquet(&tmp, e))?;
