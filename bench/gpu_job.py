@@ -93,10 +93,10 @@ tests = {
     "a2a_1MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b1, a1), 500),
     "a2a_128MiB_us": lambda: nb.per_call_us(lambda: dist.all_to_all_single(b128, a128), 20),
 }
-unknown = set(args.measures.split(",")) - set(tests)
-if unknown:
-    sys.exit(f"gpu_job.py: unknown measures {sorted(unknown)}; known: {', '.join(tests)}")
-tests = {k: fn for k, fn in tests.items() if k in args.measures.split(",")}
+wanted = set(args.measures.split(","))
+if wanted - set(tests):
+    sys.exit(f"gpu_job.py: unknown measures {sorted(wanted - set(tests))}; known: {', '.join(tests)}")
+tests = {k: fn for k, fn in tests.items() if k in wanted}
 for _ in range(10):  # warm-up: connections, allocator, autotuning
     model.step()
 for fn in tests.values():
@@ -131,9 +131,8 @@ if args.accuracy:
             # twice timed 20-27 GB/s against zcta's 166-173, ~7 ms lost in 20 ops, cause
             # not established; a longer sleep also absorbs the ranks' skew after the
             # barrier. docs/PERFORMANCE.md.)
-            torch.cuda.synchronize()
-            dist.barrier()  # both ranks start the sleep together, or one waits for the other
-            torch.cuda._sleep(20 * nb.SLEEP_CYCLES)
+            # Both ranks start the sleep together, or one waits for the other.
+            nb.together(lambda: torch.cuda._sleep(20 * nb.SLEEP_CYCLES))
             e0.record(stream)
             for _ in range(20):
                 fn()

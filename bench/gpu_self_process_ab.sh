@@ -20,9 +20,10 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 source "$here/knob_settings.sh"
 pin=()
-if [ -n "${PIN_CPUS-2-5}" ]; then
+cpus=${PIN_CPUS-2-5}
+if [ -n "$cpus" ]; then
   command -v taskset >/dev/null || { echo "PIN_CPUS needs taskset; PIN_CPUS= runs unpinned"; exit 2; }
-  pin=(taskset -c "${PIN_CPUS-2-5}")
+  pin=(taskset -c "$cpus")
 fi
 chosen=(plain)
 for i in "${!names[@]}"; do selected "${names[$i]}" && chosen+=("${names[$i]}"); done
