@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use zcta::cupti::RawApi;
@@ -138,13 +138,15 @@ static CALLBACKS_ON: AtomicBool = AtomicBool::new(true);
 /// Whether the activity kinds are on (changed under [`ctl`]); with sampling they
 /// follow the windows while the callbacks stay on.
 static KINDS_ON: AtomicBool = AtomicBool::new(true);
-/// Bumped on every switch of the kinds (under [`ctl`]), so the writer learns of pauses
-/// too: what CUPTI recorded before a stretch with the kinds off says nothing of the
-/// work launched during it ([`zcta::streams`]).
-static KINDS_EPOCH: AtomicU64 = AtomicU64::new(0);
-/// When the kinds were last switched off (`[0]`) and on (`[1]`), CLOCK_REALTIME ns
-/// after the switch.
-static KINDS_SWITCHED_AT: [AtomicI64; 2] = [AtomicI64::new(0), AtomicI64::new(0)];
+/// Switches of the kinds not yet passed to the writer, in order: (on, CLOCK_REALTIME ns
+/// after the switch). Pushed under [`ctl`], so the writer learns of pauses too: what
+/// CUPTI recorded before a stretch with the kinds off says nothing of the work launched
+/// during it ([`zcta::streams`]). One list, not a state and a time read apart: the
+/// writer must never see a switch's direction without its time (a resume read between
+/// the two once hid the pause before it).
+static KINDS_SWITCHES: Mutex<Vec<(bool, i64)>> = Mutex::new(Vec::new());
+/// More switches than this waiting means the writer is gone: further ones are dropped.
+const KINDS_SWITCHES_MAX: usize = 1 << 12;
 
 /// With `ZCTA_SAMPLE`: marked NCCL calls still running (a closing window's drain
 /// waits for them: their launch may come late, e.g. while NCCL connects).
@@ -220,9 +222,22 @@ fn apply() {
     }
     if kinds_change {
         let t = if kinds { crate::ffi::sys::now_ns() } else { before };
-        KINDS_SWITCHED_AT[usize::from(kinds)].store(t, Ordering::Relaxed);
-        KINDS_EPOCH.fetch_add(1, Ordering::Release);
+        log_kinds_switch(kinds, t);
     }
+}
+
+/// Notes a switch of the kinds for the writer ([`KINDS_SWITCHES`]).
+fn log_kinds_switch(on: bool, t: i64) {
+    let mut log = KINDS_SWITCHES.lock().unwrap_or_else(|p| p.into_inner());
+    if log.len() < KINDS_SWITCHES_MAX {
+        log.push((on, t));
+    }
+}
+
+/// Passes the switches noted since the last call to the writer, in order.
+fn take_kinds_switches(out: &mut Vec<GpuItem>) {
+    let mut log = KINDS_SWITCHES.lock().unwrap_or_else(|p| p.into_inner());
+    out.extend(log.drain(..).map(|(on, t)| GpuItem::Kinds { on, t }));
 }
 
 thread_local! {
@@ -460,8 +475,6 @@ pub struct CuptiSource {
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
     offset_sent: bool,
-    /// The [`KINDS_EPOCH`] last passed on.
-    kinds_epoch: u64,
     /// `ZCTA_CUPTI_DEBUG=1`: what arrived, printed at exit (a developer's aid).
     debug: Option<Debug>,
 }
@@ -496,7 +509,6 @@ impl CuptiSource {
             names: HashMap::new(),
             proxy_seen: 0,
             offset_sent: false,
-            kinds_epoch: 0,
             debug: std::env::var("ZCTA_CUPTI_DEBUG")
                 .is_ok_and(|v| v == "1")
                 .then(Debug::default),
@@ -511,18 +523,7 @@ impl CuptiSource {
                 self.offset_sent = true;
             }
         }
-        let epoch = KINDS_EPOCH.load(Ordering::Acquire);
-        if epoch != self.kinds_epoch {
-            let on = KINDS_ON.load(Ordering::SeqCst);
-            let at = |on: bool| KINDS_SWITCHED_AT[usize::from(on)].load(Ordering::Relaxed);
-            // An even number of switches since the last look: off and on again (or on
-            // and off) in between.
-            if (epoch - self.kinds_epoch).is_multiple_of(2) {
-                out.push(GpuItem::Kinds { on: !on, t: at(!on) });
-            }
-            out.push(GpuItem::Kinds { on, t: at(on) });
-            self.kinds_epoch = epoch;
-        }
+        take_kinds_switches(out);
         {
             let t = PROXY_THREADS.lock().unwrap_or_else(|p| p.into_inner());
             for &id in &t[self.proxy_seen..] {
@@ -627,5 +628,55 @@ impl GpuSource for CuptiSource {
             s.dropped = Some(cupti::DROPPED.load(Ordering::Relaxed));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn switches(items: &[GpuItem]) -> Vec<(bool, i64)> {
+        items
+            .iter()
+            .map(|it| match it {
+                GpuItem::Kinds { on, t } => (*on, *t),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// The writer drains while switches happen: it gets every switch once, in order,
+    /// each with its own time (a pause is never lost behind the resume after it). With
+    /// no writer draining, the list stops growing at its cap. (One test: the list is a
+    /// process-wide static.)
+    #[test]
+    fn the_writer_gets_every_kinds_switch_in_order_with_its_time() {
+        let n = KINDS_SWITCHES_MAX as i64;
+        let switcher = std::thread::spawn(move || {
+            for t in 1..=n {
+                // Alternating off/on, as apply() switches them; t stands for the time.
+                log_kinds_switch(t % 2 == 0, t);
+            }
+        });
+        let mut got = Vec::new();
+        let mut drains = 0;
+        while !switcher.is_finished() {
+            take_kinds_switches(&mut got);
+            drains += 1;
+        }
+        switcher.join().unwrap();
+        take_kinds_switches(&mut got);
+        let seen = switches(&got);
+        let want: Vec<(bool, i64)> = (1..=n).map(|t| (t % 2 == 0, t)).collect();
+        assert_eq!(seen.len(), want.len(), "after {drains} drains");
+        assert!(seen == want, "switches out of order or with another's time");
+
+        for t in 0..n + 10 {
+            log_kinds_switch(t % 2 == 1, t);
+        }
+        let mut got = Vec::new();
+        take_kinds_switches(&mut got);
+        assert_eq!(got.len(), KINDS_SWITCHES_MAX);
+        assert_eq!(switches(&got).last(), Some(&(true, n - 1)));
     }
 }
