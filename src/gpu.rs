@@ -587,6 +587,9 @@ impl Attributor {
                 }
             }
             GpuItem::Api(api) => {
+                if self.stream_history {
+                    self.streams.launched(api.correlation_id, api.start_ns, now);
+                }
                 let call = Call::of(&api);
                 let l = self.launch(api.correlation_id, now);
                 l.call = Some(call);
@@ -610,7 +613,7 @@ impl Attributor {
                 let r = &a.raw;
                 if self.stream_history {
                     self.streams
-                        .activity(r.context, r.stream, r.correlation_id, (r.start_ns, r.end_ns), now);
+                        .activity(r.context, r.stream, r.correlation_id, r.end_ns, now);
                 }
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;

@@ -20,9 +20,13 @@
 //! ([`MAX_DEPTH`] levels, the [`MAX_WAITS`] latest waits per level). Waits given before
 //! the last activity are already in its end. What CUPTI did not record (an event
 //! recorded by the driver, a stream with no kept work) constrains nothing; when nothing
-//! is known the answer is `None`. So is a stream whose last recorded work started
-//! before CUPTI's kinds were last switched on (`since`): work launched while they were
-//! off may have followed it unrecorded.
+//! is known the answer is `None`. So is a stream whose last recorded work may have been
+//! launched before CUPTI's kinds were last switched on (`since`): work launched while
+//! they were off may have followed it unrecorded. Its launch, not its start on the GPU,
+//! decides: a GPU running behind starts work launched before a pause after the pause
+//! ended. A launch's time is known for the calls CUPTI's launch callbacks reported
+//! ([`StreamTracker::launched`]); other work (a framework's kernels) was launched no
+//! earlier than the latest reported call before it, and that bound is used.
 //!
 //! History is kept for [`StreamTracker::new`]'s `keep_ns` after it arrived; a stream's
 //! latest activity is kept until `keep_ns` after a newer one replaced it, so an op
@@ -73,7 +77,6 @@ impl Unwrap {
 
 #[derive(Clone, Copy)]
 struct Act {
-    start: i64,
     end: i64,
     touched: i64,
 }
@@ -91,6 +94,9 @@ pub struct StreamTracker {
     waits: HashMap<StreamKey, BTreeMap<u64, (u64, i64)>>,
     /// `cudaEventSyncId` → the stream and call of that event record, and its arrival.
     records: HashMap<u64, (StreamKey, u64, i64)>,
+    /// Calls reported by the launch callbacks → (their entry, CLOCK_REALTIME ns;
+    /// arrival).
+    launches: BTreeMap<u64, (i64, i64)>,
     /// Event records or waits arrived: CUPTI's CUDA_EVENT and SYNCHRONIZATION kinds
     /// are on. Without them a stream's waits are unknown, and its own work alone
     /// would say it was free too early: [`Self::ready`] answers `None`.
@@ -105,6 +111,7 @@ impl StreamTracker {
             acts: HashMap::new(),
             waits: HashMap::new(),
             records: HashMap::new(),
+            launches: BTreeMap::new(),
             marks_seen: false,
         }
     }
@@ -115,16 +122,29 @@ impl StreamTracker {
         self.corr.peek(c)
     }
 
-    /// An activity on (context, stream), launched by call `corr`, that ran from
-    /// `start_ns` to `end_ns`.
-    pub fn activity(
-        &mut self,
-        context: u32,
-        stream: u32,
-        corr: u32,
-        (start_ns, end_ns): (i64, i64),
-        now: i64,
-    ) {
+    /// Call `corr` (a launch the callbacks reported) was entered at `t`
+    /// (CLOCK_REALTIME ns).
+    pub fn launched(&mut self, corr: u32, t: i64, now: i64) {
+        if corr == 0 {
+            return;
+        }
+        let c = self.corr.get(corr);
+        self.launches.insert(c, (t, now));
+    }
+
+    /// No later than when call `c` was launched: its own entry when reported, else that
+    /// of the latest reported call before it (ids follow launch order); `i64::MIN` when
+    /// none is kept.
+    fn launched_after(&self, c: u64) -> i64 {
+        self.launches
+            .range(..=c)
+            .next_back()
+            .map_or(i64::MIN, |(_, &(t, _))| t)
+    }
+
+    /// An activity on (context, stream), launched by call `corr`, that ended at
+    /// `end_ns`.
+    pub fn activity(&mut self, context: u32, stream: u32, corr: u32, end_ns: i64, now: i64) {
         if corr == 0 {
             return;
         }
@@ -139,15 +159,11 @@ impl StreamTracker {
             v.touched = now;
         }
         match m.get_mut(&c) {
-            Some(v) => {
-                v.start = v.start.min(start_ns);
-                v.end = v.end.max(end_ns);
-            }
+            Some(v) => v.end = v.end.max(end_ns),
             None => {
                 m.insert(
                     c,
                     Act {
-                        start: start_ns,
                         end: end_ns,
                         touched: now,
                     },
@@ -179,7 +195,7 @@ impl StreamTracker {
     /// when nothing ahead of it is known, or no event record or wait was ever seen.
     /// `since`: CUPTI's kinds were last switched on then (`i64::MIN`: never off) —
     /// work launched while they were off has no record, so a stream whose last
-    /// recorded work started before `since` is not known.
+    /// recorded work may have been launched before `since` is not known.
     pub fn ready(&self, context: u32, stream: u32, corr: u32, since: i64) -> Option<i64> {
         if !self.marks_seen {
             return None;
@@ -189,7 +205,7 @@ impl StreamTracker {
 
     fn ready_at(&self, key: StreamKey, c: u64, since: i64, depth: u32) -> Option<i64> {
         let last = self.acts.get(&key).and_then(|m| m.range(..c).next_back());
-        if last.is_some_and(|(_, a)| a.start < since) {
+        if last.is_some_and(|(&lc, _)| since != i64::MIN && self.launched_after(lc) < since) {
             return None;
         }
         let mut best = last.map(|(_, a)| a.end);
@@ -228,14 +244,23 @@ impl StreamTracker {
         self.waits.retain(|_, m| !m.is_empty());
         self.records.retain(|_, &mut (_, _, t)| t >= old);
         crate::gpu::shrink_map(&mut self.records);
+        // The launch bounding each kept activity's stays with it.
+        let mut floors: Vec<u64> = (self.acts.values())
+            .flat_map(|m| m.keys())
+            .filter_map(|&c| self.launches.range(..=c).next_back().map(|(&l, _)| l))
+            .collect();
+        floors.sort_unstable();
+        self.launches
+            .retain(|c, &mut (_, t)| t >= old || floors.binary_search(c).is_ok());
     }
 
-    /// Entries kept (activities, waits, records).
+    /// Entries kept (activities, waits, records, launches).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.acts.values().map(BTreeMap::len).sum::<usize>()
             + self.waits.values().map(BTreeMap::len).sum::<usize>()
             + self.records.len()
+            + self.launches.len()
     }
 }
 
@@ -259,15 +284,15 @@ pub(crate) mod tests {
     fn same_stream_last_activity_launched_before() {
         let mut t = StreamTracker::new(10_000);
         assert_eq!(t.ready(1, 7, 10, MIN), None);
-        t.activity(1, 7, 5, (0, 1_000), 0); // the sleep
+        t.activity(1, 7, 5, 1_000, 0); // the sleep
         assert_eq!(
             t.ready(1, 7, 10, MIN),
             None,
             "no event record or wait seen yet: waits unknown"
         );
         t.event_record(&mark(9, 1, 50), 0);
-        t.activity(1, 7, 12, (0, 2_000), 0); // the op itself (launched after call 10)
-        t.activity(1, 8, 9, (0, 5_000), 0); // another stream: no effect
+        t.activity(1, 7, 12, 2_000, 0); // the op itself (launched after call 10)
+        t.activity(1, 8, 9, 5_000, 0); // another stream: no effect
         assert_eq!(t.ready(1, 7, 10, MIN), Some(1_000));
         assert_eq!(t.ready(1, 7, 13, MIN), Some(2_000));
         assert_eq!(t.ready(2, 7, 10, MIN), None, "another context");
@@ -279,16 +304,16 @@ pub(crate) mod tests {
         // (call 6, sync 100); NCCL stream 7 (last work: call 2, ended at 1_000) waits on
         // it (call 8); the op launches at call 20.
         let mut t = StreamTracker::new(10_000);
-        t.activity(1, 7, 2, (0, 1_000), 0);
-        t.activity(1, 3, 4, (0, 9_000), 0);
+        t.activity(1, 7, 2, 1_000, 0);
+        t.activity(1, 3, 4, 9_000, 0);
         t.event_record(&mark(3, 6, 100), 0);
         t.stream_wait(&mark(7, 8, 100), 0);
         assert_eq!(t.ready(1, 7, 20, MIN), Some(9_000));
         // A wait issued before the stream's last activity is already in its end.
-        t.activity(1, 7, 10, (0, 9_500), 0);
+        t.activity(1, 7, 10, 9_500, 0);
         assert_eq!(t.ready(1, 7, 20, MIN), Some(9_500));
         // Work launched on the compute stream after the record does not count.
-        t.activity(1, 3, 7, (0, 50_000), 0);
+        t.activity(1, 3, 7, 50_000, 0);
         t.stream_wait(&mark(7, 15, 100), 0);
         assert_eq!(t.ready(1, 7, 20, MIN), Some(9_500));
     }
@@ -299,7 +324,7 @@ pub(crate) mod tests {
         // event on 7 (call 3, sync 1); the device stream 9 waits on it (call 4); next op:
         // event on 9 (call 10, sync 2), stream 7 waits on it (call 11), kernel (call 12).
         let mut t = StreamTracker::new(10_000);
-        t.activity(1, 7, 2, (0, 5_000), 0);
+        t.activity(1, 7, 2, 5_000, 0);
         t.event_record(&mark(7, 3, 1), 0);
         t.stream_wait(&mark(9, 4, 1), 0);
         t.event_record(&mark(9, 10, 2), 0);
@@ -324,7 +349,7 @@ pub(crate) mod tests {
             t.event_record(&mark(a, 3 * i + 2, u64::from(i) + 1), 0);
             t.stream_wait(&mark(b, 3 * i + 3, u64::from(i) + 1), 0);
         }
-        t.activity(1, 1, 1, (0, 42), 0);
+        t.activity(1, 1, 1, 42, 0);
         assert_eq!(t.ready(1, 2, 10_000, MIN), Some(42));
     }
 
@@ -332,8 +357,8 @@ pub(crate) mod tests {
     fn prune_keeps_each_streams_latest_activity() {
         let mut t = StreamTracker::new(100);
         t.stream_wait(&mark(9, 0, 0), 0); // a wait CUPTI could not link: marks seen
-        t.activity(1, 7, 1, (0, 10), 0);
-        t.activity(1, 7, 2, (0, 20), 0);
+        t.activity(1, 7, 1, 10, 0);
+        t.activity(1, 7, 2, 20, 0);
         t.event_record(&mark(7, 3, 5), 0);
         t.stream_wait(&mark(8, 4, 5), 0);
         t.prune(1_000);
@@ -348,7 +373,7 @@ pub(crate) mod tests {
         t.stream_wait(&mark(7, 1, 3), 0);
         assert_eq!(t.ready(1, 7, 0, MIN), None);
         assert_eq!(t.ready(1, 7, 1, MIN), None);
-        t.activity(1, 7, 4, (0, 10), 0);
+        t.activity(1, 7, 4, 10, 0);
         assert_eq!(t.ready(1, 7, 5, MIN), Some(10));
         assert_eq!(t.ready(1, 7, 4, MIN), None);
     }
@@ -359,30 +384,60 @@ pub(crate) mod tests {
         t.stream_wait(&mark(9, 0, 0), 0);
         for i in 0..50u32 {
             // One activity, then a quiet spell longer than the history kept.
-            t.activity(1, 7, i, (0, i64::from(i)), i64::from(i) * 1_000);
+            t.activity(1, 7, i, i64::from(i), i64::from(i) * 1_000);
             t.prune(i64::from(i) * 1_000 + 500);
         }
         assert_eq!(t.len(), 1);
         assert_eq!(t.ready(1, 7, 100, MIN), Some(49));
     }
 
-    /// Work that started before CUPTI's kinds were last switched on may be followed by
-    /// work launched while they were off: not used.
+    /// Work launched before CUPTI's kinds were last switched on may be followed by
+    /// work launched while they were off: not used. Its launch decides, not its start
+    /// on the GPU (CI once had a GPU running behind start, after a resume, the work
+    /// launched before the pause).
     #[test]
-    fn history_from_before_the_kinds_went_back_on_does_not_count() {
+    fn history_launched_before_the_kinds_went_back_on_does_not_count() {
         let mut t = StreamTracker::new(10_000);
         t.stream_wait(&mark(9, 0, 0), 0);
-        t.activity(1, 7, 1, (100, 200), 0);
+        t.launched(1, 100, 0);
+        t.activity(1, 7, 1, 900, 0); // launched at 100, ran until 900
+        // Kinds on again at 150 (after the launch): unknown, whenever it started.
         assert_eq!(t.ready(1, 7, 5, 150), None);
-        assert_eq!(t.ready(1, 7, 5, 100), Some(200));
+        // On at 100 or before (or never off): its end holds.
+        assert_eq!(t.ready(1, 7, 5, 100), Some(900));
+        assert_eq!(t.ready(1, 7, 5, MIN), Some(900));
+        // A framework's kernel (call 2, not reported) was launched no earlier than
+        // call 1: that bound is used.
+        t.activity(1, 7, 2, 950, 0);
+        assert_eq!(t.ready(1, 7, 5, 100), Some(950));
+        assert_eq!(t.ready(1, 7, 5, 101), None);
+        // Nothing reported before it: no bound, so unknown once the kinds were off.
+        let mut u = StreamTracker::new(10_000);
+        u.stream_wait(&mark(9, 0, 0), 0);
+        u.activity(1, 7, 1, 200, 0);
+        assert_eq!(u.ready(1, 7, 5, -1_000), None);
+        assert_eq!(u.ready(1, 7, 5, MIN), Some(200));
         // Through a wait too: the awaited stream's last work is from before.
-        t.event_record(&mark(7, 2, 40), 0);
-        t.activity(1, 8, 3, (300, 400), 0);
-        t.stream_wait(&mark(8, 4, 40), 0);
-        assert_eq!(t.ready(1, 8, 5, 250), Some(400));
-        t.stream_wait(&mark(8, 4, 40), 0);
-        t.activity(1, 8, 3, (300, 400), 0);
-        assert_eq!(t.ready(1, 8, 6, 350), None);
+        t.launched(3, 300, 0);
+        t.event_record(&mark(7, 4, 40), 0);
+        t.activity(1, 8, 3, 400, 0);
+        t.stream_wait(&mark(8, 6, 40), 0);
+        assert_eq!(t.ready(1, 8, 7, 250), Some(400));
+        assert_eq!(t.ready(1, 8, 7, 350), None);
+    }
+
+    /// A launch stays known as long as the activity it bounds is kept.
+    #[test]
+    fn prune_keeps_the_launch_of_each_kept_activity() {
+        let mut t = StreamTracker::new(100);
+        t.stream_wait(&mark(9, 0, 0), 0);
+        t.launched(1, 10, 0);
+        t.launched(2, 20, 0); // bounds nothing kept: goes
+        t.activity(1, 7, 1, 50, 0);
+        t.prune(1_000);
+        assert_eq!(t.launches.len(), 1);
+        assert_eq!(t.ready(1, 7, 5, 10), Some(50));
+        assert_eq!(t.ready(1, 7, 5, 11), None);
     }
 
     /// An op after a long idle: its predecessor stops being the stream's latest when
@@ -391,9 +446,9 @@ pub(crate) mod tests {
     fn a_replaced_latest_is_kept_for_the_history_span() {
         let mut t = StreamTracker::new(100);
         t.stream_wait(&mark(9, 0, 0), 0);
-        t.activity(1, 7, 1, (0, 10), 0);
+        t.activity(1, 7, 1, 10, 0);
         t.prune(5_000); // idle: kept as the latest
-        t.activity(1, 7, 5, (5_900, 6_000), 5_050); // the op's kernel arrives
+        t.activity(1, 7, 5, 6_000, 5_050); // the op's kernel arrives
         t.prune(5_100); // the predecessor was replaced 50 ago: kept
         assert_eq!(t.ready(1, 7, 5, MIN), Some(10));
         t.prune(5_200);
@@ -405,11 +460,11 @@ pub(crate) mod tests {
     fn the_four_latest_waits_are_followed() {
         let mut t = StreamTracker::new(10_000);
         // Stream 7 waits on five records; the oldest wait is on the latest work (end 900).
-        t.activity(1, 3, 1, (0, 900), 0);
+        t.activity(1, 3, 1, 900, 0);
         t.event_record(&mark(3, 2, 1), 0);
         t.stream_wait(&mark(7, 3, 1), 0);
         for i in 0..4u32 {
-            t.activity(1, 10 + i, 10 + 10 * i, (0, 100), 0);
+            t.activity(1, 10 + i, 10 + 10 * i, 100, 0);
             t.event_record(&mark(10 + i, 11 + 10 * i, 10 + u64::from(i)), 0);
             t.stream_wait(&mark(7, 12 + 10 * i, 10 + u64::from(i)), 0);
         }
@@ -419,7 +474,7 @@ pub(crate) mod tests {
             "only the latest {MAX_WAITS} waits count"
         );
         // Correlation id 0 (no call) is not filed.
-        t.activity(1, 7, 0, (0, 5_000), 0);
+        t.activity(1, 7, 0, 5_000, 0);
         assert_eq!(t.ready(1, 7, 100, MIN), Some(100));
     }
 
@@ -427,8 +482,8 @@ pub(crate) mod tests {
     fn correlation_ids_unwrap() {
         let mut t = StreamTracker::new(10_000);
         t.stream_wait(&mark(9, 0, 0), 0);
-        t.activity(1, 7, u32::MAX - 5, (0, 1_000), 0);
-        t.activity(1, 7, 3, (0, 2_000), 0); // after the wrap
+        t.activity(1, 7, u32::MAX - 5, 1_000, 0);
+        t.activity(1, 7, 3, 2_000, 0); // after the wrap
         assert_eq!(t.ready(1, 7, u32::MAX - 1, MIN), Some(1_000));
         assert_eq!(t.ready(1, 7, 10, MIN), Some(2_000));
         assert!(t.corr(10) > t.corr(u32::MAX - 1));

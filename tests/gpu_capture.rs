@@ -490,7 +490,12 @@ fn recording_can_be_paused_and_resumed() {
     for pause_cupti in [false, true] {
         let run = Run::new("pause");
         let mut c = run.host(&["pause"]);
-        c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU_READY", "1");
+        // A GPU running behind: each kernel takes 5 ms, so the last one launched
+        // before the pause starts on the GPU after the resume (its launch, not its
+        // start, must decide that it says nothing of the paused work).
+        c.env("HOST_CUPTI", cupti())
+            .env("ZCTA_GPU_READY", "1")
+            .env("FAKE_CUPTI_KERNEL_NS", "5000000");
         if pause_cupti {
             c.env("ZCTA_PAUSE_CUPTI", "1");
         }
