@@ -524,6 +524,14 @@ fn recording_can_be_paused_and_resumed() {
         assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
         let ops = run.rows("ops");
         assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
+        // ... but they take their sequence numbers: seq stays the op's index on the
+        // communicator (so ranks that paused at different ops still agree).
+        let mut seqs: Vec<(u64, u64)> = ops
+            .iter()
+            .map(|o| (o.req_u64("seq"), o.req_u64("call_seq")))
+            .collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, [(0, 0), (1, 1), (2, 2), (6, 6), (7, 7), (8, 8)]);
         assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
         assert_eq!(run.rows("gpu").len(), 6, "no GPU rows for paused calls");
         // The kinds are off while paused: no records of the paused launches at all.
@@ -552,11 +560,60 @@ fn a_pause_before_capture_starts_is_applied_when_it_starts() {
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("ok cb=0,"), "callbacks while paused: {stdout}");
-    let resumed: i64 = stdout.trim().rsplit(',').next().unwrap().parse().unwrap();
-    assert!(resumed >= 3, "{stdout}");
+    let field = |key: &str| -> i64 {
+        let v = stdout.split_whitespace().find_map(|w| w.strip_prefix(key));
+        v.unwrap_or_else(|| panic!("no {key} in {stdout}"))
+            .parse()
+            .unwrap()
+    };
+    let resumed = stdout.split_whitespace().find_map(|w| w.strip_prefix("cb=0,"));
+    assert!(resumed.unwrap().parse::<i64>().unwrap() >= 3, "{stdout}");
+    // The communicator was created while paused: NCCL's profiler plugin took it, so
+    // NCCL's events come on with the resume.
+    assert_eq!(field("mask="), 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 3, "only the calls after resuming are recorded");
     assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
+    // ... and recorded: the ops name it, and take their places after the paused ones.
+    let comms = run.rows("comms");
+    assert_eq!(comms.len(), 1);
+    let comm_id = comms[0].req_u64("comm_id");
+    assert!(ops.iter().all(|o| o.u64("comm_id") == Some(comm_id)), "{ops:?}");
+    let mut seqs: Vec<u64> = ops.iter().map(|o| o.req_u64("seq")).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, [3, 4, 5]);
+    let nccl_comms = run.rows("nccl_comms");
+    assert_eq!(nccl_comms.len(), 1);
+    assert_eq!(nccl_comms[0].u64("comm_id"), Some(comm_id));
+}
+
+/// Recording paused or resumed inside a group: the group's ops have rows when its
+/// ncclGroupEnd (which launches them) is called while recording, and only those called
+/// while recording; every op takes its sequence number; an op after the group is not
+/// taken for one of it.
+#[test]
+fn a_pause_inside_a_group_keeps_groups_and_sequence_numbers_straight() {
+    let run = Run::new("pause_group");
+    let out = run.host(&["pause_group"]).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let mut ops = run.rows("ops");
+    ops.sort_by_key(|o| o.req_u64("seq"));
+    let got: Vec<(u64, Option<u64>)> = ops
+        .iter()
+        .map(|o| (o.req_u64("seq"), o.u64("group_id")))
+        .collect();
+    let calls = run.rows("calls");
+    let end = calls
+        .iter()
+        .find(|c| c.str("call") == Some("GroupEnd"))
+        .expect("the second group's end");
+    let g2 = end.req_u64("group_id");
+    // Group 1 (seq 0, 1) ended while paused: no rows. Group 2: seq 3 was called while
+    // paused, seq 4 after the resume.
+    assert_eq!(got, [(2, None), (4, Some(g2)), (5, None)], "{ops:?}");
+    assert_eq!(end.u64("n_ops"), Some(2));
+    let names: Vec<_> = calls.iter().filter_map(|c| c.str("call")).collect();
+    assert_eq!(names, ["CommInitRank", "GroupStart", "GroupEnd", "CommDestroy"]);
 }
 
 /// `zcta run -- CMD`: CMD runs under the shim with a run id, its report follows, and

@@ -79,9 +79,13 @@ impl Drop for Guard {
     }
 }
 
-/// `Some` when this call should be recorded.
+/// `Some((guard, rows))` when the shim follows this call: an outermost call while
+/// the shim is active (activating it on first use). `rows`: recording is not paused
+/// (`zcta_set_recording(0)`). While paused the shim still keeps what later rows depend
+/// on — communicators and registrations (with their rows), group nesting, and each
+/// communicator's sequence numbers — and writes no rows of data-moving calls or groups.
 #[inline]
-fn enter() -> Option<Guard> {
+fn enter() -> Option<(Guard, bool)> {
     let outer = DEPTH
         .try_with(|d| {
             let v = d.get();
@@ -90,7 +94,7 @@ fn enter() -> Option<Guard> {
         })
         .ok()?;
     let g = Guard;
-    (outer && state::recording()).then_some(g)
+    (outer && state::recorder().is_some()).then(|| (g, !state::paused()))
 }
 
 #[inline]
@@ -172,7 +176,11 @@ fn comm_state(ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
 /// (and counts) it if the outermost `ncclGroupEnd` succeeds, and never for
 /// `ncclGroupSimulateEnd`. Its sequence number is assigned then.
 struct Pending {
-    rec: OpRecord,
+    /// `None`: called while recording was paused (only its sequence number counts).
+    rec: Option<OpRecord>,
+    op: OpKind,
+    peer: Option<i32>,
+    /// Its communicator when NCCL accepted the call.
     comm: Option<Arc<CommState>>,
 }
 
@@ -180,19 +188,48 @@ thread_local! {
     static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Gives an accepted op its sequence number on its communicator.
-fn assign_seq(rec: &mut OpRecord, comm: &CommState) {
-    rec.seq = Some(match (rec.op, rec.peer) {
+/// The sequence number of an accepted op on its communicator (taking it).
+fn next_seq(op: OpKind, peer: Option<i32>, comm: &CommState) -> u64 {
+    match (op, peer) {
         (OpKind::Send, Some(p)) => comm.next_p2p_seq(true, p),
         (OpKind::Recv, Some(p)) => comm.next_p2p_seq(false, p),
         _ => comm.next_coll_seq(),
-    });
+    }
+}
+
+/// A data-moving call while recording is paused: no row, but it takes its sequence
+/// numbers (at its group's end when grouped), so `seq` stays the op's index on the
+/// communicator and agrees across ranks that paused at different ops.
+fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
+    let Some(st) = comm_state(a.comm, may_query(rc)) else {
+        return;
+    };
+    st.next_call_seq();
+    let ok = nccl::accepted(rc);
+    if current_group().is_some() {
+        count_group_op();
+        let pending = Pending {
+            rec: None,
+            op: kind,
+            peer: a.peer,
+            comm: ok.then_some(st),
+        };
+        let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
+    } else if ok {
+        next_seq(kind, a.peer, &st);
+    }
 }
 
 /// A collective or point-to-point call.
 #[inline]
 pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
-    let Some(g) = enter() else { return real() };
+    let Some((g, rows)) = enter() else { return real() };
+    if !rows {
+        let rc = real();
+        protect(|| op_paused(kind, &a, rc));
+        drop(g);
+        return rc;
+    }
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
     let _ = CURRENT_OP.try_with(|c| c.set(op_id));
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
@@ -250,7 +287,9 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
         if group_id.is_some() {
             count_group_op();
             let pending = Pending {
-                rec,
+                rec: Some(rec),
+                op: kind,
+                peer: a.peer,
                 comm: if ok { st } else { None },
             };
             // Fails only while the thread is exiting: nothing to attach the op to then.
@@ -258,7 +297,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             return;
         }
         if ok && let Some(st) = &st {
-            assign_seq(&mut rec, st);
+            rec.seq = Some(next_seq(kind, a.peer, st));
         }
         state::emit(Event::Op(rec));
     });
@@ -266,18 +305,23 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     rc
 }
 
-/// Emits the ops of a closed outermost group; they take sequence numbers only when
+/// Emits the ops of a closed outermost group (when `rows`: its ncclGroupEnd, which
+/// launches them, was called while recording); they take sequence numbers only when
 /// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture.
-fn flush_group(ran: bool, marked: bool) {
+fn flush_group(ran: bool, marked: bool, rows: bool) {
     let ops = PENDING
         .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
         .unwrap_or_default();
-    for Pending { mut rec, comm } in ops {
-        if ran && let Some(st) = &comm {
-            assign_seq(&mut rec, st);
+    for Pending { rec, op, peer, comm } in ops {
+        let seq = match &comm {
+            Some(st) if ran => Some(next_seq(op, peer, st)),
+            _ => None,
+        };
+        if let Some(mut rec) = rec.filter(|_| rows) {
+            rec.seq = seq;
+            rec.gpu_marked = marked;
+            state::emit(Event::Op(rec));
         }
-        rec.gpu_marked = marked;
-        state::emit(Event::Op(rec));
     }
 }
 
@@ -301,7 +345,7 @@ fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
 
 /// `ncclGroupStart`.
 pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
-    let Some(g) = enter() else { return real() };
+    let Some((g, rows)) = enter() else { return real() };
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
@@ -323,9 +367,11 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
             })
             .ok()
             .flatten();
-        let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
-        r.group_id = id;
-        state::emit(Event::Call(r));
+        if rows {
+            let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
+            r.group_id = id;
+            state::emit(Event::Call(r));
+        }
     });
     drop(g);
     rc
@@ -333,7 +379,7 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
 
 /// `ncclGroupEnd` and `ncclGroupSimulateEnd` (both close the innermost group).
 pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
-    let Some(g) = enter() else { return real() };
+    let Some((g, rows)) = enter() else { return real() };
     // The outermost ncclGroupEnd launches the group's work: tag it with the group.
     let outermost = GROUP
         .try_with(|gr| {
@@ -343,7 +389,7 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         .ok()
         .flatten();
     let t0 = now_ns();
-    let marked = outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
+    let marked = rows && outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
     let rc = real();
     let t1 = now_ns();
     gpu::end(marked);
@@ -365,12 +411,14 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
             })
             .unwrap_or((None, None));
         if n_ops.is_some() {
-            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc), marked);
+            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc), marked, rows);
         }
-        let mut r = call_record(kind, t0, t1, rc);
-        r.group_id = id;
-        r.n_ops = n_ops;
-        state::emit(Event::Call(r));
+        if rows {
+            let mut r = call_record(kind, t0, t1, rc);
+            r.group_id = id;
+            r.n_ops = n_ops;
+            state::emit(Event::Call(r));
+        }
     });
     drop(g);
     rc
@@ -416,17 +464,9 @@ pub fn comm_init(
     real: impl FnOnce() -> i32,
     created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
 ) -> i32 {
-    let Some(g) = enter() else {
-        // Paused: GPU capture still starts with the first communicator (and stays
-        // paused until recording resumes); otherwise it would never start.
-        if state::paused()
-            && let Some(r) = state::recorder()
-        {
-            let on = r.cupti;
-            protect(|| gpu::start(on));
-        }
-        return real();
-    };
+    // Recorded while paused too: later ops refer to the communicator. GPU capture
+    // starts with the first one either way (a pause holds once it starts).
+    let Some((g, _)) = enter() else { return real() };
     if let Some(r) = state::recorder() {
         let on = r.cupti;
         protect(|| gpu::start(on));
@@ -562,7 +602,8 @@ fn local_comm_id() -> u64 {
 
 /// `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`.
 pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
-    let Some(g) = enter() else { return real() };
+    // Recorded while paused too, like the creation.
+    let Some((g, _)) = enter() else { return real() };
     let st = protect(|| comms::get(comm)).flatten();
     let t0 = now_ns();
     let rc = real();
@@ -594,7 +635,9 @@ pub struct RegArgs {
 
 /// `ncclCommRegister` & co. `handle_out` reads the handle written by a registration.
 pub fn registration(a: RegArgs, real: impl FnOnce() -> i32, handle_out: impl FnOnce() -> Option<u64>) -> i32 {
-    let Some(g) = enter() else { return real() };
+    // Recorded while paused too: how the communicator's buffers are set up decides
+    // the data paths of later ops.
+    let Some((g, _)) = enter() else { return real() };
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();

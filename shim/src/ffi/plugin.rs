@@ -164,8 +164,10 @@ unsafe extern "C" fn init(
     let handle = protect(|| {
         // Only the copy that interposes NCCL records: a process that inherited
         // NCCL_PROFILER_PLUGIN without LD_PRELOAD (or preloads another copy) gets a
-        // plugin that asks for no events.
-        if !super::exports::interposing() || !crate::state::recording() {
+        // plugin that asks for no events. A communicator created while recording is
+        // paused is taken too (NCCL's mask stays 0 until it resumes): declining it
+        // would lose its events for good.
+        if !super::exports::interposing() || crate::state::recorder().is_none() {
             return 0;
         }
         plugin::init(comm_id, name, n_nodes, nranks, rank)
