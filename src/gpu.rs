@@ -840,19 +840,25 @@ impl Attributor {
                     self.stats.ops_unsampled += 1;
                     None
                 }
-                // Marked, but some of its work launched after the window's kinds
-                // went off (a call that outlived the window's drain, like a
-                // communicator's first call, whose connection setup copies ran in the
-                // window and whose kernel did not): CUPTI could not record all of it.
+                // Marked, but some of its work launched after the kinds went off (a
+                // call that outlived its window's drain, like a communicator's first
+                // call, whose connection setup copies ran in the window and whose
+                // kernel did not; a call a pause or CUPTI's hand-over overtook):
+                // CUPTI could not record all of it.
                 Some(g)
-                    if self.sampled
-                        && g.work_launches
-                            .is_some_and(|(first, last)| self.kinds_were_off_within(first, last)) =>
+                    if g.work_launches
+                        .is_some_and(|(first, last)| self.kinds_were_off_within(first, last)) =>
                 {
                     self.stats.ops_unsampled += 1;
                     None
                 }
                 Some(g) => Some(g.columns(&self.streams, |t| Self::kinds_on_since(&self.kinds_off, t))),
+                // Nothing arrived, and the kinds were off at some time during its call
+                // (its launches unreported: the callbacks were off too): not measured.
+                None if self.kinds_were_off_within(rec.api_start_ns, rec.api_end_ns) => {
+                    self.stats.ops_unsampled += 1;
+                    None
+                }
                 None => Some(Agg::default().columns(&self.streams, |_| i64::MIN)),
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
@@ -1555,5 +1561,36 @@ mod tests {
         ];
         let (_, out, _) = run(items, vec![op(1, None)]);
         assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, None);
+    }
+
+    /// Without sampling too: an op that a pause (or CUPTI's hand-over) overtook — its
+    /// launch came after the kinds went off, or nothing arrived and the kinds were off
+    /// during its call — is not measured (NULL), not "ran nothing" (none).
+    #[test]
+    fn an_op_a_pause_overtook_is_not_measured() {
+        let mut at = Attributor::new(100);
+        let mut rows = Vec::new();
+        let mut overtaken = op(1, None);
+        (overtaken.api_start_ns, overtaken.api_end_ns) = (550, 650);
+        let mut silent = op(2, None);
+        (silent.api_start_ns, silent.api_end_ns) = (560, 640);
+        let mut before = op(3, None);
+        (before.api_start_ns, before.api_end_ns) = (100, 200);
+        for o in [overtaken, silent, before] {
+            at.hold(o, 0);
+        }
+        at.item(GpuItem::Kinds { on: false, t: 600 }, 600, &mut rows);
+        // Op 1 launched at 620, with the kinds off: its kernel has no record.
+        at.item(api(10, 620, 1), 620, &mut rows);
+        at.item(ext(1, 10), 620, &mut rows);
+        at.item(GpuItem::Kinds { on: true, t: 700 }, 700, &mut rows);
+        let mut out = Vec::new();
+        at.release(1_000, false, &mut out);
+        let by: Vec<(u64, Option<Engine>)> = out
+            .iter()
+            .map(|o| (o.rec.op_id, o.gpu.as_ref().map(|g| g.engine)))
+            .collect();
+        assert_eq!(by, [(1, None), (2, None), (3, Some(Engine::None))]);
+        assert_eq!((at.stats.ops_unsampled, at.stats.ops_without_gpu), (2, 1));
     }
 }

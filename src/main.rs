@@ -601,6 +601,15 @@ fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
                     s.value(i),
                     n.map_or("?".into(), |n| n.to_string())
                 );
+            } else if let Some(n) = unsampled
+                .filter(|u| !u.is_null(i))
+                .map(|u| u.value(i))
+                .filter(|&n| n > 0)
+            {
+                outln!(
+                    "    {:12} {n} ops whose capture went off during their call (a pause, CUPTI handed over), GPU side not measured",
+                    ""
+                );
             }
         }
     }

@@ -657,6 +657,10 @@ impl Writer {
         let Some(p) = &mut self.gpu_pipe else {
             return Ok(());
         };
+        // Read before the notes are drained: a marked call that returns meanwhile has
+        // pushed its launch notes first, so they are drained below and counted in
+        // `pending`; read after, its launch would be counted nowhere.
+        let in_flight = p.src.marked_in_flight();
         if last {
             p.src.finish(&mut p.items);
         } else {
@@ -678,7 +682,7 @@ impl Writer {
         p.attrib.settle(t, grace, &mut p.rows);
         if let Some(s) = &mut p.sampler
             && !last
-            && let Some(d) = s.step(t, p.attrib.pending(t) + p.src.marked_in_flight())
+            && let Some(d) = s.step(t, p.attrib.pending(t) + in_flight)
         {
             p.src.set_detail(d);
         }
@@ -753,7 +757,7 @@ impl Writer {
                 row.gpu_rows = Some(s.gpu_rows);
                 row.gpu_foreign = Some(s.foreign);
                 row.ops_without_gpu = Some(s.ops_without_gpu);
-                row.ops_unsampled = p.policy.sampling.map(|_| s.ops_unsampled);
+                row.ops_unsampled = Some(s.ops_unsampled);
                 row.ops_graph_captured = Some(s.ops_graph_captured);
                 row.gpu_inconsistent = Some(s.inconsistent);
             }
