@@ -100,11 +100,14 @@ pub fn insert(ptr: usize, st: Arc<CommState>) {
     EPOCH.fetch_add(1, Ordering::Release);
 }
 
-/// Forgets a destroyed communicator.
-pub fn remove(ptr: usize) {
+/// Forgets the destroyed communicator `st` at `ptr`; not another one a create on
+/// another thread placed at the freed address meanwhile.
+pub fn remove(ptr: usize, st: &Arc<CommState>) {
     let mut m = MAP.write().unwrap_or_else(|p| p.into_inner());
-    m.remove(&ptr);
-    EPOCH.fetch_add(1, Ordering::Release);
+    if m.get(&ptr).is_some_and(|cur| Arc::ptr_eq(cur, st)) {
+        m.remove(&ptr);
+        EPOCH.fetch_add(1, Ordering::Release);
+    }
 }
 
 /// The communicator at `ptr`, if known.
@@ -136,12 +139,23 @@ mod tests {
     #[test]
     fn cache_is_invalidated_on_reuse() {
         let a = Arc::new(CommState::new(Some(1), Some(0), Some(2), None));
-        insert(0x1000, a);
+        insert(0x1000, Arc::clone(&a));
         assert_eq!(get(0x1000).unwrap().comm_id, Some(1));
-        remove(0x1000);
+        remove(0x1000, &a);
         assert!(get(0x1000).is_none());
         insert(0x1000, Arc::new(CommState::new(Some(2), Some(0), Some(2), None)));
         assert_eq!(get(0x1000).unwrap().comm_id, Some(2));
+    }
+
+    /// A destroy that finishes after another thread created a communicator at the
+    /// freed address leaves the new one registered.
+    #[test]
+    fn a_destroy_does_not_forget_a_newer_communicator_at_its_address() {
+        let old = Arc::new(CommState::new(Some(7), Some(0), Some(2), None));
+        insert(0x2000, Arc::clone(&old));
+        insert(0x2000, Arc::new(CommState::new(Some(8), Some(0), Some(2), None)));
+        remove(0x2000, &old);
+        assert_eq!(get(0x2000).unwrap().comm_id, Some(8));
     }
 
     #[test]

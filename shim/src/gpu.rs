@@ -308,7 +308,7 @@ pub fn on_api_enter(driver: bool, cbid: u32, correlation_id: u32) {
 /// Starts capture (once, at the first communicator creation). `enabled`: ZCTA_CUPTI.
 pub fn start(enabled: bool) {
     if STATE
-        .compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(IDLE, STARTING, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
         return;
@@ -318,8 +318,9 @@ pub fn start(enabled: bool) {
         Ok(()) => {
             let _g = ctl();
             // A client that arrived while we were starting wins.
-            if FOREIGN.load(Ordering::Acquire) {
-                stop_for_foreign("a CUPTI client registered while zcta was starting");
+            if FOREIGN.load(Ordering::SeqCst) {
+                let now = crate::ffi::sys::now_ns();
+                stop_for_foreign("a CUPTI client registered while zcta was starting", now);
             } else {
                 STARTED_AT.store(crate::ffi::sys::now_ns(), Ordering::Release);
                 STATE.store(ACTIVE, Ordering::Release);
@@ -338,7 +339,7 @@ fn try_start(enabled: bool) -> Result<(), String> {
     if !enabled {
         return Err("ZCTA_CUPTI=0".into());
     }
-    if FOREIGN.load(Ordering::Acquire) {
+    if FOREIGN.load(Ordering::SeqCst) {
         let why = "another CUPTI client (torch.profiler/Kineto or similar) was already active";
         warn_once(format_args!("{why}; recording host-side only (GPU columns NULL)"));
         return Err(why.into());
@@ -415,13 +416,15 @@ fn try_start(enabled: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn stop_for_foreign(what: &str) {
+/// `when`: stamped before capture started going off, so an op called during the hand-over
+/// counts as not captured, and one whose work launched after it as cut short.
+fn stop_for_foreign(what: &str, when: i64) {
+    STOPPED_AT.store(when, Ordering::Release);
+    log_kinds_switch(false, when);
     // Our buffers go to our callback before the newcomer's replaces it.
     cupti::flush(true);
     cupti::stop(&setup().kinds);
     STATE.store(OFF, Ordering::Release);
-    let when = crate::ffi::sys::now_ns();
-    STOPPED_AT.store(when, Ordering::Release);
     set_status(|s| s.cupti = format!("stopped: {what} at {when} ns; GPU columns NULL from then on"));
     warn_once(format_args!(
         "{what}: zcta hands CUPTI over and records host-side only from now on"
@@ -431,17 +434,26 @@ fn stop_for_foreign(what: &str) {
 /// Another library called a CUPTI registration entry point (`what`).
 pub fn foreign_client(what: &str) {
     let _ = std::panic::catch_unwind(|| {
-        if FOREIGN.swap(true, Ordering::AcqRel) {
+        if FOREIGN.swap(true, Ordering::SeqCst) {
             return;
         }
+        // Nothing to hand over when capture is off for good, or not started (a start
+        // after this sees FOREIGN: SeqCst both sides). Checked before the lock: a fork
+        // child (capture OFF) must not wait for a lock its parent's writer held at the
+        // fork. A start under way is met under the lock.
+        if matches!(STATE.load(Ordering::SeqCst), OFF | IDLE) {
+            return;
+        }
+        let when = crate::ffi::sys::now_ns();
         let _g = ctl();
         if STATE
             .compare_exchange(ACTIVE, OFF, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            stop_for_foreign(&format!(
-                "another CUPTI client called {what} (torch.profiler/Kineto?)"
-            ));
+            stop_for_foreign(
+                &format!("another CUPTI client called {what} (torch.profiler/Kineto?)"),
+                when,
+            );
         }
     });
 }
@@ -567,7 +579,10 @@ impl CuptiSource {
 
 impl GpuSource for CuptiSource {
     fn poll(&mut self, flush: bool, out: &mut Vec<GpuItem>) {
-        if flush && active() {
+        // Not after the final flush at exit: a writer still running when the exit
+        // stopped waiting for it (ZCTA_EXIT_TIMEOUT_MS) must not call into CUDA while
+        // CUDA's exit handlers tear it down.
+        if flush && active() && !FINAL_FLUSHED.load(Ordering::Acquire) {
             cupti::flush(false);
         }
         self.drain(out);

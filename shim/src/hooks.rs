@@ -609,8 +609,11 @@ pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 
     let rc = real();
     let t1 = now_ns();
     protect(|| {
-        if matches!(kind, CallKind::CommDestroy | CallKind::CommAbort) && nccl::accepted(rc) {
-            comms::remove(comm);
+        if matches!(kind, CallKind::CommDestroy | CallKind::CommAbort)
+            && nccl::accepted(rc)
+            && let Some(st) = &st
+        {
+            comms::remove(comm, st);
         }
         let mut r = call_record(kind, t0, t1, rc);
         r.comm_id = st.and_then(|s| s.comm_id);
