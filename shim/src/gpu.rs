@@ -313,10 +313,13 @@ pub fn start(enabled: bool) {
     {
         return;
     }
+    // Held while starting: a client that registers meanwhile waits in
+    // [`foreign_client`] until capture is up, then takes it over whole (its
+    // registration must not come before ours, which would replace it).
+    let _g = ctl();
     let outcome = try_start(enabled);
     match outcome {
         Ok(()) => {
-            let _g = ctl();
             // A client that arrived while we were starting wins.
             if FOREIGN.load(Ordering::SeqCst) {
                 let now = crate::ffi::sys::now_ns();
@@ -440,7 +443,7 @@ pub fn foreign_client(what: &str) {
         // Nothing to hand over when capture is off for good, or not started (a start
         // after this sees FOREIGN: SeqCst both sides). Checked before the lock: a fork
         // child (capture OFF) must not wait for a lock its parent's writer held at the
-        // fork. A start under way is met under the lock.
+        // fork. A start under way holds the lock: this waits for it, then stops it.
         if matches!(STATE.load(Ordering::SeqCst), OFF | IDLE) {
             return;
         }
