@@ -596,7 +596,7 @@ fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
             if let Some(s) = sampling.filter(|s| !s.is_null(i)) {
                 let n = unsampled.filter(|u| !u.is_null(i)).map(|u| u.value(i));
                 outln!(
-                    "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops outside the windows, GPU side not measured",
+                    "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops not captured (outside the windows, or overtaken by a capture switch), GPU side not measured",
                     "",
                     s.value(i),
                     n.map_or("?".into(), |n| n.to_string())

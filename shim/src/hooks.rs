@@ -2,8 +2,9 @@
 //! `ffi::exports` turn C arguments into the plain values below and pass a closure
 //! that calls the real function.
 //!
-//! Every hook follows one pattern: not recording, or re-entered from inside NCCL →
-//! call the real function and return; otherwise take the time, call the real function
+//! Every hook follows one pattern: shim inactive, or re-entered from inside NCCL →
+//! call the real function and return (while recording is paused, hooks keep only the
+//! structure later rows depend on: [`enter`]); otherwise take the time, call the real function
 //! (outside any `catch_unwind`), take the time, build and enqueue the record inside
 //! [`protect`], and return the real result unchanged.
 
@@ -207,7 +208,7 @@ fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
     st.next_call_seq();
     let ok = nccl::accepted(rc);
     if current_group().is_some() {
-        count_group_op();
+        // Not counted in its GroupEnd's n_ops (ops recorded in the group).
         let pending = Pending {
             rec: None,
             op: kind,

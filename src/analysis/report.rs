@@ -428,7 +428,7 @@ impl Builder {
             out.push(Finding {
                 title: "GPU side and NCCL's view sampled (ZCTA_SAMPLE)".into(),
                 evidence: format!(
-                    "process.gpu_sampling: {}; {outside} ops called outside the windows (process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured{apart}",
+                    "process.gpu_sampling: {}; {outside} ops not captured (called outside the windows, or overtaken by a capture switch: process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured{apart}",
                     sampled.into_iter().collect::<Vec<_>>().join("; ")
                 ),
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/PERFORMANCE.md)".into(),
