@@ -206,18 +206,33 @@ fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
         return;
     };
     st.next_call_seq();
-    let ok = nccl::accepted(rc);
+    file_op(kind, a.peer, Some(st), nccl::accepted(rc), None);
+}
+
+/// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
+/// (`None` while paused). Inside a group it waits for the group's end, counted in the
+/// GroupEnd's n_ops when it has a row; otherwise it takes its sequence number now and
+/// its row is written.
+fn file_op(kind: OpKind, peer: Option<i32>, comm: Option<Arc<CommState>>, ok: bool, rec: Option<OpRecord>) {
+    let comm = comm.filter(|_| ok);
     if current_group().is_some() {
-        // Not counted in its GroupEnd's n_ops (ops recorded in the group).
+        if rec.is_some() {
+            count_group_op();
+        }
         let pending = Pending {
-            rec: None,
+            rec,
             op: kind,
-            peer: a.peer,
-            comm: ok.then_some(st),
+            peer,
+            comm,
         };
+        // Fails only while the thread is exiting: nothing to attach the op to then.
         let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
-    } else if ok {
-        next_seq(kind, a.peer, &st);
+        return;
+    }
+    let seq = comm.map(|st| next_seq(kind, peer, &st));
+    if let Some(mut rec) = rec {
+        rec.seq = seq;
+        state::emit(Event::Op(rec));
     }
 }
 
@@ -258,7 +273,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             None => (None, None, None, None, None),
         };
         let group_id = current_group();
-        let mut rec = OpRecord {
+        let rec = OpRecord {
             op_id,
             op: kind,
             comm_id,
@@ -285,22 +300,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             gpu_marked: marked,
             graph_captured,
         };
-        if group_id.is_some() {
-            count_group_op();
-            let pending = Pending {
-                rec: Some(rec),
-                op: kind,
-                peer: a.peer,
-                comm: if ok { st } else { None },
-            };
-            // Fails only while the thread is exiting: nothing to attach the op to then.
-            let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
-            return;
-        }
-        if ok && let Some(st) = &st {
-            rec.seq = Some(next_seq(kind, a.peer, st));
-        }
-        state::emit(Event::Op(rec));
+        file_op(kind, a.peer, st, ok, Some(rec));
     });
     drop(g);
     rc
