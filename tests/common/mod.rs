@@ -12,10 +12,17 @@
 //! * `cupti/libcupti.so.13`: a stand-in CUPTI (the activity API subset zcta uses,
 //!   records in the exact CUPTI 13.0 layouts); the stand-in NCCL makes it emit GPU
 //!   records where real NCCL launches work (`tests/fixtures/fake_cupti.c`).
-//! * `host`: dlopens `libglue.so` `RTLD_LOCAL` (as python loads torch) and runs a
-//!   scenario: `host ops RANK NRANKS IDFILE ITERS`, `errors`, `threads N ITERS`,
-//!   `fork`, `exec HOSTPATH ARGS...`, `loop IDFILE`, `nonccl`, `split`, `register`,
-//!   `bench N`, `exit_underscore`, `simulate` (see `tests/fixtures/glue.c`).
+//! * `cuda/libcuda.so.1`: a stand-in CUDA driver (the context/stream/event subset
+//!   zcta's per-op CUDA-event timing uses, real C ABI and error codes; a fake GPU
+//!   whose streams the stand-in NCCL keeps busy where real NCCL launches work, stream
+//!   capture with the driver's rules, failure injection, counters in
+//!   `FAKE_CUDA_STATS_FILE`: see [`read_cuda_stats`] and `tests/fixtures/fake_cuda.c`).
+//! * `host`: dlopens `HOST_CUDA` then `HOST_CUPTI` (if set, `RTLD_GLOBAL`), then
+//!   `libglue.so` `RTLD_LOCAL` (as python loads torch) and runs a scenario:
+//!   `host ops RANK NRANKS IDFILE ITERS`, `errors`, `threads N ITERS`, `fork`,
+//!   `exec HOSTPATH ARGS...`, `loop IDFILE`, `nonccl`, `split`, `register`, `bench N`,
+//!   `exit_underscore`, `simulate`, `capture ITERS` (needs `HOST_CUDA`),
+//!   `streams ITERS GAP_US`, ... (see `usage()` in `tests/fixtures/glue.c`).
 //!
 //! The output directory is keyed by a hash of the sources, compiler and flags, under
 //! `CARGO_TARGET_TMPDIR`; each build goes to a unique temporary directory that is then
@@ -34,7 +41,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Paths of the built fixtures. All three files live in `dir`.
+/// Paths of the built fixtures, all under `dir`.
 #[derive(Debug, Clone)]
 pub struct Fixtures {
     pub dir: PathBuf,
@@ -47,6 +54,9 @@ pub struct Fixtures {
     /// The stand-in `libcupti.so.13`, in its own folder `cupti/` so nothing finds it
     /// unless a test asks (`HOST_CUPTI`, `ZCTA_CUPTI_LIB`).
     pub libcupti: PathBuf,
+    /// The stand-in CUDA driver `libcuda.so.1`, in its own folder `cuda/` so nothing
+    /// finds it unless a test asks (`HOST_CUDA`).
+    pub libcuda: PathBuf,
 }
 
 impl Fixtures {
@@ -56,8 +66,9 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 8] = [
     "fake_cupti.c",
+    "fake_cuda.c",
     "nccl_min.h",
     "profiler_v5_min.h",
     "fake_nccl.h",
@@ -156,18 +167,24 @@ fn paths_in(dir: &Path) -> Fixtures {
         libnccl: dir.join("libnccl.so.2"),
         libglue: dir.join("libglue.so"),
         libcupti: dir.join("cupti").join("libcupti.so.13"),
+        libcuda: dir.join("cuda").join("libcuda.so.1"),
     }
 }
 
 fn is_complete(fx: &Fixtures) -> bool {
-    fx.host.is_file() && fx.libnccl.is_file() && fx.libglue.is_file() && fx.libcupti.is_file()
+    fx.host.is_file()
+        && fx.libnccl.is_file()
+        && fx.libglue.is_file()
+        && fx.libcupti.is_file()
+        && fx.libcuda.is_file()
 }
 
 fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
     let mut lib_dir_arg = OsString::from("-L");
     lib_dir_arg.push(out);
     fs::create_dir_all(out.join("cupti")).map_err(|e| format!("creating cupti/: {e}"))?;
-    let steps: [(&str, Vec<OsString>); 4] = [
+    fs::create_dir_all(out.join("cuda")).map_err(|e| format!("creating cuda/: {e}"))?;
+    let steps: [(&str, Vec<OsString>); 5] = [
         (
             "libcupti.so.13",
             vec![
@@ -176,6 +193,16 @@ fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
                 "-o".into(),
                 out.join("cupti").join("libcupti.so.13").into(),
                 src.join("fake_cupti.c").into(),
+            ],
+        ),
+        (
+            "libcuda.so.1",
+            vec![
+                "-shared".into(),
+                "-Wl,-soname,libcuda.so.1".into(),
+                "-o".into(),
+                out.join("cuda").join("libcuda.so.1").into(),
+                src.join("fake_cuda.c").into(),
             ],
         ),
         (
@@ -288,6 +315,20 @@ pub fn write_unique_id(path: &Path) {
 /// Parses the file written by a scenario run with `GLUE_STATS_FILE=<path>`: how many
 /// times each `pncclX` was entered in that process, keyed by bare name ("AllReduce").
 pub fn read_glue_stats(path: &Path) -> HashMap<String, u64> {
+    read_name_value_lines(path)
+}
+
+/// Parses the file the stand-in driver writes at exit with `FAKE_CUDA_STATS_FILE=<path>`
+/// (and at every `fake_cuda_end_capture`): its counters by name, e.g. `events_created`,
+/// `events_alive`, `records`, `records_on_capturing`, `queries`, `launches`,
+/// `launches_captured`, `elapsed_calls`, `unsafe_during_capture`,
+/// `captures_invalidated` (the list is `STATS` in `tests/fixtures/fake_cuda.c`).
+pub fn read_cuda_stats(path: &Path) -> HashMap<String, u64> {
+    read_name_value_lines(path)
+}
+
+/// "name value" lines, as both stats files are written.
+fn read_name_value_lines(path: &Path) -> HashMap<String, u64> {
     let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()
         .filter_map(|l| {
