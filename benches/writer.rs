@@ -63,6 +63,7 @@ fn workload(n: usize) -> Vec<Event> {
                 tid: 4242,
                 gpu_marked: true,
                 graph_captured: Some(false),
+                timing: Default::default(),
             })
         })
         .collect()
@@ -97,6 +98,7 @@ fn with_gpu(events: &[Event]) -> Vec<OpRow> {
                     n_kernels: 1,
                     n_memcpy: 0,
                     memcpy_bytes: 0,
+                    source: zcta::gpu::GpuSourceKind::Cupti,
                 }),
             }
         })

@@ -12,7 +12,9 @@
 //! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
-//! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: no GPU capture (host-only rows, GPU columns NULL) |
+//! | `ZCTA_GPU` | `events` | GPU side: `events` (each op timed with CUDA events on its stream, under the budget), `deep` (events plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
+//! | `ZCTA_BUDGET` | `1%` | share of wall time GPU timing may cost (`all`: time every op) ([`crate::budget`]) |
+//! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: in deep mode, no CUPTI (events only) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 //! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |
@@ -28,6 +30,28 @@ use crate::sink::{GpuPolicy, SinkPolicy};
 /// Reads one environment variable (injected in tests).
 pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// What is measured on the GPU side (`ZCTA_GPU`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuMode {
+    /// Each op timed with CUDA events on its stream (the default).
+    Events,
+    /// Events plus CUPTI's kernel, copy and launch records.
+    Deep,
+    /// Host rows only.
+    Off,
+}
+
+impl GpuMode {
+    pub fn parse(v: &str) -> Option<GpuMode> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "" | "events" | "on" | "1" => Some(GpuMode::Events),
+            "deep" => Some(GpuMode::Deep),
+            "off" | "0" | "none" => Some(GpuMode::Off),
+            _ => None,
+        }
+    }
+}
+
 /// Everything configurable.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -37,7 +61,11 @@ pub struct Config {
     pub queue_capacity: usize,
     pub exit_timeout: Duration,
     pub policy: SinkPolicy,
-    /// GPU capture through CUPTI (`ZCTA_CUPTI`).
+    /// What is measured on the GPU side (`ZCTA_GPU`).
+    pub gpu_mode: GpuMode,
+    /// Share of wall time GPU timing may cost (`ZCTA_BUDGET`; infinite: every op).
+    pub budget: f64,
+    /// GPU capture through CUPTI: deep mode, unless `ZCTA_CUPTI=0`.
     pub cupti: bool,
     pub gpu: GpuPolicy,
     /// Problems with the settings, each to be printed once.
@@ -71,7 +99,24 @@ impl Config {
         let segment_rows = num("ZCTA_SEGMENT_ROWS", 4 << 20, 1, u64::MAX);
         let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
         let hold_ms = num("ZCTA_GPU_HOLD_MS", 1_000, 10, 60_000);
-        let cupti = env("ZCTA_CUPTI").is_none_or(|v| v.trim().is_empty() || !is_off(&v));
+        let gpu_mode = match env("ZCTA_GPU") {
+            None => GpuMode::Events,
+            Some(v) => GpuMode::parse(&v).unwrap_or_else(|| {
+                warnings.push(format!("ZCTA_GPU={v:?} is not events, deep or off; using events"));
+                GpuMode::Events
+            }),
+        };
+        let budget = match env("ZCTA_BUDGET").filter(|v| !v.trim().is_empty()) {
+            None => 0.01,
+            Some(v) => crate::budget::parse_budget(&v).unwrap_or_else(|| {
+                warnings.push(format!(
+                    "ZCTA_BUDGET={v:?} is not a percentage in (0, 100] or `all`; using 1%"
+                ));
+                0.01
+            }),
+        };
+        let cupti =
+            gpu_mode == GpuMode::Deep && env("ZCTA_CUPTI").is_none_or(|v| v.trim().is_empty() || !is_off(&v));
         // Read by the shim's plugin itself (quietly: it also runs in processes that
         // never record); the warning for a bad value is given here, once, at activation.
         if let Some(v) = env("ZCTA_NCCL_MASK").filter(|v| !v.trim().is_empty())
@@ -103,6 +148,8 @@ impl Config {
                 segment_age: Duration::from_secs(segment_secs),
                 ..SinkPolicy::default()
             },
+            gpu_mode,
+            budget,
             cupti,
             gpu: GpuPolicy {
                 hold: Duration::from_millis(hold_ms),

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi, StreamMark};
-use crate::record::OpRecord;
+use crate::record::{OpRecord, Timing};
 use crate::streams::StreamTracker;
 
 /// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
@@ -68,6 +68,10 @@ pub enum Engine {
     ProxyMemcpy,
     /// CUPTI was on but nothing was attributed by the time the row was written.
     None,
+    /// Not known: the op was timed with CUDA events, and NCCL's events said nothing of
+    /// a kernel (no profiler plugin, a one-rank shortcut, the copy-engine path on an
+    /// NCCL whose events do not show it). Written as NULL.
+    Unknown,
 }
 
 impl Engine {
@@ -78,6 +82,31 @@ impl Engine {
             Engine::CopyEngine => "copy_engine",
             Engine::ProxyMemcpy => "proxy_memcpy",
             Engine::None => "none",
+            Engine::Unknown => "unknown",
+        }
+    }
+
+    /// The `ops.engine` value (NULL when not known).
+    pub fn column(self) -> Option<&'static str> {
+        (self != Engine::Unknown).then(|| self.name())
+    }
+}
+
+/// How an op's GPU columns were measured (`ops.gpu_source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuSourceKind {
+    /// CUDA events on the op's stream; the engine from NCCL's profiler events.
+    Events,
+    /// CUPTI's activity records (deep mode), with the events' ready and end when the
+    /// op was timed too.
+    Cupti,
+}
+
+impl GpuSourceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuSourceKind::Events => "events",
+            GpuSourceKind::Cupti => "cupti",
         }
     }
 }
@@ -96,6 +125,30 @@ pub struct OpGpu {
     pub n_kernels: u32,
     pub n_memcpy: u32,
     pub memcpy_bytes: u64,
+    pub source: GpuSourceKind,
+}
+
+impl OpGpu {
+    /// An op timed with CUDA events only: `ready_ns`..`end_ns` on its stream; NCCL's
+    /// events during the launching call say whether a kernel ran.
+    pub fn from_events(rec: &OpRecord, ready_ns: i64, end_ns: i64) -> OpGpu {
+        OpGpu {
+            launch_ns: rec.timing.launch_ns,
+            gpu_ready_ns: Some(ready_ns),
+            gpu_start_ns: None,
+            gpu_end_ns: Some(end_ns),
+            engine: if rec.timing.nccl_kernel {
+                Engine::SmKernel
+            } else {
+                Engine::Unknown
+            },
+            kernel: None,
+            n_kernels: 0,
+            n_memcpy: 0,
+            memcpy_bytes: 0,
+            source: GpuSourceKind::Events,
+        }
+    }
 }
 
 /// One `ops` row: the host record plus, when CUPTI was active, its GPU side.
@@ -143,6 +196,13 @@ pub enum GpuItem {
     Kinds {
         on: bool,
         t: i64,
+    },
+    /// The CUDA events around the launching call of `ext` (an [`ext_id`]): its stream
+    /// was free for it at `ready_ns` and done with it at `end_ns` (CLOCK_REALTIME ns).
+    Timed {
+        ext: u64,
+        ready_ns: i64,
+        end_ns: i64,
     },
 }
 
@@ -350,6 +410,7 @@ impl Agg {
             n_kernels: self.n_kernels,
             n_memcpy: self.n_memcpy,
             memcpy_bytes: self.memcpy_bytes,
+            source: GpuSourceKind::Cupti,
         }
     }
 }
@@ -373,6 +434,8 @@ pub struct AttribStats {
     /// Ops captured into a CUDA graph ([`OpRecord::graph_captured`]): their GPU work
     /// runs at the graph's launches, not joined; their GPU columns are NULL.
     pub ops_graph_captured: u64,
+    /// Ops timed with CUDA events whose times never arrived within the hold.
+    pub ops_timing_lost: u64,
 }
 
 /// Joins GPU activities to ops; lives on the writer thread.
@@ -413,6 +476,8 @@ pub struct Attributor {
     /// were off, (from, to), oldest first (pruned by age): sampling windows and pauses.
     kinds_off_since: Option<i64>,
     kinds_off: VecDeque<(i64, i64)>,
+    /// CUDA-event times by external id (ops and groups), with their arrival time.
+    timed: HashMap<u64, (i64, i64, i64)>,
 }
 
 /// How far before its launch call an activity may seem to start (clock reading
@@ -491,6 +556,7 @@ impl Attributor {
             stream_history: true,
             kinds_off_since: None,
             kinds_off: VecDeque::new(),
+            timed: HashMap::new(),
         }
     }
 
@@ -606,6 +672,13 @@ impl Attributor {
                 self.causality_slack_ns = CAUSALITY_SLACK_NS + o.saturating_abs();
             }
             GpuItem::Kinds { on, t } => self.kinds_switched(on, t),
+            GpuItem::Timed {
+                ext,
+                ready_ns,
+                end_ns,
+            } => {
+                self.timed.insert(ext, (ready_ns, end_ns, now));
+            }
             GpuItem::EventRecord(m) if self.stream_history => self.streams.event_record(&m, now),
             GpuItem::StreamWait(m) if self.stream_history => self.streams.stream_wait(&m, now),
             GpuItem::EventRecord(_) | GpuItem::StreamWait(_) => {}
@@ -799,6 +872,7 @@ impl Attributor {
             self.launches.remove(&c);
         }
         self.agg.retain(|_, g| g.touched_ns >= old);
+        self.timed.retain(|_, t| t.2 >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
         // The latest switch on stays: it says which stream history counts. A held op
@@ -817,49 +891,46 @@ impl Attributor {
         // A burst's peak capacity is given back once it has passed.
         shrink_map(&mut self.launches);
         shrink_map(&mut self.agg);
+        shrink_map(&mut self.timed);
         shrink_deque(&mut self.launch_order);
     }
 
-    /// Writes held ops whose time is up (all of them with `all`) to `out`.
+    /// Writes held ops whose time is up (all of them with `all`) to `out`. An op timed
+    /// with CUDA events alone goes as soon as its times arrived; one whose launch CUPTI
+    /// traced waits the whole hold for CUPTI's records.
     pub fn release(&mut self, now: i64, all: bool, out: &mut Vec<OpRow>) {
-        while let Some(&(due, _)) = self.held.front() {
-            if !all && due > now {
+        while let Some((due, rec)) = self.held.front() {
+            let ext = ext_id(rec.op_id, rec.group_id);
+            let early = !rec.gpu_marked && self.timed.contains_key(&ext);
+            if !all && *due > now && !early {
                 break;
             }
             let (_, rec) = self.held.pop_front().expect("front exists");
-            let ext = ext_id(rec.op_id, rec.group_id);
-            let gpu = match self.agg.get(&ext) {
+            let timed = matches!(rec.timing.timing, Timing::Timed(_));
+            let events = self.timed.get(&ext).map(|&(r, e, _)| (r, e));
+            let gpu = if rec.graph_captured == Some(true) || rec.timing.timing == Timing::Captured {
                 // Captured into a CUDA graph: its launch ran nothing until the graph
-                // is launched, and those kernels carry the graph launch's correlation.
-                _ if rec.graph_captured == Some(true) => {
-                    self.stats.ops_graph_captured += 1;
-                    None
-                }
-                // Its launching call was not marked: called outside the windows.
-                _ if self.sampled && !rec.gpu_marked => {
-                    self.stats.ops_unsampled += 1;
-                    None
-                }
-                // Marked, but some of its work launched after the kinds went off (a
-                // call that outlived its window's drain, like a communicator's first
-                // call, whose connection setup copies ran in the window and whose
-                // kernel did not; a call a pause or CUPTI's hand-over overtook):
-                // CUPTI could not record all of it.
-                Some(g)
-                    if g.work_launches
-                        .is_some_and(|(first, last)| self.kinds_were_off_within(first, last)) =>
-                {
-                    self.stats.ops_unsampled += 1;
-                    None
-                }
-                Some(g) => Some(g.columns(&self.streams, |t| Self::kinds_on_since(&self.kinds_off, t))),
-                // Nothing arrived, and the kinds were off at some time during its call
-                // (its launches unreported: the callbacks were off too): not measured.
-                None if self.kinds_were_off_within(rec.api_start_ns, rec.api_end_ns) => {
-                    self.stats.ops_unsampled += 1;
-                    None
-                }
-                None => Some(Agg::default().columns(&self.streams, |_| i64::MIN)),
+                // is launched (those kernels carry the graph launch's correlation),
+                // and no event was recorded into the capturing stream.
+                self.stats.ops_graph_captured += 1;
+                None
+            } else if rec.gpu_marked || !timed {
+                self.cupti_columns(&rec, ext).map(|mut g| {
+                    if let Some((r, e)) = events {
+                        // The events are what CUDA events around the op measure.
+                        g.gpu_ready_ns = Some(r);
+                        g.gpu_end_ns = Some(e);
+                    }
+                    if g.launch_ns.is_none() {
+                        g.launch_ns = rec.timing.launch_ns;
+                    }
+                    g
+                })
+            } else if let Some((r, e)) = events {
+                Some(OpGpu::from_events(&rec, r, e))
+            } else {
+                self.stats.ops_timing_lost += 1;
+                None
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {
                 self.stats.ops_without_gpu += 1;
@@ -867,12 +938,44 @@ impl Attributor {
             match rec.group_id {
                 None => {
                     self.agg.remove(&ext);
+                    self.timed.remove(&ext);
                 }
                 Some(_) => {
                     self.op_group.remove(&rec.op_id);
                 }
             }
             out.push(OpRow { rec, gpu });
+        }
+    }
+
+    /// The GPU columns of an op CUPTI captured (deep mode).
+    fn cupti_columns(&mut self, rec: &OpRecord, ext: u64) -> Option<OpGpu> {
+        match self.agg.get(&ext) {
+            // Its launching call was not marked: called outside the windows.
+            _ if self.sampled && !rec.gpu_marked => {
+                self.stats.ops_unsampled += 1;
+                None
+            }
+            // Marked, but some of its work launched after the kinds went off (a
+            // call that outlived its window's drain, like a communicator's first
+            // call, whose connection setup copies ran in the window and whose
+            // kernel did not; a call a pause or CUPTI's hand-over overtook):
+            // CUPTI could not record all of it.
+            Some(g)
+                if g.work_launches
+                    .is_some_and(|(first, last)| self.kinds_were_off_within(first, last)) =>
+            {
+                self.stats.ops_unsampled += 1;
+                None
+            }
+            Some(g) => Some(g.columns(&self.streams, |t| Self::kinds_on_since(&self.kinds_off, t))),
+            // Nothing arrived, and the kinds were off at some time during its call
+            // (its launches unreported: the callbacks were off too): not measured.
+            None if self.kinds_were_off_within(rec.api_start_ns, rec.api_end_ns) => {
+                self.stats.ops_unsampled += 1;
+                None
+            }
+            None => Some(Agg::default().columns(&self.streams, |_| i64::MIN)),
         }
     }
 }
@@ -910,6 +1013,7 @@ mod tests {
             tid: 1,
             gpu_marked: true,
             graph_captured: Some(false),
+            timing: Default::default(),
         }
     }
 
@@ -1164,6 +1268,7 @@ mod tests {
             OpRecord {
                 gpu_marked: false,
                 graph_captured: Some(false),
+                timing: Default::default(),
                 ..op(3, None)
             },
             0,

@@ -19,6 +19,7 @@
 //! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
 
 pub mod analysis;
+pub mod budget;
 pub mod clock;
 pub mod config;
 pub mod cupti;

@@ -48,6 +48,65 @@ pub struct OpRecord {
     /// (CollApi/P2pApi `graphCaptured`) said; `None` when none arrived (zcta's plugin not
     /// loaded, NCCL asked for no events, or a call NCCL rejected before them).
     pub graph_captured: Option<bool>,
+    /// The GPU side the hot path measured itself (CUDA events, NCCL's launch event).
+    pub timing: OpTiming,
+}
+
+/// Whether an op's launch was timed with CUDA events, and why not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Timing {
+    /// Not asked: the op launches no GPU work of its own (inside a group, before its
+    /// ncclGroupEnd), or timing is off in this process (`process.gpu_timing` says why).
+    #[default]
+    Off,
+    /// Events recorded around the launching call at budget level `k`: the op stands
+    /// for 2^k ops ([`crate::budget`]).
+    Timed(u8),
+    /// Not selected at the budget's level `k` at the time.
+    Skipped(u8),
+    /// Its stream was being captured into a CUDA graph: no event is recorded there.
+    Captured,
+    /// No event pair was free (the writer had not returned enough yet).
+    PoolEmpty,
+    /// The driver refused a call (an unusual stream, an error), or the call failed.
+    Error,
+    /// Its group's ops ran on more than one stream.
+    Streams,
+}
+
+impl Timing {
+    /// The `ops.timing` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Timing::Off => "off",
+            Timing::Timed(_) => "timed",
+            Timing::Skipped(_) => "budget",
+            Timing::Captured => "graph_capture",
+            Timing::PoolEmpty => "pool_empty",
+            Timing::Error => "error",
+            Timing::Streams => "streams",
+        }
+    }
+
+    /// Budget level of a timed or skipped op.
+    pub fn level(self) -> Option<u8> {
+        match self {
+            Timing::Timed(k) | Timing::Skipped(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// What the hot path measured of an op's GPU side, without CUPTI.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpTiming {
+    pub timing: Timing,
+    /// Entry into NCCL's kernel launch for the op (its profiler plugin's KernelLaunch
+    /// event, during the launching call), CLOCK_REALTIME ns.
+    pub launch_ns: Option<i64>,
+    /// NCCL planned a kernel for the op (a Coll or P2p profiler event arrived during
+    /// the launching call).
+    pub nccl_kernel: bool,
 }
 
 /// One NCCL control call (row of `calls`): groups, communicator lifecycle,

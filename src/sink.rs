@@ -36,7 +36,7 @@ use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
 use crate::gpu::{Attributor, GpuItem, GpuRow, OpRow};
-use crate::record::{Event, PluginEvent};
+use crate::record::{Event, PluginEvent, Timing};
 use crate::sample::{Detail, Sampler, Sampling};
 use crate::tables::{
     CallsTable, CommsTable, Ctx, Encoding, GpuTable, NcclCommsTable, NcclOpsTable, OpsTable, ProcessRow,
@@ -478,6 +478,22 @@ pub struct GpuStatus {
     pub clock: Option<String>,
     pub clock_offset_ns: Option<i64>,
     pub dropped: Option<u64>,
+    /// Per-op timing with CUDA events; `None` from sources without it.
+    pub timing: Option<TimingStatus>,
+}
+
+/// What per-op CUDA-event timing did (the `process.gpu_timing` columns); counts are
+/// `None` while it is off.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimingStatus {
+    pub state: String,
+    pub timed: Option<u64>,
+    pub captured: Option<u64>,
+    pub pool_empty: Option<u64>,
+    pub errors: Option<u64>,
+    pub lost: Option<u64>,
+    pub clock_error_ns: Option<i64>,
+    pub drift_ns_per_s: Option<i64>,
 }
 
 /// The shim's CUPTI side as the writer sees it (implemented over libcupti in the
@@ -630,11 +646,17 @@ impl Writer {
         let ctx = &self.info.ctx;
         match ev {
             Event::Op(r) => match &mut self.gpu_pipe {
-                Some(p) if p.src.captured(r.api_start_ns) => {
+                Some(p) if matches!(r.timing.timing, Timing::Timed(_)) || p.src.captured(r.api_start_ns) => {
                     p.attrib.hold(*r, crate::clock::now_ns());
                     Ok(())
                 }
-                _ => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
+                Some(p) => {
+                    if r.timing.timing == Timing::Captured {
+                        p.attrib.stats.ops_graph_captured += 1;
+                    }
+                    self.ops.append(&OpRow { rec: *r, gpu: None }, ctx)
+                }
+                None => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
             },
             Event::Call(r) => self.calls.append(r, ctx),
             Event::Comm(r) => self.comms.append(r, ctx),
@@ -752,14 +774,27 @@ impl Writer {
             row.gpu_clock = st.clock;
             row.gpu_clock_offset_ns = st.clock_offset_ns;
             row.cupti_dropped = st.dropped;
+            let s = p.attrib.stats;
             if row.cupti.starts_with("on") || row.cupti.starts_with("stopped") {
-                let s = p.attrib.stats;
                 row.gpu_rows = Some(s.gpu_rows);
                 row.gpu_foreign = Some(s.foreign);
                 row.ops_without_gpu = Some(s.ops_without_gpu);
                 row.ops_unsampled = Some(s.ops_unsampled);
                 row.ops_graph_captured = Some(s.ops_graph_captured);
                 row.gpu_inconsistent = Some(s.inconsistent);
+            }
+            if let Some(t) = st.timing {
+                if t.state.starts_with("on") {
+                    row.ops_graph_captured = Some(s.ops_graph_captured);
+                    row.ops_timing_lost = Some(s.ops_timing_lost + t.lost.unwrap_or(0));
+                }
+                row.gpu_timing = Some(t.state);
+                row.ops_timed = t.timed;
+                row.timing_captured = t.captured;
+                row.timing_pool_empty = t.pool_empty;
+                row.timing_errors = t.errors;
+                row.gpu_clock_error_ns = t.clock_error_ns;
+                row.gpu_clock_drift_ns_per_s = t.drift_ns_per_s;
             }
         }
         write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx)?;

@@ -70,6 +70,7 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                                 tid: pid,
                                 gpu_marked: true,
                                 graph_captured: Some(false),
+                                timing: Default::default(),
                             },
                             gpu: Some(OpGpu {
                                 launch_ns: Some(t0 + skew + 5_000),
@@ -81,6 +82,7 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                                 n_kernels: 1,
                                 n_memcpy: 0,
                                 memcpy_bytes: 0,
+                                source: crate::gpu::GpuSourceKind::Cupti,
                             }),
                         };
                         w.append(&row, &ctx)?;

@@ -727,6 +727,7 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
             tid: 100 + rank,
             gpu_marked: true,
             graph_captured: Some(false),
+            timing: Default::default(),
         },
         gpu: engine.map(|e| OpGpu {
             launch_ns: Some(t + 1_000),
@@ -738,6 +739,7 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
             n_kernels: u32::from(e != Engine::CopyEngine),
             n_memcpy: 0,
             memcpy_bytes: 0,
+            source: zcta::gpu::GpuSourceKind::Cupti,
         }),
     }
 }

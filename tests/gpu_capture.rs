@@ -49,7 +49,7 @@ fn zcta_lines(out: &Output) -> Vec<String> {
 #[test]
 fn every_op_gets_its_kernel_through_its_launch_call() {
     let run = Run::new("gpu-default");
-    let out = ops_run(&run, 3, &[("HOST_CUPTI", &cupti())]);
+    let out = ops_run(&run, 3, &[("HOST_CUPTI", &cupti()), ("ZCTA_GPU", "deep")]);
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     let p = process(&run);
     assert_eq!(p.str("cupti"), Some("on"));
@@ -121,7 +121,15 @@ fn every_op_gets_its_kernel_through_its_launch_call() {
 #[test]
 fn copy_engine_collectives_have_no_kernel() {
     let run = Run::new("gpu-ce");
-    ops_run(&run, 2, &[("HOST_CUPTI", &cupti()), ("FAKE_CUPTI_CE", "1")]);
+    ops_run(
+        &run,
+        2,
+        &[
+            ("HOST_CUPTI", &cupti()),
+            ("ZCTA_GPU", "deep"),
+            ("FAKE_CUPTI_CE", "1"),
+        ],
+    );
     for o in run.rows("ops") {
         let op = o.req_str("op");
         if op == "AlltoAll" || op == "AllGather" {
@@ -166,6 +174,7 @@ fn proxy_thread_copies_are_attributed_to_the_running_op() {
             let mut c = run.host(&["plugin", r, "2", idf.to_str().unwrap(), "3"]);
             c.envs([
                 ("HOST_CUPTI", cupti().as_str()),
+                ("ZCTA_GPU", "deep"),
                 ("FAKE_NCCL_PROXY", "1"),
                 ("FAKE_CUPTI_PROXY_COPY", "1"),
                 ("FAKE_CUPTI_KERNEL_NS", "200000000"),
@@ -214,7 +223,7 @@ fn proxy_thread_copies_are_attributed_to_the_running_op() {
 #[test]
 fn zcta_cupti_lib_is_loaded_when_none_is_mapped() {
     let run = Run::new("gpu-lib");
-    let out = ops_run(&run, 1, &[("ZCTA_CUPTI_LIB", &cupti())]);
+    let out = ops_run(&run, 1, &[("ZCTA_CUPTI_LIB", &cupti()), ("ZCTA_GPU", "deep")]);
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     let p = process(&run);
     assert_eq!(p.str("cupti"), Some("on"));
@@ -229,10 +238,23 @@ fn zcta_cupti_lib_is_loaded_when_none_is_mapped() {
 #[test]
 fn without_cupti_rows_are_host_only_and_say_why() {
     for (id, env, why) in [
-        ("no-lib", vec![], "off: libcupti not found"),
+        (
+            "no-lib",
+            vec![("ZCTA_GPU", "deep".into())],
+            "off: libcupti not found",
+        ),
+        (
+            "events",
+            vec![("HOST_CUPTI", cupti())],
+            "off: CUPTI is used in deep mode only",
+        ),
         (
             "off",
-            vec![("HOST_CUPTI", cupti()), ("ZCTA_CUPTI", "0".into())],
+            vec![
+                ("HOST_CUPTI", cupti()),
+                ("ZCTA_GPU", "deep".into()),
+                ("ZCTA_CUPTI", "0".into()),
+            ],
             "off: ZCTA_CUPTI=0",
         ),
     ] {
@@ -280,7 +302,7 @@ fn cupti_it_cannot_trust_is_declined_with_one_warning() {
         ),
     ] {
         let run = Run::new(id);
-        let out = ops_run(&run, 1, &[("HOST_CUPTI", &cupti()), env]);
+        let out = ops_run(&run, 1, &[("HOST_CUPTI", &cupti()), ("ZCTA_GPU", "deep"), env]);
         let lines = zcta_lines(&out);
         assert_eq!(lines.len(), 1, "{id}: {lines:?}");
         assert!(
@@ -297,7 +319,7 @@ fn cupti_it_cannot_trust_is_declined_with_one_warning() {
 fn a_profiler_arriving_later_gets_cupti_and_its_data() {
     let run = Run::new("kineto");
     let mut c = run.host(&["kineto", "4"]);
-    c.env("HOST_CUPTI", cupti());
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU", "deep");
     let out = c.output().unwrap();
     assert!(out.status.success(), "{out:?}");
     // The newcomer's kernels reach the newcomer.
@@ -342,7 +364,7 @@ fn a_profiler_arriving_later_gets_cupti_and_its_data() {
 #[test]
 fn perfetto_trace_is_valid_trace_event_json() {
     let run = Run::new("trace");
-    ops_run(&run, 2, &[("HOST_CUPTI", &cupti())]);
+    ops_run(&run, 2, &[("HOST_CUPTI", &cupti()), ("ZCTA_GPU", "deep")]);
     let out = run.scratch("trace.json");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
         .args(["export", "--perfetto"])
@@ -404,7 +426,9 @@ fn perfetto_trace_is_valid_trace_event_json() {
 fn each_op_says_when_its_stream_was_free() {
     let run = Run::new("ready");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU_READY", "1");
+    c.env("HOST_CUPTI", cupti())
+        .env("ZCTA_GPU", "deep")
+        .env("ZCTA_GPU_READY", "1");
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     assert_eq!(
@@ -434,7 +458,7 @@ fn each_op_says_when_its_stream_was_free() {
     // the report says how to measure it.
     let run = Run::new("ready-kinds");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti());
+    c.env("HOST_CUPTI", cupti()).env("ZCTA_GPU", "deep");
     assert!(c.output().unwrap().status.success());
     assert_eq!(process(&run).str("cupti"), Some("on"));
     let ops = run.rows("ops");
@@ -455,7 +479,9 @@ fn developer_knobs_change_capture_and_say_so() {
     // kernel records only: the op still joins its kernel; the program's kernels are foreign.
     let run = Run::new("knobs");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti()).env("ZCTA_CUPTI_KINDS", "kernel");
+    c.env("HOST_CUPTI", cupti())
+        .env("ZCTA_GPU", "deep")
+        .env("ZCTA_CUPTI_KINDS", "kernel");
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let ops = run.rows("ops");
@@ -476,7 +502,9 @@ fn developer_knobs_change_capture_and_say_so() {
     // No launch callbacks: no activity can be tied to an op.
     let run = Run::new("knobs2");
     let mut c = run.host(&["window"]);
-    c.env("HOST_CUPTI", cupti()).env("ZCTA_CUPTI_CALLBACKS", "0");
+    c.env("HOST_CUPTI", cupti())
+        .env("ZCTA_GPU", "deep")
+        .env("ZCTA_CUPTI_CALLBACKS", "0");
     assert!(c.output().unwrap().status.success());
     assert!(run.rows("ops").iter().all(|o| o.str("engine") == Some("none")));
     assert!(process(&run).req_str("cupti").contains("launch callbacks off"));
@@ -494,6 +522,7 @@ fn recording_can_be_paused_and_resumed() {
         // before the pause starts on the GPU after the resume (its launch, not its
         // start, must decide that it says nothing of the paused work).
         c.env("HOST_CUPTI", cupti())
+            .env("ZCTA_GPU", "deep")
             .env("ZCTA_GPU_READY", "1")
             .env("FAKE_CUPTI_KERNEL_NS", "5000000");
         if pause_cupti {
@@ -521,7 +550,7 @@ fn recording_can_be_paused_and_resumed() {
         // NCCL's event mask is 0 while paused, so NCCL makes no profiler calls at all.
         let (mask_paused, mask_resumed) = pair("mask");
         assert_eq!(mask_paused, 0, "{stdout}");
-        assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
+        assert_eq!(mask_resumed, 2 | 4 | 8 | 16 | 32 | 512 | 1024 | 2048, "{stdout}");
         let ops = run.rows("ops");
         assert_eq!(ops.len(), 6, "the 3 paused calls are not recorded");
         // ... but they take their sequence numbers: seq stays the op's index on the
@@ -555,7 +584,9 @@ fn recording_can_be_paused_and_resumed() {
 fn a_pause_before_capture_starts_is_applied_when_it_starts() {
     let run = Run::new("pause_early");
     let mut c = run.host(&["pause_early"]);
-    c.env("HOST_CUPTI", cupti()).env("ZCTA_PAUSE_CUPTI", "1");
+    c.env("HOST_CUPTI", cupti())
+        .env("ZCTA_GPU", "deep")
+        .env("ZCTA_PAUSE_CUPTI", "1");
     let out = c.output().unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let stdout = text(&out.stdout);
@@ -570,7 +601,11 @@ fn a_pause_before_capture_starts_is_applied_when_it_starts() {
     assert!(resumed.unwrap().parse::<i64>().unwrap() >= 3, "{stdout}");
     // The communicator was created while paused: NCCL's profiler plugin took it, so
     // NCCL's events come on with the resume.
-    assert_eq!(field("mask="), 2 | 4 | 8 | 16 | 32 | 512 | 1024, "{stdout}");
+    assert_eq!(
+        field("mask="),
+        2 | 4 | 8 | 16 | 32 | 512 | 1024 | 2048,
+        "{stdout}"
+    );
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 3, "only the calls after resuming are recorded");
     assert!(ops.iter().all(|o| o.str("engine") == Some("sm_kernel")));
@@ -695,6 +730,7 @@ fn sampling_windows_measure_only_the_ops_called_in_them() {
         60,
         &[
             ("HOST_CUPTI", &cupti()),
+            ("ZCTA_GPU", "deep"),
             ("HOST_ITER_GAP_MS", "20"),
             ("ZCTA_SAMPLE", "50ms/400ms"),
         ],
@@ -803,7 +839,11 @@ fn ops_captured_into_a_cuda_graph_are_not_measured() {
     let out = ops_run(
         &run,
         2,
-        &[("HOST_CUPTI", &cupti()), ("FAKE_NCCL_GRAPH_CAPTURED", "1")],
+        &[
+            ("HOST_CUPTI", &cupti()),
+            ("ZCTA_GPU", "deep"),
+            ("FAKE_NCCL_GRAPH_CAPTURED", "1"),
+        ],
     );
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
     let p = process(&run);
@@ -841,9 +881,16 @@ fn ops_captured_into_a_cuda_graph_are_not_measured() {
 
     // Eager calls say so; without zcta's plugin nothing says either way.
     for (env, want) in [
-        (vec![("HOST_CUPTI", cupti())], support::Val::Bool(false)),
         (
-            vec![("HOST_CUPTI", cupti()), ("ZCTA_NCCL_PLUGIN", "0".into())],
+            vec![("HOST_CUPTI", cupti()), ("ZCTA_GPU", "deep".into())],
+            support::Val::Bool(false),
+        ),
+        (
+            vec![
+                ("HOST_CUPTI", cupti()),
+                ("ZCTA_GPU", "deep".into()),
+                ("ZCTA_NCCL_PLUGIN", "0".into()),
+            ],
             support::Val::Null,
         ),
     ] {

@@ -12,7 +12,7 @@ use std::process::{Output, Stdio};
 use support::{Row, Run, comm_id_of, read_id};
 
 /// Our activation mask: Coll, P2p, ProxyOp, ProxyStep, ProxyCtrl, CollApi, P2pApi.
-const MASK: i32 = 2 | 4 | 8 | 16 | 32 | 512 | 1024;
+const MASK: i32 = 2 | 4 | 8 | 16 | 32 | 512 | 1024 | 2048;
 
 /// Runs `plugin RANK 2 ID ITERS` for both ranks at once, with extra env.
 fn two_ranks(run: &Run, iters: u32, env: &[(&str, &str)]) -> Vec<Output> {

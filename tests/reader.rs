@@ -350,6 +350,7 @@ fn damaged_logs_never_panic() {
             tid: 42,
             gpu_marked: true,
             graph_captured: Some(false),
+            timing: Default::default(),
         };
         w.append(&zcta::gpu::OpRow { rec: r, gpu: None }, &ctx).unwrap();
         if i % 100 == 99 {

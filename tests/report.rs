@@ -78,6 +78,7 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
             tid: r.pid,
             gpu_marked: true,
             graph_captured: Some(false),
+            timing: Default::default(),
         },
         gpu: Some(OpGpu {
             launch_ns: Some(t[1] + s),
@@ -90,6 +91,7 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
             n_kernels: 1,
             n_memcpy: 0,
             memcpy_bytes: 0,
+            source: zcta::gpu::GpuSourceKind::Cupti,
         }),
     }
 }

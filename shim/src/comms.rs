@@ -71,6 +71,15 @@ impl CommState {
         self.coll_seq.fetch_add(1, Ordering::Relaxed)
     }
     /// Index of this send to (`send`) or receive from `peer`.
+    /// The sequence number the next collective will take (without taking it).
+    pub fn peek_coll_seq(&self) -> u64 {
+        self.coll_seq.load(Ordering::Relaxed)
+    }
+    /// The sequence number the next send to (receive from) `peer` will take.
+    pub fn peek_p2p_seq(&self, send: bool, peer: i32) -> u64 {
+        let m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&(send, peer)).copied().unwrap_or(0)
+    }
     pub fn next_p2p_seq(&self, send: bool, peer: i32) -> u64 {
         let mut m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         let c = m.entry((send, peer)).or_insert(0);

@@ -305,8 +305,9 @@ pub fn on_api_enter(driver: bool, cbid: u32, correlation_id: u32) {
     }
 }
 
-/// Starts capture (once, at the first communicator creation). `enabled`: ZCTA_CUPTI.
-pub fn start(enabled: bool) {
+/// Starts capture (once, at the first communicator creation). `off`: why the
+/// configuration leaves CUPTI off (`None`: deep mode).
+pub fn start(off: Option<&'static str>) {
     if STATE
         .compare_exchange(IDLE, STARTING, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
@@ -317,7 +318,7 @@ pub fn start(enabled: bool) {
     // [`foreign_client`] until capture is up, then takes it over whole (its
     // registration must not come before ours, which would replace it).
     let _g = ctl();
-    let outcome = try_start(enabled);
+    let outcome = try_start(off);
     match outcome {
         Ok(()) => {
             // A client that arrived while we were starting wins.
@@ -338,9 +339,9 @@ pub fn start(enabled: bool) {
     }
 }
 
-fn try_start(enabled: bool) -> Result<(), String> {
-    if !enabled {
-        return Err("ZCTA_CUPTI=0".into());
+fn try_start(off: Option<&'static str>) -> Result<(), String> {
+    if let Some(why) = off {
+        return Err(why.into());
     }
     if FOREIGN.load(Ordering::SeqCst) {
         let why = "another CUPTI client (torch.profiler/Kineto or similar) was already active";
@@ -484,8 +485,13 @@ pub fn note_proxy_thread() {
         .push(cupti::cupti_thread_id());
 }
 
-/// The writer's view of CUPTI.
+/// At exit, how long the writer waits for timed ops still on the GPU.
+const FINISH_WAIT_NS: i64 = 200_000_000;
+
+/// The writer's view of the GPU: CUPTI (deep mode) and the per-op events.
 pub struct CuptiSource {
+    /// Per-op CUDA-event timing (the default GPU side).
+    timer: crate::timing::Timer,
     notes: Consumer<CallNote>,
     names: HashMap<u64, Arc<str>>,
     proxy_seen: usize,
@@ -520,6 +526,7 @@ impl CuptiSource {
         // Only the first source's queue is fed (there is one recorder per process).
         let _ = NOTES.set(tx);
         Self {
+            timer: crate::timing::Timer::new(),
             notes: rx,
             names: HashMap::new(),
             proxy_seen: 0,
@@ -589,11 +596,13 @@ impl GpuSource for CuptiSource {
             cupti::flush(false);
         }
         self.drain(out);
+        self.timer.poll(out);
     }
 
     fn finish(&mut self, out: &mut Vec<GpuItem>) {
         exit_flush();
         self.drain(out);
+        self.timer.finish(FINISH_WAIT_NS, out);
         if let Some(d) = &self.debug {
             zcta::warn(format_args!(
                 "CUPTI debug: records by kind {:?}, external correlations by kind {:?}",
@@ -645,6 +654,7 @@ impl GpuSource for CuptiSource {
         if s.cupti.starts_with("on") || s.cupti.starts_with("stopped") {
             s.dropped = Some(cupti::DROPPED.load(Ordering::Relaxed));
         }
+        s.timing = Some(self.timer.status());
         s
     }
 }

@@ -13,14 +13,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi::sys::now_ns;
+use zcta::budget;
 use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
-use zcta::record::{CallRecord, CommRecord, Event, OpRecord, SmallStr};
+use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, SmallStr, Timing};
 
 use crate::comms::{self, CommState};
 use crate::ffi;
 use crate::gpu;
 use crate::state::{self, protect};
+use crate::timing;
 
 thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
@@ -42,6 +44,60 @@ thread_local! {
     /// What NCCL's CollApi/P2pApi events said during the interposed op running on this
     /// thread: 0 none arrived, 1 not graph-captured, 2 captured into a CUDA graph.
     static API_EVENT: Cell<u8> = const { Cell::new(0) };
+}
+
+thread_local! {
+    /// What NCCL's profiler events said during the launching call running on this
+    /// thread: its KernelLaunch's start, and whether a Coll/P2p plan arrived.
+    static LAUNCH_NOTE: Cell<(Option<i64>, bool)> = const { Cell::new((None, false)) };
+}
+
+/// NCCL started launching the work of the call running on this thread (KernelLaunch).
+pub fn note_kernel_launch() {
+    let _ = LAUNCH_NOTE.try_with(|c| {
+        let (l, k) = c.get();
+        c.set((l.or_else(|| Some(now_ns())), k));
+    });
+}
+
+/// NCCL planned a kernel (a Coll or P2p event) during the call running on this thread.
+pub fn note_nccl_plan() {
+    let _ = LAUNCH_NOTE.try_with(|c| c.set((c.get().0, true)));
+}
+
+fn reset_launch_note() {
+    let _ = LAUNCH_NOTE.try_with(|c| c.set((None, false)));
+}
+
+/// What a launching call measured of its GPU side: `timing`, and the launch note.
+fn take_op_timing(timing: Timing) -> OpTiming {
+    let (launch_ns, nccl_kernel) = LAUNCH_NOTE
+        .try_with(|c| c.replace((None, false)))
+        .unwrap_or_default();
+    OpTiming {
+        timing,
+        launch_ns,
+        nccl_kernel,
+    }
+}
+
+/// The budget's key of an op about to be issued: the same on every rank of it
+/// ([`budget`]); from its op id when the communicator is not known (then only this
+/// rank can tell which ops it timed).
+fn op_key(kind: OpKind, a: &OpArgs, op_id: u64, seq_ahead: u64) -> u64 {
+    let key = comms::get(a.comm).and_then(|st| {
+        let comm_id = st.comm_id?;
+        Some(match (kind, a.peer) {
+            (OpKind::Send, Some(p)) => {
+                budget::p2p_key(comm_id, st.rank()?, p, st.peek_p2p_seq(true, p) + seq_ahead)
+            }
+            (OpKind::Recv, Some(p)) => {
+                budget::p2p_key(comm_id, p, st.rank()?, st.peek_p2p_seq(false, p) + seq_ahead)
+            }
+            _ => budget::coll_key(comm_id, st.peek_coll_seq() + seq_ahead),
+        })
+    });
+    key.unwrap_or_else(|| hash::StableHasher::new().u64(op_id).finish())
 }
 
 /// NCCL started a CollApi/P2pApi event inside the interposed op on this thread
@@ -248,17 +304,35 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     }
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
     let _ = CURRENT_OP.try_with(|c| c.set(op_id));
-    // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id.
+    // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id
+    // and is timed instead.
+    let launching = current_group().is_none();
+    let begun = launching.then(|| {
+        timing::begin(a.stream, |level| {
+            budget::selected(op_key(kind, &a, op_id, 0), level)
+        })
+    });
     let t0 = now_ns();
-    let marked = current_group().is_none() && gpu::begin(op_id, t0);
+    let marked = launching && gpu::begin(op_id, t0);
     // What NCCL's API events say about this call only (an event that arrived outside
     // an op, e.g. while recording was being resumed, must not stick to this one).
     let _ = API_EVENT.try_with(|c| c.set(0));
+    reset_launch_note();
     let rc = real();
     let t1 = now_ns();
+    let timing = match begun {
+        Some(Ok(b)) => timing::end(b, rc, op_id),
+        Some(Err(why)) => why,
+        None => Timing::Off,
+    };
     gpu::end(marked);
     let _ = CURRENT_OP.try_with(|c| c.set(0));
     let graph_captured = take_graph_captured();
+    let op_timing = if launching {
+        take_op_timing(timing)
+    } else {
+        OpTiming::default()
+    };
     protect(|| {
         let ok = nccl::accepted(rc);
         let st = comm_state(a.comm, may_query(rc));
@@ -299,6 +373,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             tid: tid(),
             gpu_marked: marked,
             graph_captured,
+            timing: op_timing,
         };
         file_op(kind, a.peer, st, ok, Some(rec));
     });
@@ -308,8 +383,9 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
 
 /// Emits the ops of a closed outermost group (when `rows`: its ncclGroupEnd, which
 /// launches them, was called while recording); they take sequence numbers only when
-/// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture.
-fn flush_group(ran: bool, marked: bool, rows: bool) {
+/// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture;
+/// `timing`: what timing its ncclGroupEnd measured, shared by its ops.
+fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
     let ops = PENDING
         .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
         .unwrap_or_default();
@@ -321,6 +397,7 @@ fn flush_group(ran: bool, marked: bool, rows: bool) {
         if let Some(mut rec) = rec.filter(|_| rows) {
             rec.seq = seq;
             rec.gpu_marked = marked;
+            rec.timing = timing;
             state::emit(Event::Op(rec));
         }
     }
@@ -342,6 +419,60 @@ fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
         result: rc,
         tid: tid(),
     }
+}
+
+/// The one stream the ops of the open group (with rows) were issued on: `None`
+/// without such ops; `Some(Err(Streams))` when they used several.
+fn group_stream() -> Option<Result<u64, Timing>> {
+    PENDING
+        .try_with(|p| {
+            let p = p.borrow();
+            let mut streams = p.iter().filter_map(|x| x.rec.map(|r| r.stream));
+            let first = streams.next()?;
+            Some(match streams.all(|s| s == first) {
+                true => Ok(first),
+                false => Err(Timing::Streams),
+            })
+        })
+        .ok()
+        .flatten()
+}
+
+/// Whether the open group is timed at `level`: when any of its ops is selected, with
+/// the sequence numbers they will take (so that the rank of each op's peer, whose
+/// group holds the same op, times it too).
+fn group_selected(level: u8) -> bool {
+    if level == 0 {
+        return true;
+    }
+    PENDING
+        .try_with(|p| {
+            let p = p.borrow();
+            // Ops of the group ahead of this one on the same counter (comm, kind, peer).
+            let mut seen: Vec<(usize, OpKind, Option<i32>)> = Vec::new();
+            p.iter().any(|x| {
+                let Some(r) = &x.rec else { return false };
+                let counter = match x.op {
+                    OpKind::Send | OpKind::Recv => (r.comm_ptr as usize, x.op, x.peer),
+                    _ => (r.comm_ptr as usize, OpKind::AllReduce, None),
+                };
+                let ahead = seen.iter().filter(|c| **c == counter).count() as u64;
+                seen.push(counter);
+                let a = OpArgs {
+                    comm: r.comm_ptr as usize,
+                    count: r.count,
+                    dtype: r.dtype,
+                    sendbuff: r.sendbuff,
+                    recvbuff: r.recvbuff,
+                    stream: r.stream,
+                    root: r.root,
+                    peer: r.peer,
+                    redop: r.redop,
+                };
+                budget::selected(op_key(x.op, &a, r.op_id, ahead), level)
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// `ncclGroupStart`.
@@ -389,10 +520,24 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         })
         .ok()
         .flatten();
+    let begun = match (rows, outermost) {
+        (true, Some(_)) if timing::on() => {
+            group_stream().map(|s| s.and_then(|s| timing::begin(s, group_selected)))
+        }
+        _ => None,
+    };
     let t0 = now_ns();
     let marked = rows && outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
+    reset_launch_note();
     let rc = real();
     let t1 = now_ns();
+    let timing = match (begun, outermost) {
+        (Some(Ok(b)), Some(id)) => timing::end(b, rc, zcta::gpu::ext_id(0, Some(id))),
+        (Some(Ok(b)), None) => timing::end(b, rc, 0),
+        (Some(Err(why)), _) => why,
+        (None, _) => Timing::Off,
+    };
+    let group_timing = take_op_timing(timing);
     gpu::end(marked);
     protect(|| {
         let (id, n_ops) = GROUP
@@ -412,7 +557,12 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
             })
             .unwrap_or((None, None));
         if n_ops.is_some() {
-            flush_group(kind == CallKind::GroupEnd && nccl::accepted(rc), marked, rows);
+            flush_group(
+                kind == CallKind::GroupEnd && nccl::accepted(rc),
+                marked,
+                rows,
+                group_timing,
+            );
         }
         if rows {
             let mut r = call_record(kind, t0, t1, rc);
@@ -469,8 +619,11 @@ pub fn comm_init(
     // starts with the first one either way (a pause holds once it starts).
     let Some((g, _)) = enter() else { return real() };
     if let Some(r) = state::recorder() {
-        let on = r.cupti;
-        protect(|| gpu::start(on));
+        let (on, events, budget) = (r.cupti_off, r.events, r.budget);
+        protect(|| {
+            gpu::start(on);
+            crate::timing::start(events, budget);
+        });
     }
     // Derivation indices are taken before the call, on every rank, success or not,
     // so that all ranks of the parent agree.

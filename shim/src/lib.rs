@@ -5,7 +5,8 @@
 //! - [`ffi`]: every unsafe line — the exported NCCL symbols, finding the real
 //!   library, process hooks (constructor, atfork, atexit, `_exit`);
 //! - [`hooks`]: what is recorded for each kind of call (safe);
-//! - [`gpu`]: GPU capture through CUPTI (start, coexistence, the writer's source);
+//! - [`timing`]: each op's GPU side timed with CUDA events on its stream (the default);
+//! - [`gpu`]: GPU capture through CUPTI (deep mode) (start, coexistence, the writer's source);
 //! - [`comms`]: communicators known to this process and their sequence counters;
 //! - [`state`]: the lifecycle (lazy activation on the first NCCL call, fork children
 //!   disabled, flush at exit, self-disable on internal failure) and the bounded queue
@@ -21,3 +22,4 @@ mod gpu;
 mod hooks;
 mod plugin;
 mod state;
+mod timing;

@@ -37,6 +37,7 @@ pub mod bits {
     pub const KERNEL_CH: u64 = 1 << 6;
     pub const COLL_API: u64 = 1 << 9;
     pub const P2P_API: u64 = 1 << 10;
+    pub const KERNEL_LAUNCH: u64 = 1 << 11;
 }
 
 /// The events we ask NCCL for (KernelCh only on request: enabling it makes NCCL start
@@ -72,7 +73,8 @@ fn default_mask() -> i32 {
         | bits::PROXY_STEP
         | bits::PROXY_CTRL
         | bits::COLL_API
-        | bits::P2P_API;
+        | bits::P2P_API
+        | bits::KERNEL_LAUNCH;
     if std::env::var("ZCTA_NCCL_KERNEL_CH").is_ok_and(|v| v.trim() == "1") {
         m |= bits::KERNEL_CH;
     }
@@ -82,8 +84,10 @@ fn default_mask() -> i32 {
 /// Event start, decoded from the v5 descriptor by `ffi::plugin`.
 #[derive(Clone, Copy, Debug)]
 pub enum Start<'a> {
-    /// Events we do not track (GroupApi, Group, KernelLaunch, NetPlugin...).
+    /// Events we do not track (GroupApi, Group, NetPlugin...).
     Untracked,
+    /// NCCL starts launching a plan's kernel (on the launching thread, inside the call).
+    KernelLaunch,
     /// `graph_captured`: the call was made on a stream capturing a CUDA graph.
     CollApi {
         graph_captured: bool,
@@ -320,12 +324,22 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
     }
     let (kind, op_id, ctx) = match ev {
         Start::Untracked => return 0,
+        Start::KernelLaunch => {
+            hooks::note_kernel_launch();
+            return 0;
+        }
         Start::CollApi { graph_captured } | Start::P2pApi { graph_captured } => {
             hooks::note_api_event(graph_captured);
             (K_API, hooks::current_op().unwrap_or(0), ctx as u64)
         }
-        Start::Coll { .. } => (K_COLL, parent_of(parent).0, ctx as u64),
-        Start::P2p { .. } => (K_P2P, parent_of(parent).0, ctx as u64),
+        Start::Coll { .. } => {
+            hooks::note_nccl_plan();
+            (K_COLL, parent_of(parent).0, ctx as u64)
+        }
+        Start::P2p { .. } => {
+            hooks::note_nccl_plan();
+            (K_P2P, parent_of(parent).0, ctx as u64)
+        }
         Start::ProxyOp { pid, .. } => {
             // PXN: the op belongs to another process; its parent handle and context
             // are that process's, not ours: neither is looked up.

@@ -41,8 +41,13 @@ pub struct Recorder {
     exit_timeout: Duration,
     writer_thread: Option<std::thread::ThreadId>,
     plugin_comms: Arc<std::sync::atomic::AtomicU64>,
-    /// ZCTA_CUPTI: GPU capture starts with the first communicator.
-    pub cupti: bool,
+    /// Why CUPTI stays off (`None`: ZCTA_GPU=deep, CUPTI capture starts with the
+    /// first communicator).
+    pub cupti_off: Option<&'static str>,
+    /// ZCTA_GPU is not off: per-op event timing starts with the first communicator.
+    pub events: bool,
+    /// ZCTA_BUDGET as a share of wall time.
+    pub budget: f64,
 }
 
 /// The recorder, if recording is on. Activates it on first use.
@@ -212,7 +217,14 @@ fn activate() -> Option<Recorder> {
         exit_timeout: cfg.exit_timeout,
         writer_thread: Some(handle.thread().id()),
         plugin_comms,
-        cupti: cfg.cupti,
+        cupti_off: match cfg.gpu_mode {
+            zcta::config::GpuMode::Events => Some("CUPTI is used in deep mode only (ZCTA_GPU=deep)"),
+            zcta::config::GpuMode::Off => Some("ZCTA_GPU=off"),
+            zcta::config::GpuMode::Deep if !cfg.cupti => Some("ZCTA_CUPTI=0"),
+            zcta::config::GpuMode::Deep => None,
+        },
+        events: cfg.gpu_mode != zcta::config::GpuMode::Off,
+        budget: cfg.budget,
     })
 }
 
@@ -262,6 +274,13 @@ impl Recorder {
                 self.ctl.wake();
             }
         }
+    }
+}
+
+/// Asks the writer to run a round now (e.g. to refill the event pools).
+pub fn wake_writer() {
+    if let Some(r) = RECORDER.get() {
+        r.ctl.wake();
     }
 }
 
@@ -333,6 +352,7 @@ pub fn set_recording(on: bool) -> bool {
 /// one worker per GPU).
 pub fn on_fork_child() {
     crate::gpu::on_fork_child();
+    crate::timing::on_fork_child();
     if STATE.load(Ordering::Acquire) != UNINIT {
         STATE.store(DISABLED, Ordering::SeqCst);
         // The child's copy of NCCL's event mask: no events (atomics only, no lock).

@@ -49,6 +49,14 @@ pub struct OpView {
     pub engine: Option<&'static str>,
 }
 
+impl OpView {
+    /// Where the op's GPU side begins ([`phases::gpu_begin`]): its first kernel (deep
+    /// mode), else when its stream was free after NCCL's launch (CUDA events).
+    pub fn gpu_begin(&self) -> Option<i64> {
+        phases::gpu_begin(self.gpu_start, self.ready, self.launch)
+    }
+}
+
 /// `ops.op` as a static name.
 pub fn op_name(s: &str) -> &'static str {
     crate::nccl::OpKind::from_name(s).map_or("unknown", crate::nccl::OpKind::name)
@@ -456,7 +464,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
             if complete {
                 let starts: Vec<(i64, i32)> = members
                     .iter()
-                    .filter_map(|o| Some((o.gpu_start? - offset(o.host)?, o.rank?)))
+                    .filter_map(|o| Some((o.gpu_begin()? - offset(o.host)?, o.rank?)))
                     .collect();
                 if !starts.is_empty() && starts.len() < members.len() {
                     stats.gpu_on_some_ranks += 1;
@@ -546,7 +554,9 @@ fn phases_of(
 ) -> Phases {
     let mut cuts = Cuts {
         api_start: o.api_start,
-        launch: o.launch,
+        // Timed with CUDA events and no launch reported (a call that launched nothing,
+        // NCCL's events off): NCCL's host work is the whole call.
+        launch: o.launch.or_else(|| o.gpu_start.is_none().then_some(o.api_end)),
         ready: o.ready,
         gpu_start: o.gpu_start,
         gpu_end: o.gpu_end,
@@ -567,7 +577,7 @@ fn phases_of(
             Some(rest.map_or(0, |r| covered(copies.get(&(o.host, o.pid, key)), r)))
         }
     };
-    cuts.proxy = match (o.gpu_start, o.gpu_end, steps) {
+    cuts.proxy = match (o.gpu_begin(), o.gpu_end, steps) {
         (Some(_), Some(_), Some(steps)) => {
             Some(rest.map_or(0, |r| covered(steps.get(&(o.host, o.pid, o.op_id)), r)))
         }

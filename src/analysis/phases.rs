@@ -82,12 +82,19 @@ impl Phases {
     }
 }
 
-/// Splits one op's window (see the module docs).
+/// Where the op's GPU side begins on its stream: its first kernel or copy (deep mode),
+/// else — timed with CUDA events, which see no kernel start — when both the stream was
+/// free and NCCL had launched (the later of `ready` and `launch`; `ready` alone when
+/// the launch is not known).
+pub fn gpu_begin(gpu_start: Option<i64>, ready: Option<i64>, launch: Option<i64>) -> Option<i64> {
+    gpu_start.or_else(|| ready.map(|r| launch.map_or(r, |l| r.max(l))))
+}
+
 /// The GPU cut points as [`split`] uses them, each clamped into the window after the
-/// previous one: (gpu_start, barrier end, gpu_end). `None` without GPU times; the
-/// barrier end is `None` without the last rank's start.
+/// previous one: (GPU begin ([`gpu_begin`]), barrier end, gpu_end). `None` without GPU
+/// times; the barrier end is `None` without the last rank's begin.
 pub fn gpu_cuts(c: &Cuts) -> Option<(i64, Option<i64>, i64)> {
-    let (s, e) = (c.gpu_start?, c.gpu_end?);
+    let (s, e) = (gpu_begin(c.gpu_start, c.ready, c.launch)?, c.gpu_end?);
     let e = e.max(c.api_start);
     let s = s.clamp(c.api_start, e);
     Some((s, c.last_start.map(|l| l.clamp(s, e)), e))
@@ -110,7 +117,12 @@ pub fn split(c: &Cuts) -> Phases {
     let r = l.and_then(|l| c.ready.map(|r| r.clamp(l, s)));
     let mut from = Some(a);
     let mut measured_to = a;
-    for (cut, phase) in [(l, &mut p.init), (r, &mut p.queue), (Some(s), &mut p.sync)] {
+    // Without a kernel start (CUDA events), the GPU side begins where the stream was
+    // free after the launch: queue ends there, and sync (NCCL's stream waits, the
+    // kernel's start on the GPU) is inside the time after it, not a phase of its own.
+    let sync_cut = c.gpu_start.map(|_| s);
+    let r = if sync_cut.is_none() { l.map(|_| s) } else { r };
+    for (cut, phase) in [(l, &mut p.init), (r, &mut p.queue), (sync_cut, &mut p.sync)] {
         if let (Some(f), Some(t)) = (from, cut) {
             *phase = Some(t - f);
             measured_to = t;
@@ -120,10 +132,18 @@ pub fn split(c: &Cuts) -> Phases {
         }
         from = cut;
     }
+    if sync_cut.is_none() && measured_to < s {
+        // No launch: init and queue are not told apart.
+        p.unresolved += s - measured_to;
+    }
     // barrier | rest, cut at the last rank's start.
     p.barrier = rest_start.map(|b| b - s);
-    // The rest: memcpy first, then proxy, transfer is what remains.
-    match (rest_start, c.memcpy, c.proxy) {
+    // The rest: memcpy first, then proxy, transfer is what remains. CUDA events see no
+    // copies: there the proxy thread's copies are inside transfer, and memcpy is not a
+    // phase of its own (deep mode measures it).
+    let events = c.gpu_start.is_none();
+    let memcpy = if events { Some(0) } else { c.memcpy };
+    match (rest_start, memcpy, c.proxy) {
         (Some(b), Some(m), Some(x)) => {
             let m = m.clamp(0, e - b);
             let x = x.clamp(0, e - b - m);
@@ -139,6 +159,9 @@ pub fn split(c: &Cuts) -> Phases {
         }
         (Some(b), None, _) => p.unresolved += e - b,
         (None, ..) => p.unresolved += e - s,
+    }
+    if events {
+        p.memcpy = None;
     }
     p
 }
@@ -297,6 +320,54 @@ mod tests {
         let mut v = vec![(0, 10), (5, 20), (30, 40), (35, 36), (100, 200)];
         assert_eq!(covered(&mut v, 0, 150), 20 + 10 + 50);
         assert_eq!(covered(&mut [], 0, 10), 0);
+    }
+
+    #[test]
+    fn an_op_timed_with_cuda_events() {
+        // No kernel start: the GPU side begins when the stream was free after the
+        // launch; sync and memcpy are inside transfer, not phases of their own.
+        let c = Cuts {
+            api_start: 100,
+            launch: Some(110),
+            ready: Some(125),
+            gpu_start: None,
+            gpu_end: Some(200),
+            last_start: Some(150),
+            memcpy: None,
+            proxy: Some(10),
+        };
+        let p = split(&c);
+        assert_eq!(p.window, Some(100));
+        assert_eq!(
+            (
+                p.init,
+                p.queue,
+                p.sync,
+                p.barrier,
+                p.memcpy,
+                p.proxy,
+                p.transfer,
+                p.unresolved
+            ),
+            (Some(10), Some(15), None, Some(25), None, Some(10), Some(40), 0)
+        );
+        // An idle stream: the op's GPU side begins at the launch; queue is 0.
+        let idle = split(&Cuts {
+            ready: Some(105),
+            last_start: Some(110),
+            ..c
+        });
+        assert_eq!(
+            (idle.init, idle.queue, idle.barrier),
+            (Some(10), Some(0), Some(0))
+        );
+        // Without NCCL's launch event, init and queue are not told apart.
+        let no_launch = split(&Cuts { launch: None, ..c });
+        assert_eq!(
+            (no_launch.init, no_launch.queue, no_launch.unresolved),
+            (None, None, 25)
+        );
+        assert_eq!(no_launch.barrier, Some(25));
     }
 
     proptest! {

@@ -39,7 +39,15 @@ crate::define_table! {
     gpu_inconsistent: U64, nullable, default, "GPU activities dropped because they started more than 1 ms before the CUDA call their correlation id names (a wrong correlation; seen when CUPTI was switched off and on under load, see docs/dev/cupti.md); NULL when CUPTI was off" => |r, c| r.gpu_inconsistent;
     gpu_sampling: Utf8, nullable, default, "ZCTA_SAMPLE's windows, e.g. `1000 ms of every 10000 ms (windows aligned to CLOCK_REALTIME)`: only ops called in them have their GPU side joined (NCCL's events run from 50 ms before a window until its work is done, so ops called then may have nccl_ops/proxy rows too); NULL: every op (the default)" => |r, c| r.gpu_sampling.as_deref();
     ops_unsampled: U64, nullable, default, "ops written with their GPU columns NULL (not measured) because CUPTI's capture was off for them: called outside the sampling windows, or CUPTI's kinds went off during their call or before their work launched (a call that outlived its window, or that a pause or CUPTI's hand-over to another client overtook; what was recorded of it stays in `gpu` with its op_id); NULL with CUPTI off" => |r, c| r.ops_unsampled;
-    ops_graph_captured: U64, nullable, default, "ops captured into a CUDA graph (ops.graph_captured), written with their GPU columns NULL (not measured); the NCCL kernels of the graph's launches are gpu rows with attribution graph_launch and no op. NULL with CUPTI off" => |r, c| r.ops_graph_captured;
+    ops_graph_captured: U64, nullable, default, "ops captured into a CUDA graph (ops.graph_captured), written with their GPU columns NULL (not measured); the NCCL kernels of the graph's launches are gpu rows with attribution graph_launch and no op. NULL with CUPTI and timing off" => |r, c| r.ops_graph_captured;
+    gpu_timing: Utf8, nullable, default, "per-op GPU timing with CUDA events (the default GPU capture): `on (CUDA events, budget 1% of wall time, level now k)`, `on (CUDA events, every op: ZCTA_BUDGET=all)`, or off: <why> (ZCTA_GPU=off, no CUDA driver in the process, no communicator created); NULL in files written before it existed" => |r, c| r.gpu_timing.as_deref();
+    ops_timed: U64, nullable, default, "launching calls (ungrouped ops and outermost ncclGroupEnds) timed with a pair of CUDA events; NULL with timing off" => |r, c| r.ops_timed;
+    timing_captured: U64, nullable, default, "launching calls not timed because their stream was being captured into a CUDA graph (nothing is recorded into a capturing stream)" => |r, c| r.timing_captured;
+    timing_pool_empty: U64, nullable, default, "launching calls not timed because no event pair was free (counted, never waited for)" => |r, c| r.timing_pool_empty;
+    timing_errors: U64, nullable, default, "driver calls of the timing that failed (the op is then not timed)" => |r, c| r.timing_errors;
+    ops_timing_lost: U64, nullable, default, "timed launching calls whose event times never reached the writer (the GPU did not finish them within the hold, or the process ended first)" => |r, c| r.ops_timing_lost;
+    gpu_clock_error_ns: I64, nullable, default, "largest error of the CUDA-event clock anchors used to put event times on CLOCK_REALTIME: half the host-time bracket in which the anchor event was recorded and seen complete" => |r, c| r.gpu_clock_error_ns;
+    gpu_clock_drift_ns_per_s: I64, nullable, default, "largest disagreement between the GPU's event timer and CLOCK_REALTIME from one anchor to the next, beyond the anchors' errors, in ns per second (anchors are renewed every 0.5 s and each op uses the nearest)" => |r, c| r.gpu_clock_drift_ns_per_s;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 
@@ -79,6 +87,14 @@ pub struct ProcessRow {
     pub gpu_sampling: Option<String>,
     pub ops_unsampled: Option<u64>,
     pub ops_graph_captured: Option<u64>,
+    pub gpu_timing: Option<String>,
+    pub ops_timed: Option<u64>,
+    pub timing_captured: Option<u64>,
+    pub timing_pool_empty: Option<u64>,
+    pub timing_errors: Option<u64>,
+    pub ops_timing_lost: Option<u64>,
+    pub gpu_clock_error_ns: Option<i64>,
+    pub gpu_clock_drift_ns_per_s: Option<i64>,
     pub profiler_plugin: String,
     pub plugin_comms: u64,
 }

@@ -73,7 +73,7 @@ def test_wal_lag_sees_rows_become_durable(host, tmp_path):  # noqa: F811
     idfile = tmp_path / "id"
     idfile.write_bytes(os.urandom(128))
     env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(tmp_path), "ZCTA_RUN_ID": "lag",
-           "HOST_CUPTI": stand_in_cupti(host)}
+           "HOST_CUPTI": stand_in_cupti(host), "ZCTA_GPU": "deep"}
     p = subprocess.Popen([host, "loop", idfile], env=env, stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"started"
     stop, out = tmp_path / "stop", tmp_path / "lag.json"

@@ -45,6 +45,7 @@ def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, 
     env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(out), "ZCTA_RUN_ID": run_id}
     if cupti:
         env["HOST_CUPTI"] = stand_in_cupti(host)
+        env["ZCTA_GPU"] = "deep"
     env.update(extra_env or {})
     procs = [subprocess.Popen([host, "ops", str(r), str(ranks), idfile, str(iters)], env=env) for r in range(ranks)]
     assert [p.wait() for p in procs] == [0] * ranks

@@ -1,5 +1,6 @@
 //! Every unsafe line of zcta-prof lives in this module tree.
 //!
+//! - [`cuda`]: the CUDA driver calls of per-op timing (events, capture status);
 //! - [`cupti`]: loading libcupti, its buffer callbacks, the CUPTI entry points we
 //!   interpose to notice another CUPTI client;
 //! - [`exports`]: the NCCL symbols we export (one line each) and their forwarding;
@@ -9,6 +10,7 @@
 //! - [`sys`]: thin wrappers over libc calls.
 #![allow(unsafe_code)]
 
+pub mod cuda;
 pub mod cupti;
 pub mod exports;
 pub mod plugin;

@@ -289,6 +289,7 @@ unsafe fn decode<'a>(d: &'a EventDescr) -> Start<'a> {
                 step: *u.cast::<c_int>(),
             },
             t if t == plugin::bits::PROXY_CTRL => Start::ProxyCtrl,
+            t if t == plugin::bits::KERNEL_LAUNCH => Start::KernelLaunch,
             t if t == plugin::bits::KERNEL_CH => {
                 let k = &*u.cast::<KernelChDescr>();
                 Start::KernelCh {

@@ -1,0 +1,598 @@
+//! Each operation's GPU side timed on its own stream with a pair of CUDA events, the
+//! default GPU capture (`docs/phases.md`, "How the GPU side is measured").
+//!
+//! Around every interposed call that launches GPU work (an ungrouped op, the outermost
+//! `ncclGroupEnd`) the hot path records one event on the op's stream before calling
+//! NCCL — it completes when everything ahead of the op on that stream is done: the
+//! op's `gpu_ready_ns` — and one after — the op is done: `gpu_end_ns`. Events come from
+//! a pool per CUDA context that the writer thread fills and refills ([`Timer`]); an op
+//! that finds the pool empty is not timed (counted, never waited for). Nothing is
+//! recorded into a stream that is being captured into a CUDA graph. The writer polls
+//! the events off the hot path and puts their times on CLOCK_REALTIME through anchors:
+//! an event of its own, on a stream of its own, recorded and seen complete within a
+//! few µs bracket of host time, renewed every [`ANCHOR_EVERY_NS`].
+//!
+//! What this costs grows with NCCL operations only (the program's own kernels are not
+//! touched), and the budget ([`zcta::budget`]) keeps it under a share of wall time.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use zcta::budget::Controller;
+use zcta::gpu::GpuItem;
+use zcta::record::Timing;
+use zcta::sink::TimingStatus;
+
+use crate::ffi::cuda;
+use crate::ffi::queue::{self, Consumer, Producer};
+use crate::ffi::sys::now_ns;
+
+const IDLE: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+static WHY_OFF: Mutex<Option<String>> = Mutex::new(None);
+/// The budget's level now (1 op in 2^level is timed).
+static LEVEL: AtomicU8 = AtomicU8::new(0);
+/// Host ns the hot path spent timing since the writer last looked, plus the stream
+/// time its event records cost ([`GPU_NS_PER_RECORD`]).
+static COST_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Stream time one event record adds between back-to-back work on an H200: 2,661 ns
+/// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
+/// were always on the critical path.
+const GPU_NS_PER_RECORD: u64 = 1_330;
+/// Event pairs the writer keeps ready per context, and the most it makes.
+const POOL_READY: usize = 256;
+const POOL_MAX: usize = 4096;
+/// Free pairs below which the hot path wakes the writer to refill.
+const POOL_LOW: usize = POOL_READY / 4;
+/// Pairs made on the hot path when it meets a new context (the writer makes the rest).
+const POOL_FIRST: usize = 32;
+/// Anchors are renewed this often (the GPU timer drifted 4 µs/s against
+/// CLOCK_REALTIME on the H200).
+const ANCHOR_EVERY_NS: i64 = 500_000_000;
+/// The budget is re-evaluated this often.
+const BUDGET_EVERY_NS: i64 = 250_000_000;
+/// An op whose events have not completed this long after its call is given up.
+const GIVE_UP_NS: i64 = 30_000_000_000;
+
+struct Counts {
+    timed: AtomicU64,
+    captured: AtomicU64,
+    pool_empty: AtomicU64,
+    errors: AtomicU64,
+}
+static COUNTS: Counts = Counts {
+    timed: AtomicU64::new(0),
+    captured: AtomicU64::new(0),
+    pool_empty: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pair {
+    ready: usize,
+    end: usize,
+}
+
+/// The free event pairs of one CUDA context.
+struct Pool {
+    ctx: usize,
+    tx: Sender<Pair>,
+    rx: Receiver<Pair>,
+    made: AtomicU64,
+}
+
+impl Pool {
+    fn give(&self, p: Pair) {
+        // Bounded to POOL_MAX pairs, which is all that are ever made: cannot fail.
+        let _ = self.tx.try_send(p);
+    }
+
+    /// Makes up to `n` pairs in the calling thread's current context, which must be
+    /// `self.ctx`. Returns how many.
+    fn make(&self, n: usize) -> usize {
+        for i in 0..n {
+            if self.made.load(Ordering::Relaxed) as usize >= POOL_MAX {
+                return i;
+            }
+            let (Ok(ready), Ok(end)) = (cuda::event_create(), cuda::event_create()) else {
+                COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+                return i;
+            };
+            self.made.fetch_add(1, Ordering::Relaxed);
+            self.give(Pair { ready, end });
+        }
+        n
+    }
+}
+
+static POOLS: Mutex<Vec<Arc<Pool>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static LAST_POOL: std::cell::RefCell<Option<Arc<Pool>>> = const { std::cell::RefCell::new(None) };
+}
+
+fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
+    let cached = LAST_POOL
+        .try_with(|c| c.borrow().as_ref().filter(|p| p.ctx == ctx).cloned())
+        .ok()
+        .flatten();
+    if cached.is_some() {
+        return cached;
+    }
+    let pool = {
+        let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+        match pools.iter().find(|p| p.ctx == ctx) {
+            Some(p) => Arc::clone(p),
+            None => {
+                let (tx, rx) = bounded(POOL_MAX);
+                let p = Arc::new(Pool {
+                    ctx,
+                    tx,
+                    rx,
+                    made: AtomicU64::new(0),
+                });
+                // The first ops of a context need not wait for the writer, when the
+                // stream's context is this thread's (as it is for the program's own
+                // streams).
+                if cuda::current_ctx() == ctx {
+                    p.make(POOL_FIRST);
+                }
+                pools.push(Arc::clone(&p));
+                p
+            }
+        }
+    };
+    let _ = LAST_POOL.try_with(|c| *c.borrow_mut() = Some(Arc::clone(&pool)));
+    Some(pool)
+}
+
+/// An op in flight: its events and what it belongs to.
+#[derive(Clone, Copy)]
+struct Flight {
+    /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
+    ext: u64,
+    ctx: usize,
+    pair: Pair,
+    /// When the launching call started (picks the anchor nearest to it).
+    call_ns: i64,
+}
+
+static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
+
+/// Timing starts with the first communicator (the driver is loaded by then), when the
+/// configuration asks for it and the process has a CUDA driver.
+pub fn start(enabled: bool, budget: f64) {
+    if STATE.load(Ordering::Acquire) != IDLE {
+        return;
+    }
+    let why = if !enabled {
+        Some("ZCTA_GPU=off".to_string())
+    } else if !cuda::init() {
+        Some("no CUDA driver in the process (libcuda.so.1 not loaded)".to_string())
+    } else if FLIGHTS.get().is_none() {
+        Some("no writer".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(w) => {
+            *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) = Some(w);
+            STATE.store(OFF, Ordering::Release);
+        }
+        None => {
+            BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
+            STATE.store(ON, Ordering::Release);
+        }
+    }
+}
+
+static BUDGET_BITS: AtomicU64 = AtomicU64::new(0);
+
+/// In a fork child: the parent's events and pools mean nothing there.
+pub fn on_fork_child() {
+    if STATE.load(Ordering::Acquire) == ON {
+        STATE.store(OFF, Ordering::SeqCst);
+    }
+}
+
+/// Whether ops are being timed (hot path).
+#[inline]
+pub fn on() -> bool {
+    STATE.load(Ordering::Relaxed) == ON
+}
+
+/// Events recorded before an op's launching call; handed to [`end`].
+pub struct Begun {
+    pool: Arc<Pool>,
+    pair: Pair,
+    stream: usize,
+    level: u8,
+    cost_ns: u64,
+    call_ns: i64,
+}
+
+/// Before the launching call on `stream`: records the op's ready event, unless the
+/// stream is capturing, the op is not `selected` at the budget's level, or no event is
+/// free. `Err` says why the op is not timed (hot path).
+#[inline]
+pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Timing> {
+    if !on() {
+        return Err(Timing::Off);
+    }
+    let stream = stream as usize;
+    let t0 = now_ns();
+    match cuda::capturing(stream) {
+        Ok(false) => {}
+        Ok(true) => {
+            COUNTS.captured.fetch_add(1, Ordering::Relaxed);
+            return Err(Timing::Captured);
+        }
+        Err(_) => {
+            COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(Timing::Error);
+        }
+    }
+    let level = LEVEL.load(Ordering::Relaxed);
+    if !selected(level) {
+        return Err(Timing::Skipped(level));
+    }
+    let Some(pool) = cuda::stream_ctx(stream).ok().and_then(pool_for) else {
+        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        return Err(Timing::Error);
+    };
+    let Ok(pair) = pool.rx.try_recv() else {
+        COUNTS.pool_empty.fetch_add(1, Ordering::Relaxed);
+        crate::state::wake_writer();
+        return Err(Timing::PoolEmpty);
+    };
+    if pool.rx.len() == POOL_LOW {
+        // Running low: the writer refills (it would within its poll interval anyway).
+        crate::state::wake_writer();
+    }
+    if cuda::record(pair.ready, stream).is_err() {
+        pool.give(pair);
+        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        return Err(Timing::Error);
+    }
+    Ok(Begun {
+        pool,
+        pair,
+        stream,
+        level,
+        cost_ns: (now_ns() - t0).max(0) as u64,
+        call_ns: t0,
+    })
+}
+
+/// After the launching call, which returned `rc`: records the end event and hands
+/// the pair to the writer (hot path). `ext` names the op or group.
+#[inline]
+pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
+    let t0 = now_ns();
+    // A failed call launched nothing to time; an in-progress one (a non-blocking
+    // communicator) launches later, after this call returned.
+    if rc != zcta::nccl::NCCL_SUCCESS {
+        b.pool.give(b.pair);
+        return Timing::Error;
+    }
+    if cuda::record(b.pair.end, b.stream).is_err() {
+        b.pool.give(b.pair);
+        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        return Timing::Error;
+    }
+    let f = Flight {
+        ext,
+        ctx: b.pool.ctx,
+        pair: b.pair,
+        call_ns: b.call_ns,
+    };
+    if FLIGHTS.get().is_none_or(|q| q.try_push(f).is_err()) {
+        b.pool.give(b.pair);
+        COUNTS.pool_empty.fetch_add(1, Ordering::Relaxed);
+        return Timing::PoolEmpty;
+    }
+    let spent = b.cost_ns + (now_ns() - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
+    COST_NS.fetch_add(spent, Ordering::Relaxed);
+    COUNTS.timed.fetch_add(1, Ordering::Relaxed);
+    Timing::Timed(b.level)
+}
+
+/// An anchor: one of our events whose GPU time is `host_ns` ± `err_ns` on
+/// CLOCK_REALTIME.
+#[derive(Clone, Copy, Debug)]
+struct Anchor {
+    ev: usize,
+    host_ns: i64,
+    err_ns: i64,
+}
+
+/// One context's clock anchors, newest last.
+#[derive(Default)]
+struct Clock {
+    stream: usize,
+    anchors: VecDeque<Anchor>,
+    spare: Vec<usize>,
+    last_try_ns: i64,
+    broken: bool,
+}
+
+const ANCHORS_KEPT: usize = 4;
+/// Tries per anchor (the narrowest bracket is kept) and the longest spin on one.
+const ANCHOR_TRIES: usize = 3;
+const ANCHOR_SPIN_NS: i64 = 2_000_000;
+
+impl Clock {
+    fn event(&mut self) -> Option<usize> {
+        self.spare.pop().or_else(|| cuda::event_create().ok())
+    }
+
+    /// Records an event on our own stream and spins until it is seen complete: its
+    /// GPU time lies in that bracket of host time. Caller made `ctx` current.
+    fn anchor(&mut self, now: i64) -> Option<Anchor> {
+        self.last_try_ns = now;
+        if self.stream == 0 {
+            self.stream = cuda::stream_create().ok()?;
+        }
+        let mut best: Option<Anchor> = None;
+        for _ in 0..ANCHOR_TRIES {
+            let ev = self.event()?;
+            let t0 = now_ns();
+            if cuda::record(ev, self.stream).is_err() {
+                self.spare.push(ev);
+                return None;
+            }
+            let mut t1 = now_ns();
+            while cuda::query(ev) != 0 {
+                t1 = now_ns();
+                if t1 - t0 > ANCHOR_SPIN_NS {
+                    break;
+                }
+            }
+            if cuda::query(ev) != 0 {
+                self.spare.push(ev);
+                continue;
+            }
+            let a = Anchor {
+                ev,
+                host_ns: t0 + (t1 - t0) / 2,
+                err_ns: (t1 - t0 + 1) / 2,
+            };
+            match best {
+                Some(b) if b.err_ns <= a.err_ns => self.spare.push(ev),
+                Some(b) => {
+                    self.spare.push(b.ev);
+                    best = Some(a);
+                }
+                None => best = Some(a),
+            }
+        }
+        best
+    }
+
+    fn nearest(&self, t: i64) -> Option<Anchor> {
+        self.anchors
+            .iter()
+            .copied()
+            .min_by_key(|a| (a.host_ns - t).unsigned_abs())
+    }
+}
+
+/// The writer's side: fills the pools, anchors the clocks, polls the events and
+/// turns them into [`GpuItem::Timed`]; sets the budget's level.
+pub struct Timer {
+    flights: Consumer<Flight>,
+    pending: VecDeque<Flight>,
+    clocks: HashMap<usize, Clock>,
+    relaxed: bool,
+    ctl: Option<Controller>,
+    last_budget_ns: i64,
+    /// Largest half-bracket of an anchor used, and largest drift seen between
+    /// consecutive anchors (ns of disagreement per s).
+    max_err_ns: i64,
+    max_drift_ns_per_s: i64,
+    lost: u64,
+}
+
+impl Timer {
+    /// Made once per process, with the recorder (before timing can start).
+    pub fn new() -> Self {
+        let (tx, rx) = queue::bounded(POOL_MAX);
+        let _ = FLIGHTS.set(tx);
+        Self {
+            flights: rx,
+            pending: VecDeque::new(),
+            clocks: HashMap::new(),
+            relaxed: false,
+            ctl: None,
+            last_budget_ns: 0,
+            max_err_ns: 0,
+            max_drift_ns_per_s: 0,
+            lost: 0,
+        }
+    }
+
+    /// One round (writer thread). `drain`: at the end, wait up to a bound for the
+    /// events still pending.
+    pub fn poll(&mut self, out: &mut Vec<GpuItem>) {
+        if STATE.load(Ordering::Acquire) != ON {
+            return;
+        }
+        if !self.relaxed {
+            // This thread's queries must never count as unsafe calls during another
+            // thread's global-mode capture.
+            cuda::relax_capture_mode();
+            self.relaxed = true;
+        }
+        while let Some(f) = self.flights.try_pop() {
+            self.pending.push_back(f);
+        }
+        let now = now_ns();
+        let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for p in &pools {
+            let clock = self.clocks.entry(p.ctx).or_default();
+            if clock.broken {
+                continue;
+            }
+            let low = p.rx.len() < POOL_READY && (p.made.load(Ordering::Relaxed) as usize) < POOL_MAX;
+            let stale = clock
+                .anchors
+                .back()
+                .is_none_or(|a| now - a.host_ns >= ANCHOR_EVERY_NS)
+                && now - clock.last_try_ns >= ANCHOR_EVERY_NS / 10;
+            if !(low || stale) {
+                continue;
+            }
+            if cuda::set_current(p.ctx).is_err() {
+                clock.broken = true;
+                continue;
+            }
+            if low {
+                p.make(POOL_READY - p.rx.len());
+            }
+            if stale && let Some(a) = clock.anchor(now) {
+                if let Some(prev) = clock.anchors.back().copied()
+                    && let Ok(ms) = cuda::elapsed_ms(prev.ev, a.ev)
+                {
+                    let predicted = prev.host_ns + (f64::from(ms) * 1e6).round() as i64;
+                    let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
+                    let off = ((a.host_ns - predicted).abs() - prev.err_ns - a.err_ns).max(0);
+                    self.max_drift_ns_per_s = self.max_drift_ns_per_s.max((off as f64 / span_s) as i64);
+                }
+                clock.anchors.push_back(a);
+                if clock.anchors.len() > ANCHORS_KEPT
+                    && let Some(old) = clock.anchors.pop_front()
+                {
+                    clock.spare.push(old.ev);
+                }
+            }
+        }
+        self.resolve(now, out);
+        self.budget(now);
+    }
+
+    fn resolve(&mut self, now: i64, out: &mut Vec<GpuItem>) {
+        let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let give = |f: &Flight| {
+            if let Some(p) = pools.iter().find(|p| p.ctx == f.ctx) {
+                p.give(f.pair);
+            }
+        };
+        let n = self.pending.len();
+        for _ in 0..n {
+            let Some(f) = self.pending.pop_front() else { break };
+            match cuda::query(f.pair.end) {
+                cuda::NOT_READY if now - f.call_ns < GIVE_UP_NS => {
+                    self.pending.push_back(f);
+                    continue;
+                }
+                0 => {}
+                _ => {
+                    self.lost += 1;
+                    give(&f);
+                    continue;
+                }
+            }
+            let Some(anchor) = self.clocks.get(&f.ctx).and_then(|c| c.nearest(f.call_ns)) else {
+                if now - f.call_ns < GIVE_UP_NS {
+                    self.pending.push_back(f);
+                } else {
+                    self.lost += 1;
+                    give(&f);
+                }
+                continue;
+            };
+            let times = cuda::elapsed_ms(anchor.ev, f.pair.ready)
+                .and_then(|r| Ok((r, cuda::elapsed_ms(f.pair.ready, f.pair.end)?)));
+            give(&f);
+            match times {
+                Ok((to_ready, dur)) => {
+                    self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
+                    let ready_ns = anchor.host_ns + (f64::from(to_ready) * 1e6).round() as i64;
+                    let end_ns = ready_ns + (f64::from(dur) * 1e6).round() as i64;
+                    out.push(GpuItem::Timed {
+                        ext: f.ext,
+                        ready_ns,
+                        end_ns,
+                    });
+                }
+                Err(_) => self.lost += 1,
+            }
+        }
+    }
+
+    fn budget(&mut self, now: i64) {
+        let ctl = self
+            .ctl
+            .get_or_insert_with(|| Controller::new(f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed))));
+        if self.last_budget_ns == 0 {
+            self.last_budget_ns = now;
+            COST_NS.store(0, Ordering::Relaxed);
+            return;
+        }
+        let wall = now - self.last_budget_ns;
+        if wall < BUDGET_EVERY_NS {
+            return;
+        }
+        self.last_budget_ns = now;
+        let cost = COST_NS.swap(0, Ordering::Relaxed);
+        LEVEL.store(ctl.update(cost, wall as u64), Ordering::Relaxed);
+    }
+
+    /// At the end: gives the GPU up to `wait_ns` to finish what is pending.
+    pub fn finish(&mut self, wait_ns: i64, out: &mut Vec<GpuItem>) {
+        let until = now_ns() + wait_ns;
+        loop {
+            self.poll(out);
+            if self.pending.is_empty() || now_ns() >= until {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        self.lost += self.pending.len() as u64;
+        self.pending.clear();
+    }
+
+    /// For the `process` row.
+    pub fn status(&self) -> TimingStatus {
+        let state = match STATE.load(Ordering::Acquire) {
+            ON => {
+                let b = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
+                if b.is_infinite() {
+                    "on (CUDA events, every op: ZCTA_BUDGET=all)".to_string()
+                } else {
+                    format!(
+                        "on (CUDA events, budget {}% of wall time, level now {})",
+                        b * 100.0,
+                        LEVEL.load(Ordering::Relaxed)
+                    )
+                }
+            }
+            IDLE => "off: no communicator was created".to_string(),
+            _ => format!(
+                "off: {}",
+                WHY_OFF
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+                    .unwrap_or_else(|| "fork child".into())
+            ),
+        };
+        let on = state.starts_with("on");
+        TimingStatus {
+            state,
+            timed: on.then(|| COUNTS.timed.load(Ordering::Relaxed)),
+            captured: on.then(|| COUNTS.captured.load(Ordering::Relaxed)),
+            pool_empty: on.then(|| COUNTS.pool_empty.load(Ordering::Relaxed)),
+            errors: on.then(|| COUNTS.errors.load(Ordering::Relaxed)),
+            lost: on.then_some(self.lost),
+            clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
+            drift_ns_per_s: (on && self.max_err_ns > 0).then_some(self.max_drift_ns_per_s),
+        }
+    }
+}

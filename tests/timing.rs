@@ -1,0 +1,302 @@
+//! Per-op GPU timing with CUDA events (the default GPU capture), driven on the CPU: the
+//! stand-in driver (tests/fixtures/fake_cuda.c) models each stream's work in time, so
+//! events complete when the work ahead of them is done; the stand-in NCCL runs its
+//! "kernels" on the op's stream. The shim must record one event pair per launching
+//! call, never into a capturing stream, never wait for events, and put their times on
+//! CLOCK_REALTIME.
+
+mod common;
+mod support;
+
+use std::collections::HashMap;
+use std::process::Output;
+
+use support::{Row, Run, text};
+
+fn cuda() -> String {
+    common::fixtures().libcuda.display().to_string()
+}
+
+/// `host ARGS` under the shim with the stand-in driver loaded; returns its output and
+/// the driver's counters.
+fn run_with_driver(run: &Run, args: &[&str], env: &[(&str, &str)]) -> (Output, HashMap<String, u64>) {
+    let stats = run.scratch("cuda-stats");
+    let mut c = run.host(args);
+    c.env("HOST_CUDA", cuda()).env("FAKE_CUDA_STATS_FILE", &stats);
+    c.envs(env.iter().copied());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out.stderr));
+    (out, common::read_cuda_stats(&stats))
+}
+
+fn process(run: &Run) -> Row {
+    let mut p = run.rows("process");
+    assert_eq!(p.len(), 1);
+    p.remove(0)
+}
+
+fn ops_args(run: &Run, iters: u32) -> Vec<String> {
+    let idf = run.scratch("id");
+    common::write_unique_id(&idf);
+    vec![
+        "ops".into(),
+        "0".into(),
+        "1".into(),
+        idf.display().to_string(),
+        iters.to_string(),
+    ]
+}
+
+#[test]
+fn every_op_and_every_group_gets_one_event_pair() {
+    let run = Run::new("timing-streams");
+    let (out, stats) = run_with_driver(&run, &["streams", "3", "0"], &[("ZCTA_BUDGET", "all")]);
+    assert!(text(&out.stdout).contains("ok"));
+    let ops = run.rows("ops");
+    // 3 AllReduces, 3 groups of a Send and a Recv, one group over two streams.
+    assert_eq!(ops.len(), 3 + 6 + 2, "{ops:?}");
+    let p = process(&run);
+    assert!(
+        p.req_str("gpu_timing").starts_with("on (CUDA events, every op"),
+        "{:?}",
+        p.str("gpu_timing")
+    );
+    assert_eq!(p.u64("ops_timed"), Some(6), "3 ungrouped ops and 3 groups");
+    assert_eq!(p.u64("timing_pool_empty"), Some(0));
+    assert_eq!(p.u64("ops_timing_lost"), Some(0));
+    // Two records per timed launching call; the rest are the writer's clock anchors
+    // (three tries each) on a stream of its own.
+    let anchors = stats["records"] - 2 * 6;
+    assert!(anchors % 3 == 0 && anchors <= 3 * 8, "{stats:?}");
+    assert_eq!(stats["records_on_capturing"], 0);
+    let kernel_ns = 20_000;
+    let mut groups: HashMap<u64, Vec<&Row>> = HashMap::new();
+    for o in &ops {
+        match o.u64("group_id") {
+            Some(g) => groups.entry(g).or_default().push(o),
+            None => {
+                assert_eq!(o.str("timing"), Some("timed"), "{o:?}");
+                assert_eq!(o.u64("timing_level"), Some(0));
+            }
+        }
+    }
+    for o in ops.iter().filter(|o| o.str("timing") == Some("timed")) {
+        assert_eq!(o.str("gpu_source"), Some("events"));
+        assert!(o.is_null("gpu_start_ns"), "events see no kernel start");
+        let (ready, end) = (o.req_i64("gpu_ready_ns"), o.req_i64("gpu_end_ns"));
+        let dur = end - ready;
+        // The stand-in's kernel takes 20 µs on an idle stream; the host may be slow.
+        assert!(
+            (kernel_ns..kernel_ns + 5_000_000).contains(&dur),
+            "{dur} ns: {o:?}"
+        );
+        // Put on CLOCK_REALTIME: the ready event was recorded at the call's entry on an
+        // idle stream, so it completes about then (anchor error plus a slow host).
+        let api = o.req_i64("api_start_ns");
+        assert!(
+            (ready - api).abs() < 50_000_000,
+            "ready {ready} vs api_start {api}"
+        );
+        assert!(o.is_null("n_kernels"), "not counted without CUPTI");
+        if o.u64("group_id").is_some() {
+            // NCCL's KernelLaunch event gave the launch, its P2p plan the engine.
+            // (Launched by the group's ncclGroupEnd, after this op's own call.)
+            assert!(o.req_i64("launch_ns") >= api, "{o:?}");
+            assert_eq!(o.str("engine"), Some("sm_kernel"));
+        } else {
+            // A one-rank collective: NCCL runs it without profiler events, so neither
+            // its launch nor its engine is known.
+            assert!(o.is_null("launch_ns") && o.is_null("engine"), "{o:?}");
+        }
+    }
+    assert_eq!(groups.len(), 4);
+    for (g, members) in &groups {
+        let t: Vec<_> = members.iter().map(|o| o.req_str("timing")).collect();
+        if members.iter().any(|o| o.req_u64("stream") == 0x7000) {
+            // The group over two streams is not timed (which stream would say?).
+            assert!(t.iter().all(|t| *t == "streams"), "group {g}: {t:?}");
+            continue;
+        }
+        assert!(t.iter().all(|t| *t == "timed"), "group {g}: {t:?}");
+        let spans: Vec<_> = members
+            .iter()
+            .map(|o| (o.i64("gpu_ready_ns"), o.i64("gpu_end_ns")))
+            .collect();
+        assert!(
+            spans.windows(2).all(|w| w[0] == w[1]),
+            "ops of a group share its span"
+        );
+    }
+}
+
+#[test]
+fn the_work_ahead_on_the_stream_is_queue_not_transfer() {
+    // Three iterations of the scenario's ops, 5 ms of GPU work each, back to back on
+    // one stream: the host returns at once, so each op waits on the GPU for the ones
+    // before it.
+    let run = Run::new("timing-queue");
+    let args = ops_args(&run, 3);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_with_driver(
+        &run,
+        &args,
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "5000000")],
+    );
+    // One row per launching call: the ungrouped ops, and one op of each group.
+    let mut groups = std::collections::HashSet::new();
+    let mut ops: Vec<Row> = run
+        .rows("ops")
+        .into_iter()
+        .filter(|o| o.u64("group_id").is_none_or(|g| groups.insert(g)))
+        .collect();
+    ops.sort_by_key(|o| o.req_i64("api_start_ns"));
+    assert!(ops.len() >= 30, "{ops:?}");
+    assert!(ops.iter().all(|o| o.str("timing") == Some("timed")), "{ops:?}");
+    for o in &ops {
+        let d = o.req_i64("gpu_end_ns") - o.req_i64("gpu_ready_ns");
+        assert!((5_000_000..6_000_000).contains(&d), "{d}");
+    }
+    // Each op's stream became free when the one before it ended.
+    for w in ops.windows(2) {
+        let gap = w[1].req_i64("gpu_ready_ns") - w[0].req_i64("gpu_end_ns");
+        assert!(gap.abs() < 1_000_000, "ready {gap} ns after the previous end");
+    }
+    // And the report attributes every op's window to measured phases: init, queue,
+    // barrier (one rank: 0), transfer. (A one-rank collective has no NCCL events: its
+    // launch is taken as the call's return.)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(["phases"])
+        .arg(run.dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let phases = run.rows("phases");
+    let timed: Vec<&Row> = phases.iter().filter(|p| !p.is_null("window_ns")).collect();
+    assert!(!timed.is_empty());
+    for p in timed {
+        assert_eq!(p.i64("unresolved_ns"), Some(0), "{p:?}");
+        assert!(
+            p.i64("queue_ns").is_some() && p.i64("barrier_ns") == Some(0),
+            "{p:?}"
+        );
+        assert!(
+            p.is_null("sync_ns") && p.is_null("memcpy_ns"),
+            "deep mode only: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn nothing_is_recorded_into_a_capturing_stream() {
+    let run = Run::new("timing-capture");
+    // The stand-in invalidates the capture (and the scenario fails) on any record into
+    // it, or on an event query from a thread in global capture mode.
+    let (out, stats) = run_with_driver(&run, &["capture", "3"], &[("ZCTA_BUDGET", "all")]);
+    assert!(text(&out.stdout).contains("ok"));
+    assert_eq!(stats["records_on_capturing"], 0, "{stats:?}");
+    assert_eq!(stats.get("captures_invalidated"), Some(&0), "{stats:?}");
+    let ops = run.rows("ops");
+    let captured: Vec<&Row> = ops.iter().filter(|o| o.u64("stream") == Some(0x6000)).collect();
+    assert_eq!(captured.len(), 3 + 2);
+    for o in &captured {
+        assert_eq!(o.str("timing"), Some("graph_capture"), "{o:?}");
+        for col in ["gpu_ready_ns", "gpu_end_ns", "engine"] {
+            assert!(o.is_null(col), "{col}: not measured, {o:?}");
+        }
+    }
+    let outside: Vec<&Row> = ops.iter().filter(|o| o.u64("stream") == Some(0x5000)).collect();
+    assert_eq!(outside.len(), 6);
+    assert!(outside.iter().all(|o| o.str("timing") == Some("timed")));
+    let p = process(&run);
+    assert_eq!(p.u64("timing_captured"), Some(4), "3 AllReduces and a group");
+    assert_eq!(p.u64("ops_graph_captured"), Some(5));
+}
+
+#[test]
+fn an_empty_pool_is_counted_and_never_waited_for() {
+    let run = Run::new("timing-pool");
+    let args = ops_args(&run, 300);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Three events alive at most: the hot path's first pairs for the context, then
+    // nothing more (the writer cannot make any either).
+    let (_, stats) = run_with_driver(
+        &run,
+        &args,
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_EVENT_LIMIT", "3")],
+    );
+    let p = process(&run);
+    let empty = p.req_u64("timing_pool_empty");
+    let timed = p.req_u64("ops_timed");
+    assert!(empty > 0, "{p:?}");
+    assert!(timed > 0, "the one pair is reused: {p:?}");
+    // Counted per launching call: an ungrouped op, or a group (whose ops share it).
+    let ops = run.rows("ops");
+    let mut calls = std::collections::HashSet::new();
+    for o in ops.iter().filter(|o| o.str("timing") == Some("pool_empty")) {
+        calls.insert(o.u64("group_id").map_or((o.req_u64("op_id"), 0), |g| (0, g)));
+    }
+    assert_eq!(calls.len() as u64, empty);
+    assert!(stats["events_alive"] <= 3, "{stats:?}");
+}
+
+#[test]
+fn without_a_driver_ops_are_host_only_and_say_why() {
+    let run = Run::new("timing-nodriver");
+    let args = ops_args(&run, 2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run.host(&args).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let p = process(&run);
+    assert!(
+        p.req_str("gpu_timing").starts_with("off: no CUDA driver"),
+        "{:?}",
+        p.str("gpu_timing")
+    );
+    assert!(p.is_null("ops_timed"));
+    for o in run.rows("ops") {
+        assert_eq!(o.str("timing"), Some("off"));
+        assert!(o.is_null("gpu_end_ns") && o.is_null("gpu_source"));
+    }
+    // ZCTA_GPU=off says so even with a driver.
+    let run = Run::new("timing-off");
+    let args = ops_args(&run, 2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, stats) = run_with_driver(&run, &args, &[("ZCTA_GPU", "off")]);
+    assert_eq!(process(&run).str("gpu_timing"), Some("off: ZCTA_GPU=off"));
+    assert_eq!(stats["records"], 0);
+}
+
+#[test]
+fn the_budget_times_the_same_nested_subset_on_every_rank() {
+    // A budget far below what timing costs: the level rises until few ops are timed.
+    let run = Run::new("timing-budget");
+    let args = ops_args(&run, 800);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_with_driver(
+        &run,
+        &args,
+        &[("ZCTA_BUDGET", "0.001%"), ("HOST_ITER_GAP_MS", "1")],
+    );
+    let ops = run.rows("ops");
+    let coll: Vec<&Row> = ops
+        .iter()
+        .filter(|o| o.str("op") == Some("AllReduce") && o.u64("group_id").is_none())
+        .collect();
+    let skipped = coll.iter().filter(|o| o.str("timing") == Some("budget")).count();
+    let timed = coll.iter().filter(|o| o.str("timing") == Some("timed")).count();
+    assert!(
+        skipped > coll.len() / 2,
+        "the level went up: {skipped} of {}",
+        coll.len()
+    );
+    assert!(timed > 0);
+    // Which ops a level times is a function of (comm_id, seq) alone, so every rank at
+    // that level times the same ones, and a sparser level's ops are a subset.
+    for o in &coll {
+        let level = o.u64("timing_level").expect("asked") as u8;
+        let key = zcta::budget::coll_key(o.req_u64("comm_id"), o.req_u64("seq"));
+        let want = zcta::budget::selected(key, level);
+        assert_eq!(o.str("timing") == Some("timed"), want, "{o:?}");
+    }
+}
