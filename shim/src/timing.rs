@@ -16,7 +16,7 @@
 //! touched), and the budget ([`zcta::budget`]) keeps it under a share of wall time.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -40,6 +40,12 @@ static LEVEL: AtomicU8 = AtomicU8::new(0);
 /// Host ns the hot path spent timing since the writer last looked, plus the stream
 /// time its event records cost ([`GPU_NS_PER_RECORD`]).
 static COST_NS: AtomicU64 = AtomicU64::new(0);
+/// Since when `COST_NS` has been summed (CLOCK_REALTIME ns; 0: not yet).
+static COST_SINCE_NS: AtomicI64 = AtomicI64::new(0);
+/// Cost the hot path allows beyond the budget's share before it raises the level
+/// itself: a burst of ops after a quiet stretch (a loop after a training step) must
+/// not run a whole evaluation interval at the quiet stretch's level.
+const BURST_NS: u64 = 50_000;
 
 /// Stream time one event record adds between back-to-back work on an H200: 2,661 ns
 /// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
@@ -297,10 +303,33 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
         COUNTS.pool_empty.fetch_add(1, Ordering::Relaxed);
         return Timing::PoolEmpty;
     }
-    let spent = b.cost_ns + (now_ns() - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
-    COST_NS.fetch_add(spent, Ordering::Relaxed);
+    let now = now_ns();
+    let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
+    let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
     COUNTS.timed.fetch_add(1, Ordering::Relaxed);
+    over_budget(cost, now);
     Timing::Timed(b.level)
+}
+
+/// Raises the level at once when the cost since the last evaluation exceeds the
+/// budget's share of the time since then by more than a burst (the writer lowers it
+/// again, every [`BUDGET_EVERY_NS`], when the cost allows).
+#[inline]
+fn over_budget(cost: u64, now: i64) {
+    let since = COST_SINCE_NS.load(Ordering::Relaxed);
+    let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
+    if zcta::budget::over(cost, since, now, budget, BURST_NS) {
+        let level = LEVEL.load(Ordering::Relaxed);
+        if level < zcta::budget::MAX_LEVEL
+            && LEVEL
+                .compare_exchange(level, level + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            // Measure again from here, at the new level.
+            COST_NS.store(0, Ordering::Relaxed);
+            COST_SINCE_NS.store(now, Ordering::Relaxed);
+        }
+    }
 }
 
 /// An anchor: one of our events whose GPU time is `host_ns` ± `err_ns` on
@@ -488,8 +517,10 @@ impl Timer {
             let Some(f) = self.pending.pop_front() else { break };
             match cuda::query(f.pair.end) {
                 cuda::NOT_READY if now - f.call_ns < GIVE_UP_NS => {
-                    self.pending.push_back(f);
-                    continue;
+                    // The rest were launched later (mostly on the same stream): not
+                    // asked now, so the driver is queried no more than needed.
+                    self.pending.push_front(f);
+                    break;
                 }
                 0 => {}
                 _ => {
@@ -533,15 +564,19 @@ impl Timer {
         if self.last_budget_ns == 0 {
             self.last_budget_ns = now;
             COST_NS.store(0, Ordering::Relaxed);
+            COST_SINCE_NS.store(now, Ordering::Relaxed);
             return;
         }
-        let wall = now - self.last_budget_ns;
-        if wall < BUDGET_EVERY_NS {
+        if now - self.last_budget_ns < BUDGET_EVERY_NS {
             return;
         }
         self.last_budget_ns = now;
+        // The hot path may have raised the level (and restarted the sum) meanwhile.
+        let since = COST_SINCE_NS.swap(now, Ordering::Relaxed);
         let cost = COST_NS.swap(0, Ordering::Relaxed);
-        LEVEL.store(ctl.update(cost, wall as u64), Ordering::Relaxed);
+        ctl.level = LEVEL.load(Ordering::Relaxed);
+        let wall = (now - since).max(1) as u64;
+        LEVEL.store(ctl.update(cost, wall), Ordering::Relaxed);
     }
 
     /// At the end: gives the GPU up to `wait_ns` to finish what is pending.

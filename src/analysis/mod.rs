@@ -79,6 +79,9 @@ pub struct ProcView {
     pub pid: i32,
     pub env: HashMap<String, String>,
     pub cupti: Option<String>,
+    /// `process.gpu_timing`: per-op CUDA-event timing (`None` in files written before
+    /// it existed).
+    pub gpu_timing: Option<String>,
     /// `process.gpu_sampling` and `process.ops_unsampled` (`ZCTA_SAMPLE`).
     pub gpu_sampling: Option<String>,
     pub ops_unsampled: Option<u64>,
@@ -195,6 +198,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 pid: pid.value(r),
                 env,
                 cupti: opt_str(col::<StringArray>(b, "cupti"), r),
+                gpu_timing: opt_str(col::<StringArray>(b, "gpu_timing"), r),
                 gpu_sampling: opt_str(col::<StringArray>(b, "gpu_sampling"), r),
                 ops_unsampled: opt_u64(col::<UInt64Array>(b, "ops_unsampled"), r),
                 ops_graph_captured: opt_u64(col::<UInt64Array>(b, "ops_graph_captured"), r),
@@ -373,6 +377,9 @@ pub struct ScanStats {
     /// Of those, the ones whose ranks' rows were all there with GPU times on some ranks
     /// only (under `ZCTA_SAMPLE`: the ranks' hosts called it in different windows).
     pub gpu_on_some_ranks: u64,
+    /// Collectives/pairs with every rank's rows and GPU times on none: not timed
+    /// (the budget's level left them out, `ops.timing`), not lacking data.
+    pub not_timed: u64,
     /// Median over collectives seen on every rank of the spread of their calls' start
     /// (latest − earliest `api_start_ns`, host clocks aligned), ns: how far apart the
     /// ranks' hosts ran. `None` without such collectives.
@@ -461,6 +468,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                     }
                 }
             }
+            let mut timed_nowhere = false;
             if complete {
                 let starts: Vec<(i64, i32)> = members
                     .iter()
@@ -469,6 +477,7 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                 if !starts.is_empty() && starts.len() < members.len() {
                     stats.gpu_on_some_ranks += 1;
                 }
+                timed_nowhere = starts.is_empty();
                 if starts.len() == members.len() {
                     let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
                     let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
@@ -487,7 +496,11 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                 }
             }
             if grouped && last.is_none() {
-                stats.incomplete += 1;
+                if timed_nowhere {
+                    stats.not_timed += 1;
+                } else {
+                    stats.incomplete += 1;
+                }
             }
             for o in members {
                 let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));

@@ -240,7 +240,12 @@ impl Builder {
         if o.result != 0 {
             return;
         }
-        let engine = o.engine.unwrap_or("not measured");
+        // Timed with CUDA events, NCCL's events said nothing of the path: unknown.
+        let engine = o.engine.unwrap_or(if o.gpu_end.is_some() {
+            "unknown"
+        } else {
+            "not measured"
+        });
         *self.mix.entry((o.op, engine)).or_default() += 1;
         if o.gpu_start.is_some() {
             self.gpu_timed += 1;
@@ -365,9 +370,15 @@ impl Builder {
                 run.pending_logs
             ));
         }
+        if stats.not_timed > 0 {
+            report.notes.push(format!(
+                "{} operations were not timed on any rank (ops.timing = budget: under ZCTA_BUDGET each rank times 1 op in 2^timing_level, the same ops on every rank); phase shares and durations above are those of the timed operations",
+                stats.not_timed
+            ));
+        }
         if stats.incomplete > 0 {
             let mut note = format!(
-                "{} operations lack some rank's data (files missing, or no GPU times there): their barrier and transfer are not measured",
+                "{} operations lack some rank's data (files missing, or GPU times on some ranks only): their barrier and transfer are not measured",
                 stats.incomplete
             );
             if stats.gpu_on_some_ranks > 0 {
@@ -398,17 +409,27 @@ impl Builder {
 
     fn findings(&self, run: &Run, stats: &ScanStats) -> Vec<Finding> {
         let mut out = Vec::new();
-        let cupti_off: std::collections::BTreeSet<&str> = run
+        // A process has a GPU side when its CUDA-event timing or (deep mode, or files
+        // from before the timing existed) CUPTI was on.
+        let gpu_off: std::collections::BTreeSet<String> = run
             .procs
             .iter()
-            .filter_map(|p| p.cupti.as_deref())
-            .filter(|c| !c.starts_with("on"))
+            .filter(|p| {
+                let timing = p.gpu_timing.as_deref().is_some_and(|t| t.starts_with("on"));
+                let cupti = p.cupti.as_deref().is_some_and(|c| c.starts_with("on"));
+                !timing && !cupti
+            })
+            .map(|p| match (&p.gpu_timing, &p.cupti) {
+                (Some(t), _) => format!("process.gpu_timing: {t}"),
+                (None, Some(c)) => format!("process.cupti: {c}"),
+                (None, None) => "no GPU status".into(),
+            })
             .collect();
-        if !cupti_off.is_empty() {
+        if !gpu_off.is_empty() {
             out.push(Finding {
                 title: "GPU side not measured in some processes".into(),
-                evidence: format!("process.cupti: {}", cupti_off.into_iter().collect::<Vec<_>>().join("; ")),
-                fix: "queue, sync, barrier, transfer and memcpy need CUPTI: unset ZCTA_CUPTI=0, make libcupti findable (ZCTA_CUPTI_LIB), or run without torch.profiler/Nsight".into(),
+                evidence: gpu_off.into_iter().collect::<Vec<_>>().join("; "),
+                fix: "queue, barrier and transfer need the GPU side: unset ZCTA_GPU=off, and run the program's CUDA work in the process (the CUDA driver must be loaded when the first communicator is created)".into(),
             });
         }
         let sampled: std::collections::BTreeSet<&str> = run

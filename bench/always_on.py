@@ -1,0 +1,166 @@
+"""One process of bench/always_on.sh on ONE GPU: the workloads whose cost "always on"
+is judged by, measured the same way whatever is attached (the launcher sets
+LD_PRELOAD and the environment; --config only names it; `profiler` wraps the measured
+part in torch.profiler with CPU and CUDA activities).
+
+    python3 bench/always_on.py --config plain --out DIR [--round R] [--reps 7]
+
+A 1-rank process group (NCCL), then, each the median of --reps repetitions:
+- train_step_ms: a 6-layer d=768 transformer encoder (batch 8 x 128 tokens) under DDP
+  with AdamW, 20 steps per repetition, each synchronised: launch-bound, several hundred
+  kernels a step and DDP's bucket all_reduces;
+- sr_8B_us, sr_1MiB_us, sr_64MiB_us: send/recv to itself on a 1-rank communicator
+  (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd: NCCL plans and launches one
+  ncclDevKernel_SendRecv), back-to-back loops of 2,000 / 2,000 / 100 groups (us each);
+- tsr_8B_us, tsr_1MiB_us: the same through torch (dist.batch_isend_irecv), when torch
+  allows a rank to send to itself;
+- a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
+  rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
+Writes DIR/<config>-<round>.json.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+os.environ.setdefault("RANK", "0")
+os.environ.setdefault("WORLD_SIZE", "1")
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import nccl_bench as nb  # noqa: E402
+
+MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us", "tsr_1MiB_us",
+            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us"]
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--config", required=True, choices=["plain", "default", "deep", "profiler", "off"])
+ap.add_argument("--round", type=int, default=0)
+ap.add_argument("--out", required=True)
+ap.add_argument("--reps", type=int, default=7)
+ap.add_argument("--measures", default=",".join(MEASURES))
+args = ap.parse_args()
+
+dev = torch.device("cuda", 0)
+torch.cuda.set_device(dev)
+dist.init_process_group("nccl", device_id=dev)
+torch.manual_seed(0)
+
+
+def build_model():
+    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+    m = torch.nn.TransformerEncoder(layer, 6).to(dev)
+    ddp = torch.nn.parallel.DistributedDataParallel(m, device_ids=[0])
+    return ddp, torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+
+
+model, opt = build_model()
+x = torch.randn(8, 128, 768, device=dev)
+
+
+def train_steps(n):
+    for _ in range(n):
+        opt.zero_grad(set_to_none=True)
+        model(x).float().pow(2).mean().backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+
+stream = torch.cuda.current_stream()
+me = nb.SelfComm(stream)
+
+
+def sr(nbytes):
+    n = max(nbytes // 4, 2)
+    return me.sendrecv(torch.ones(n, device=dev), torch.empty(n, device=dev))
+
+
+def tsr(nbytes):
+    """send/recv to itself through torch (dist.batch_isend_irecv: a group of ncclSend
+    and ncclRecv, with torch's own work around it); None where torch refuses it."""
+    n = max(nbytes // 4, 2)
+    a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
+    ops = [dist.P2POp(dist.isend, a, 0), dist.P2POp(dist.irecv, b, 0)]
+    try:
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001
+        print(f"torch send/recv to itself refused: {e}", file=sys.stderr)
+        return None
+
+    def run(k):
+        for _ in range(k):
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+
+    return run
+
+
+def a2a(nbytes):
+    n = max(nbytes // 4, 2)
+    a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
+
+    def run(k):
+        for _ in range(k):
+            dist.all_to_all_single(b, a)
+
+    return run
+
+
+def per_item(fn, k):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn(k)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / k
+
+
+MiB = 1 << 20
+work = {
+    "train_step_ms": (train_steps, 20, 1e3),
+    "sr_8B_us": (sr(8), 2000, 1e6),
+    "sr_1MiB_us": (sr(MiB), 2000, 1e6),
+    "sr_64MiB_us": (sr(64 * MiB), 100, 1e6),
+    "tsr_8B_us": (tsr(8), 2000, 1e6),
+    "tsr_1MiB_us": (tsr(MiB), 2000, 1e6),
+    "a2a_8B_us": (a2a(8), 2000, 1e6),
+    "a2a_1MiB_us": (a2a(MiB), 2000, 1e6),
+    "a2a_64MiB_us": (a2a(64 * MiB), 100, 1e6),
+}
+wanted = [m for m in args.measures.split(",") if m and work[m][0] is not None]
+# Warm-up: connections, allocator, clocks.
+train_steps(10)
+for m in wanted:
+    fn, k, _ = work[m]
+    per_item(fn, max(k // 10, 2))
+
+prof = contextlib.nullcontext()
+if args.config == "profiler":
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+res = {m: [] for m in wanted}
+with prof:
+    for _ in range(args.reps):
+        for m in wanted:
+            fn, k, scale = work[m]
+            res[m].append(per_item(fn, k) * scale)
+me.destroy()
+out = Path(args.out)
+out.mkdir(parents=True, exist_ok=True)
+(out / f"{args.config}-{args.round}.json").write_text(
+    json.dumps({"config": args.config, "round": args.round, "reps": res,
+                "median": {m: statistics.median(v) for m, v in res.items()}}))
+print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
+dist.destroy_process_group()

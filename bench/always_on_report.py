@@ -1,0 +1,71 @@
+"""The table of bench/always_on.sh: per measure and configuration the median over
+rounds, and the ratio to plain paired by round (median [min, max] over rounds); then,
+for zcta's runs, how many ops were timed and at which budget level.
+
+    python3 bench/always_on_report.py JSON_DIR [RUNS_DIR]
+"""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(d):
+    runs = {}
+    for f in sorted(Path(d).glob("*.json")):
+        j = json.loads(f.read_text())
+        runs.setdefault(j["config"], {})[j["round"]] = j["median"]
+    return runs
+
+
+def table(runs):
+    configs = [c for c in ["plain", "default", "deep", "off", "profiler"] if c in runs]
+    measures = sorted({m for c in runs.values() for r in c.values() for m in r})
+    lines = ["| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for m in measures:
+        cells = []
+        base = runs.get("plain", {})
+        for c in configs:
+            vals = {r: v[m] for r, v in runs[c].items() if m in v}
+            if not vals:
+                cells.append("—")
+                continue
+            med = statistics.median(vals.values())
+            if c == "plain" or not base:
+                cells.append(f"{med:.2f} (n={len(vals)})")
+                continue
+            ratios = [vals[r] / base[r][m] for r in vals if r in base and m in base[r]]
+            if not ratios:
+                cells.append(f"{med:.2f}")
+                continue
+            cells.append(f"{med:.2f}: **{statistics.median(ratios):.3f}×** [{min(ratios):.3f}, {max(ratios):.3f}]")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timing(runs_dir):
+    try:
+        import pyarrow.dataset as ds
+    except ImportError:
+        return ""
+    out = []
+    for d in sorted(Path(runs_dir).glob("*")):
+        files = list((d / "process").glob("*.parquet"))
+        ops = list((d / "ops").glob("*.parquet"))
+        if not files or not ops:
+            continue
+        p = ds.dataset(files).to_table().to_pylist()[0]
+        o = ds.dataset(ops).to_table(columns=["timing", "timing_level"]).to_pandas()
+        levels = o["timing_level"].dropna().astype(int)
+        out.append(f"{d.name}: {len(o)} ops, timing {dict(o['timing'].value_counts())}, "
+                   f"levels {sorted(set(levels))}, gpu_timing={p.get('gpu_timing')!r}, "
+                   f"clock error {p.get('gpu_clock_error_ns')} ns, drift {p.get('gpu_clock_drift_ns_per_s')} ns/s")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    runs = load(sys.argv[1])
+    if len(sys.argv) > 2:
+        print(timing(sys.argv[2]))
+    print(table(runs))
