@@ -92,7 +92,8 @@ enum Cmd {
         perfetto: bool,
         /// Run directory.
         run: PathBuf,
-        /// Output file.
+        /// Output file (`-`: stdout). A regular file is replaced atomically; a FIFO,
+        /// device or symlink is written to, never replaced.
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -240,25 +241,127 @@ fn run_cmd(
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// Where `zcta export` writes: `-` is stdout; a path that does not exist or names a
+/// regular file is replaced atomically (a temporary file next to it, renamed over it);
+/// anything else (a symlink, a FIFO, a device such as /dev/stdout) is opened and
+/// written to as it is, never replaced.
+enum Output {
+    Stdout,
+    Atomic { tmp: PathBuf, file: std::fs::File },
+    Direct(std::fs::File),
+}
+
+impl Output {
+    fn open(path: &Path) -> anyhow::Result<Output> {
+        if path.as_os_str() == "-" {
+            return Ok(Output::Stdout);
+        }
+        let atomic = match std::fs::symlink_metadata(path) {
+            Ok(m) => m.file_type().is_file(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+        };
+        if !atomic {
+            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                anyhow::bail!("{}: is a directory", path.display());
+            }
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            return Ok(Output::Direct(file));
+        }
+        // A name of our own next to the output: created new, so nothing that was
+        // there before is ever overwritten (or deleted on failure).
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.with_context(|| format!("{}: not a file name", path.display()))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        for i in 0..100u32 {
+            let tmp = dir
+                .unwrap_or(Path::new("."))
+                .join(format!(".{name}.zcta-{}-{i}.tmp", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(file) => return Ok(Output::Atomic { tmp, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", tmp.display())),
+            }
+        }
+        anyhow::bail!("cannot create a temporary file next to {}", path.display())
+    }
+
+    /// Writes through `f`, then puts the file in place; on any failure the temporary
+    /// file is removed.
+    fn write<T>(
+        self,
+        path: &Path,
+        f: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        use std::io::Write as _;
+        match self {
+            Output::Stdout => {
+                let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+                let r = f(&mut w)?;
+                w.flush()?;
+                Ok(r)
+            }
+            Output::Direct(file) => {
+                let mut w = std::io::BufWriter::new(file);
+                let r = f(&mut w)?;
+                w.flush()
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(r)
+            }
+            Output::Atomic { tmp, file } => {
+                let done = (|| {
+                    let mut w = std::io::BufWriter::new(file);
+                    let r = f(&mut w)?;
+                    w.flush()
+                        .with_context(|| format!("cannot write {}", tmp.display()))?;
+                    drop(w);
+                    std::fs::rename(&tmp, path)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    Ok(r)
+                })();
+                if done.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                done
+            }
+        }
+    }
+}
+
 /// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped.
 fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
-    let tmp = output.with_extension("json.tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    let stats = zcta::analysis::export::perfetto(run, &mut w, output)?;
-    std::io::Write::flush(&mut w).with_context(|| format!("cannot write {}", tmp.display()))?;
-    drop(w);
-    std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    let out = Output::open(output)?;
+    // The trace may be going to our own stdout (`-`, /dev/stdout, a pipe): the line
+    // saying what was written goes there only when the trace went to a file in place.
+    let in_place = matches!(out, Output::Atomic { .. });
+    let stats = out.write(output, |w| Ok(zcta::analysis::export::perfetto(run, w, output)?))?;
     for s in &stats.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
-    outln!(
-        "{}: {} events from {} processes (open it in https://ui.perfetto.dev)",
-        output.display(),
-        stats.events,
-        stats.processes
+    let what = if output.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        output.display().to_string()
+    };
+    let line = format!(
+        "{what}: {} events from {} processes (open it in https://ui.perfetto.dev)",
+        stats.events, stats.processes
     );
+    if in_place {
+        outln!("{line}");
+    } else {
+        eprintln!("zcta: {line}");
+    }
     Ok(if stats.skipped.is_empty() {
         ExitCode::SUCCESS
     } else {

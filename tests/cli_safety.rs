@@ -1,0 +1,205 @@
+//! The CLI never harms what it did not make: outputs that are not regular files are
+//! written to, not replaced; logs it cannot read are kept; links and special files in
+//! a run directory are not followed or opened; bad input is named with its path and
+//! the exit status says so.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use zcta::gpu::OpRow;
+use zcta::nccl::OpKind;
+use zcta::record::OpRecord;
+use zcta::sink::{DatasetWriter, SinkPolicy, write_process_file};
+use zcta::tables::{Ctx, OpsTable, ProcessRow};
+
+fn zcta_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running zcta")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn op_row(rank: i32, pid: i32, op_id: u64, seq: u64, t0: i64) -> OpRow {
+    OpRow {
+        rec: OpRecord {
+            op_id,
+            op: OpKind::AllReduce,
+            comm_id: Some(0xC0),
+            comm_ptr: 0x1000,
+            rank: Some(rank),
+            nranks: Some(2),
+            seq: Some(seq),
+            call_seq: Some(seq),
+            count: 1024,
+            dtype: 7,
+            bytes: Some(4096),
+            peer: None,
+            root: None,
+            redop: Some(0),
+            sendbuff: 0x7000_0000,
+            recvbuff: 0x8000_0000,
+            stream: 0x55,
+            device: Some(rank),
+            group_id: None,
+            api_start_ns: t0,
+            api_end_ns: t0 + 5_000,
+            result: 0,
+            tid: pid,
+            gpu_marked: false,
+            graph_captured: None,
+        },
+        gpu: None,
+    }
+}
+
+/// A small complete run of two ranks (10 AllReduce each) in `dir`, written by the sink.
+fn small_run(dir: &Path) {
+    for rank in 0..2 {
+        let pid = 100 + rank;
+        let prefix = format!("hostA-r{rank}-p{pid}");
+        let ctx = Ctx {
+            pid,
+            host: "hostA".into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
+        for k in 0..10u64 {
+            let t0 = 1_000_000_000_000 + k as i64 * 1_000_000;
+            w.append(&op_row(rank, pid, k + 1, k, t0), &ctx).unwrap();
+        }
+        w.close().unwrap();
+        let row = ProcessRow {
+            run_id: "small".into(),
+            run_id_source: "ZCTA_RUN_ID".into(),
+            zcta_version: "test".into(),
+            schema_version: zcta::SCHEMA_VERSION,
+            clock: "CLOCK_REALTIME".into(),
+            end_reason: "exit".into(),
+            env_json: "{}".into(),
+            profiler_plugin: "zcta".into(),
+            cupti: "off: ZCTA_CUPTI=0".into(),
+            ..ProcessRow::default()
+        };
+        write_process_file(dir, &prefix, &row, &ctx).unwrap();
+    }
+}
+
+fn tmp_run() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("run");
+    small_run(&d);
+    (t, d)
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn is_trace(s: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| v["traceEvents"].is_array())
+}
+
+/// `-o -` is stdout; `-o LINK` writes through the link and keeps it; `-o FIFO` feeds
+/// the FIFO; a failed export leaves no temporary file and no output behind.
+#[test]
+fn export_writes_to_what_the_output_is_and_never_replaces_it() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    let cwd = t.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+
+    // `-`: the trace on stdout, no file named `-`.
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        is_trace(&text(&o.stdout)),
+        "stdout is the trace: {}",
+        text(&o.stdout)
+    );
+    assert!(names_in(&cwd).is_empty(), "{:?}", names_in(&cwd));
+
+    // A symlink: its target gets the trace, the link stays a link.
+    let target = t.path().join("target.json");
+    std::fs::write(&target, b"old").unwrap();
+    let link = cwd.join("trace.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "trace.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(),
+        "the link was replaced"
+    );
+    assert!(is_trace(&std::fs::read_to_string(&target).unwrap()));
+    assert_eq!(names_in(&cwd), ["trace.json"]);
+
+    // A link to our stdout, as /dev/stdout is: stdout holds the trace and nothing else.
+    let own = cwd.join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &own).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "stdout"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        is_trace(&text(&o.stdout)),
+        "stdout is the trace: {}",
+        text(&o.stdout)
+    );
+    assert!(std::fs::symlink_metadata(&own).unwrap().file_type().is_symlink());
+    std::fs::remove_file(&own).unwrap();
+
+    // A FIFO: the reader gets the trace, the FIFO stays a FIFO.
+    let fifo = cwd.join("pipe.json");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f2 = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(&f2));
+    });
+    let o = zcta_in(
+        &cwd,
+        &["export", "--perfetto", run_s, "-o", fifo.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(),
+        "the FIFO was replaced"
+    );
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the FIFO's reader got an end of file")
+        .unwrap();
+    assert!(is_trace(&got), "{got}");
+
+    // A regular file is replaced whole; nothing else is left in its directory.
+    let plain = cwd.join("plain.json");
+    std::fs::write(&plain, vec![b'x'; 1 << 20]).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "plain.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(is_trace(&std::fs::read_to_string(&plain).unwrap()));
+    assert_eq!(names_in(&cwd), ["pipe.json", "plain.json", "trace.json"]);
+
+    // A failed export (a table that is not a directory) leaves nothing behind.
+    let broken = t.path().join("broken");
+    std::fs::create_dir(&broken).unwrap();
+    std::fs::write(broken.join("ops"), b"not a directory").unwrap();
+    let out_dir = t.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let o = zcta_in(
+        &out_dir,
+        &["export", "--perfetto", broken.to_str().unwrap(), "-o", "new.json"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("ops"), "{}", text(&o.stderr));
+    assert!(names_in(&out_dir).is_empty(), "{:?}", names_in(&out_dir));
+}
