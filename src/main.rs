@@ -550,7 +550,9 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
                 "skipped {}: its process still runs on this host (use --force if it is gone)",
                 wal.display()
             ),
-            LogOutcome::Failed(why) => eprintln!("zcta: cannot recover {}: {why}", wal.display()),
+            LogOutcome::Failed(why) => {
+                eprintln!("zcta: cannot recover {} (left in place): {why}", wal.display())
+            }
         }
     }
     outln!(

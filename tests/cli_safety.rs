@@ -203,3 +203,85 @@ fn export_writes_to_what_the_output_is_and_never_replaces_it() {
     assert!(text(&o.stderr).contains("ops"), "{}", text(&o.stderr));
     assert!(names_in(&out_dir).is_empty(), "{:?}", names_in(&out_dir));
 }
+
+/// A log of `rows` ops rows in one batch, as a killed writer leaves it (schema, batch).
+fn ops_log(path: &Path, rows: u64) {
+    use arrow_ipc::writer::StreamWriter;
+    use zcta::tables::{RowBuilder, Table};
+    let ctx = Ctx {
+        pid: 42,
+        host: "elsewhere".into(),
+    };
+    let mut b = <OpsTable as Table>::Builder::default();
+    for k in 0..rows {
+        b.append(&op_row(0, 42, k + 1, k, 1_000_000 + k as i64), &ctx);
+    }
+    let mut w = StreamWriter::try_new(std::fs::File::create(path).unwrap(), &OpsTable::schema()).unwrap();
+    if rows > 0 {
+        w.write(&b.finish(&OpsTable::schema()).unwrap()).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// `zcta recover` deletes a log without recovering rows only when it is provably
+/// empty; one it cannot decode is kept, named on stderr, and the exit status is 1.
+#[test]
+fn recover_keeps_every_log_it_cannot_decode() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    let ops = run.join("ops");
+    std::fs::create_dir_all(&ops).unwrap();
+    // 300 KB that are not a log.
+    let garbage = ops.join("_elsewhere-p42-00000.wal");
+    let junk: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&garbage, &junk).unwrap();
+    // A log whose only batch was cut short (a full disk): the schema, then 2 MB of a
+    // batch that never completed.
+    let cut = ops.join("_elsewhere-p43-00000.wal");
+    ops_log(&cut, 40_000);
+    let len = std::fs::metadata(&cut).unwrap().len();
+    assert!(len > 2_000_000, "{len}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut)
+        .unwrap()
+        .set_len(2_000_000)
+        .unwrap();
+    // A readable segment next to its log would make the log stale; a damaged one does not.
+    let beside = ops.join("_elsewhere-p44-00000.wal");
+    std::fs::write(&beside, b"garbage").unwrap();
+    std::fs::write(ops.join("elsewhere-p44-00000.parquet"), b"PAR1 cut short").unwrap();
+    // Provably empty: no byte at all, and a schema with nothing after it.
+    let zero = ops.join("_elsewhere-p45-00000.wal");
+    std::fs::write(&zero, b"").unwrap();
+    let schema_only = ops.join("_elsewhere-p46-00000.wal");
+    ops_log(&schema_only, 0);
+
+    let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    for kept in [&garbage, &cut, &beside] {
+        assert!(kept.exists(), "{} was deleted\n{out}\n{err}", kept.display());
+        assert!(
+            err.contains(&format!("cannot recover {}", kept.display())),
+            "{} not named\n{err}",
+            kept.display()
+        );
+        assert!(!out.contains(&kept.display().to_string()), "{out}");
+    }
+    assert_eq!(std::fs::read(&garbage).unwrap(), junk);
+    assert_eq!(std::fs::metadata(&cut).unwrap().len(), 2_000_000);
+    for gone in [&zero, &schema_only] {
+        assert!(!gone.exists(), "{} kept\n{out}", gone.display());
+        assert!(
+            out.contains(&format!("removed empty log {}", gone.display())),
+            "{out}"
+        );
+    }
+    // Twice: the same logs are kept and named again.
+    let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(garbage.exists() && cut.exists() && beside.exists());
+}
