@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 
-use crate::reader::{ReadError, align, check_run_dir, list_table};
+use crate::reader::{ReadError, align, check_run_dir, list_files, list_table};
 use crate::sink::{SinkError, final_path_for_wal, tmp_path_for};
 use crate::tables::{self, CallsTable, CommsTable, OpsTable, ProcessTable, Table};
 
@@ -162,8 +162,18 @@ pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Resul
     check_run_dir(run_dir)?;
     let mut report = RecoverReport::default();
     for table in tables::ALL_TABLES {
-        let (_, logs) = list_table(run_dir, table)?;
-        for wal in logs {
+        let listing = list_files(run_dir, table)?;
+        // Logs that are not regular files, and links to directories, are named.
+        let named = |p: &Path| {
+            p.is_dir()
+                || p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('_') && n.ends_with(".wal"))
+        };
+        for sk in listing.skipped.into_iter().filter(|s| named(&s.path)) {
+            report.logs.push((sk.path, LogOutcome::Failed(sk.reason)));
+        }
+        for wal in listing.logs {
             let outcome = recover_log(table, &wal, is_live);
             report.logs.push((wal, outcome));
         }

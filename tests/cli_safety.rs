@@ -285,3 +285,97 @@ fn recover_keeps_every_log_it_cannot_decode() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(garbage.exists() && cut.exists() && beside.exists());
 }
+
+/// Runs `zcta ARGS` with a time limit; `None` when it had to be killed.
+fn zcta_within(cwd: &Path, args: &[&str], limit: Duration) -> Option<Output> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Links to directories inside a run are not followed (two links to `.` made every
+/// command run until killed; one counted every file again per level) and entries that
+/// are not regular files are never opened (a FIFO named `*.parquet` blocked every
+/// reader): each is named as skipped and the rest is read once.
+#[test]
+fn links_and_special_files_in_a_run_are_named_not_followed() {
+    let (t, run) = tmp_run();
+    let ops = run.join("ops");
+    std::os::unix::fs::symlink(".", ops.join("loop")).unwrap();
+    std::os::unix::fs::symlink("..", ops.join("up")).unwrap();
+    let fifo = ops.join("hostB-p7-00000.parquet");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let wal_fifo = ops.join("_hostB-p8-00000.wal");
+    assert!(Command::new("mkfifo").arg(&wal_fifo).status().unwrap().success());
+    let run_s = run.to_str().unwrap();
+    let limit = Duration::from_secs(20);
+    let out_json = t.path().join("trace.json");
+    for args in [
+        vec!["summary", run_s],
+        vec!["report", run_s],
+        vec!["report", run_s, "--format", "json"],
+        vec!["diff", run_s, run_s],
+        vec!["export", "--perfetto", run_s, "-o", out_json.to_str().unwrap()],
+        vec!["phases", run_s],
+        vec!["recover", run_s],
+    ] {
+        let o = zcta_within(t.path(), &args, limit)
+            .unwrap_or_else(|| panic!("zcta {args:?} still ran after {limit:?}"));
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(1), "zcta {args:?}\n{out}\n{err}");
+        let named = |p: &Path| err.contains(&p.display().to_string());
+        if args[0] == "recover" {
+            assert!(named(&wal_fifo), "zcta {args:?}\n{err}");
+        } else {
+            assert!(named(&fifo), "zcta {args:?}\n{err}");
+            assert!(err.contains("FIFO"), "zcta {args:?}\n{err}");
+        }
+        assert!(
+            named(&ops.join("loop")) && named(&ops.join("up")),
+            "zcta {args:?}\n{err}"
+        );
+        assert!(err.contains("not followed"), "zcta {args:?}\n{err}");
+        if args[0] == "summary" {
+            assert!(out.contains("20 rows in 2 files"), "every file once\n{out}");
+        }
+        if args.len() == 4 && args[0] == "report" {
+            let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let n: u64 = j["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["count"].as_u64().unwrap_or(0))
+                .sum();
+            assert_eq!(n, 20, "{out}");
+        }
+    }
+    // The FIFOs are still FIFOs, the links still links.
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(
+        std::fs::symlink_metadata(&wal_fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        std::fs::symlink_metadata(ops.join("loop"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}

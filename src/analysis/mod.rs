@@ -380,8 +380,10 @@ const CLOCK_ROWS: u64 = 4_000_000;
 /// flight across ranks, not by the run's size (two passes when several hosts need
 /// their clocks aligned). Files that cannot be read are added to `run.skipped`.
 pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
-    let streams = scan::streams(&run.dir)?;
-    run.pending_logs += reader::list_table(&run.dir, "ops")?.1.len();
+    let listing = reader::list_files(&run.dir, "ops")?;
+    run.pending_logs += listing.logs.len();
+    run.skipped.extend(listing.skipped);
+    let streams = scan::streams_of(listing.parquet);
     let several_hosts = run.hosts.len() > 1;
     // Pass 1: host clocks (only when there is more than one host), from the first
     // CLOCK_ROWS rows.
