@@ -387,7 +387,10 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
     if d.rows.is_empty() && d.only_a.is_empty() {
-        anyhow::bail!("{}: no ops rows (nothing to compare)", a.display());
+        anyhow::bail!("{}", no_ops_rows(&ra, "nothing to compare"));
+    }
+    if d.rows.is_empty() && d.only_b.is_empty() {
+        anyhow::bail!("{}", no_ops_rows(&rb, "nothing to compare"));
     }
     match format {
         DiffFormat::Table => {
@@ -404,6 +407,23 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// "RUN: no ops rows (WHAT)", and why there may be none: logs still to recover,
+/// files skipped (named before this line).
+fn no_ops_rows(run: &zcta::analysis::Run, what: &str) -> String {
+    let mut msg = format!("{}: no ops rows ({what})", run.dir.display());
+    if run.pending_logs > 0 {
+        msg += &format!(
+            "; {} write-ahead logs pending (a process was killed or still runs): run `zcta recover {}` for their rows",
+            run.pending_logs,
+            run.dir.display()
+        );
+    }
+    if !run.skipped.is_empty() {
+        msg += &format!("; {} files could not be read (named above)", run.skipped.len());
+    }
+    msg
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -427,7 +447,10 @@ fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
     let r = analysis::report::build(&mut data, peak)?;
     let n: u64 = r.mix.iter().map(|m| m.2).sum();
     if r.mix.is_empty() {
-        anyhow::bail!("{}: no ops rows (nothing to report)", run.display());
+        for s in &data.skipped {
+            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+        }
+        anyhow::bail!("{}", no_ops_rows(&data, "nothing to report"));
     }
     match format {
         Format::Table => {

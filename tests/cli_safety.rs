@@ -379,3 +379,55 @@ fn links_and_special_files_in_a_run_are_named_not_followed() {
             .is_symlink()
     );
 }
+
+/// A run without ops rows is an error (exit 2) that says why there may be none: in
+/// either place of `diff`, with write-ahead logs left to recover, with the only ops
+/// file unreadable (named).
+#[test]
+fn no_ops_rows_is_an_error_that_says_why() {
+    let (t, good) = tmp_run();
+    let good_s = good.to_str().unwrap();
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(empty.join("ops")).unwrap();
+    let empty_s = empty.to_str().unwrap();
+    for args in [["diff", good_s, empty_s], ["diff", empty_s, good_s]] {
+        let o = zcta_in(t.path(), &args);
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "zcta {args:?}\n{}\n{err}",
+            text(&o.stdout)
+        );
+        assert!(
+            err.contains(&format!("{empty_s}: no ops rows")),
+            "zcta {args:?}\n{err}"
+        );
+    }
+
+    // Killed and not recovered: only a log.
+    let killed = t.path().join("killed");
+    std::fs::create_dir_all(killed.join("ops")).unwrap();
+    ops_log(&killed.join("ops").join("_elsewhere-p42-00000.wal"), 10);
+    let killed_s = killed.to_str().unwrap();
+    for args in [vec!["report", killed_s], vec!["diff", good_s, killed_s]] {
+        let o = zcta_in(t.path(), &args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "zcta {args:?}\n{err}");
+        assert!(
+            err.contains(&format!("run `zcta recover {killed_s}`")),
+            "zcta {args:?}\n{err}"
+        );
+    }
+
+    // The only ops file is corrupt: named.
+    let corrupt = t.path().join("corrupt");
+    std::fs::create_dir_all(corrupt.join("ops")).unwrap();
+    let bad = corrupt.join("ops").join("hostA-p1-00000.parquet");
+    std::fs::write(&bad, b"PAR1 not really parquet PAR1").unwrap();
+    let o = zcta_in(t.path(), &["report", corrupt.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("skipped {}", bad.display())), "{err}");
+    assert!(err.contains("no ops rows"), "{err}");
+}
