@@ -203,7 +203,8 @@ fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(render::exit_code(&report, probe.as_ref())))
 }
 
-/// `zcta run`: the command's exit status (128 + signal when it was killed).
+/// `zcta run`: the command's exit status (128 + signal when it was killed; 127 when
+/// it was not found, 126 when it could not be executed, as shells say).
 fn run_cmd(
     out: &Path,
     run_id: Option<String>,
@@ -211,7 +212,17 @@ fn run_cmd(
     cmd: &[std::ffi::OsString],
 ) -> anyhow::Result<ExitCode> {
     let shim = launch::find_shim(shim).map_err(anyhow::Error::msg)?;
-    let id = run_id.unwrap_or_else(launch::default_run_id);
+    let id = match run_id {
+        // The shim makes ZCTA_RUN_ID one directory name; the report must look there.
+        Some(asked) => {
+            let id = zcta::config::sanitize(asked.trim());
+            if id != asked {
+                eprintln!("zcta: run id {asked:?} is used as {id:?} (one directory name)");
+            }
+            id
+        }
+        None => launch::default_run_id(),
+    };
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let status = launch::under_shim(
         std::process::Command::new(&cmd[0]).args(&cmd[1..]),
@@ -219,24 +230,39 @@ fn run_cmd(
         out,
         &id,
     )
-    .status()
-    .with_context(|| format!("cannot run {:?}", cmd[0]))?;
+    .status();
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("zcta: cannot run {:?}: {e}", cmd[0]);
+            return Ok(ExitCode::from(code));
+        }
+    };
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
     });
     let dir = out.join(&id);
-    eprintln!(
-        "zcta: {:?} exited with {code}; run directory {}",
-        cmd[0],
-        dir.display()
-    );
     if dir.is_dir() {
+        eprintln!(
+            "zcta: {:?} exited with {code}; run directory {}",
+            cmd[0],
+            dir.display()
+        );
         if let Err(e) = report(&dir, Format::Table, 450.0) {
             eprintln!("zcta: {e:#}");
         }
     } else {
-        eprintln!("zcta: no NCCL call was recorded (no run directory)");
+        eprintln!(
+            "zcta: {:?} exited with {code}; no NCCL call was recorded (no run directory {})",
+            cmd[0],
+            dir.display()
+        );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }

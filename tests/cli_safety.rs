@@ -3,6 +3,9 @@
 //! a run directory are not followed or opened; bad input is named with its path and
 //! the exit status says so.
 
+mod common;
+mod support;
+
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -430,4 +433,65 @@ fn no_ops_rows_is_an_error_that_says_why() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("skipped {}", bad.display())), "{err}");
     assert!(err.contains("no ops rows"), "{err}");
+}
+
+/// `zcta run` reports the directory the shim wrote to (the run id made one directory
+/// name), names a run directory only when there is one, and exits as a shell would
+/// when the command cannot be started.
+#[test]
+fn zcta_run_says_where_the_data_went_and_why_not() {
+    let out = tempfile::tempdir().unwrap();
+    let idf = out.path().join("id");
+    common::write_unique_id(&idf);
+    let shim = common::shim_path();
+    let host = common::fixtures().host.clone();
+    let run = |id: Option<&str>, cmd: &[&std::ffi::OsStr]| {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.arg("run").arg("--out").arg(out.path()).arg("--shim").arg(&shim);
+        if let Some(id) = id {
+            c.args(["--run-id", id]);
+        }
+        c.arg("--").args(cmd);
+        c.output().unwrap()
+    };
+    let o = run(
+        Some("a/b"),
+        &[
+            host.as_os_str(),
+            "ops".as_ref(),
+            "0".as_ref(),
+            "1".as_ref(),
+            idf.as_os_str(),
+            "2".as_ref(),
+        ],
+    );
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let dir = out.path().join("a_b");
+    assert!(dir.join("ops").is_dir());
+    assert!(!out.path().join("a").exists());
+    assert!(
+        stderr.contains(&format!("run directory {}", dir.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no NCCL call"), "{stderr}");
+    assert!(stdout.contains("AllReduce"), "the report: {stdout}");
+
+    let o = run(Some("nothing"), &["false".as_ref()]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no NCCL call was recorded"), "{stderr}");
+    assert!(!stderr.contains("; run directory"), "{stderr}");
+
+    let o = run(None, &["/nonexistent/command".as_ref()]);
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("/nonexistent/command"),
+        "{}",
+        text(&o.stderr)
+    );
+    let not_exec = out.path().join("not-executable");
+    std::fs::write(&not_exec, b"#!/bin/sh\n").unwrap();
+    let o = run(None, &[not_exec.as_os_str()]);
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
 }
