@@ -573,8 +573,7 @@ fn this_host() -> String {
 }
 
 fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
-    let host = zcta::sink::file_prefix(&this_host(), None, 0);
-    let host = host.trim_end_matches("-p0").to_owned();
+    let host = zcta::sink::file_host(&this_host());
     let is_live = |h: &str, pid: i32| !force && h == host && Path::new(&format!("/proc/{pid}")).exists();
     let report = recover_run(run, &is_live)?;
     if report.logs.is_empty() {
@@ -838,6 +837,9 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
         } else if matches!(t, "nccl_ops" | "process") {
             kept.insert(t, data);
         }
+    }
+    for s in reader::shared_pids(run)? {
+        eprintln!("zcta: warning: {s}");
     }
     if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
         nccl_view(ops, nops, procs)?;

@@ -185,6 +185,73 @@ pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<Path
     Ok((l.parquet, l.logs))
 }
 
+/// Several processes whose files name the same host and pid (containers sharing a
+/// host name, each with its own pids; or files of an earlier zcta, whose names held
+/// no per-process token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPid {
+    pub host: String,
+    pub pid: i32,
+    /// The file-name prefixes of those processes, one each.
+    pub prefixes: Vec<String>,
+}
+
+impl std::fmt::Display for SharedPid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} processes claim host {} pid {} (files {}): their rows share (host, pid), so what joins on it (op_id, phases, nccl_ops, gpu, proxy) may mix them",
+            self.prefixes.len(),
+            self.host,
+            self.pid,
+            self.prefixes
+                .iter()
+                .map(|p| format!("{p}*"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+/// The (host, pid) pairs that the file names of `run_dir` give to more than one process.
+pub fn shared_pids(run_dir: &Path) -> Result<Vec<SharedPid>, ReadError> {
+    use std::collections::{BTreeMap, BTreeSet};
+    check_run_dir(run_dir)?;
+    let mut by: BTreeMap<(String, i32), BTreeSet<String>> = BTreeMap::new();
+    for table in tables::ALL_TABLES {
+        let l = list_files(run_dir, table)?;
+        for p in l.parquet.iter().chain(&l.logs) {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let stem = name.strip_prefix('_').unwrap_or(name);
+            let stem = stem
+                .strip_suffix(".parquet")
+                .or_else(|| stem.strip_suffix(".wal"))
+                .unwrap_or(stem);
+            // `process` files have no segment number.
+            let prefix = match stem.rsplit_once('-') {
+                Some((pre, seg))
+                    if table != "process" && !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    pre
+                }
+                _ => stem,
+            };
+            if let Some((host, pid)) = crate::recover::pid_of_stem(prefix) {
+                by.entry((host, pid)).or_default().insert(prefix.to_owned());
+            }
+        }
+    }
+    Ok(by
+        .into_iter()
+        .filter(|(_, p)| p.len() > 1)
+        .map(|((host, pid), p)| SharedPid {
+            host,
+            pid,
+            prefixes: p.into_iter().collect(),
+        })
+        .collect())
+}
+
 /// What reading any table starts with: the run directory checked, the table's current
 /// schema, its complete files, and a result holding its pending logs.
 fn open_table(run_dir: &Path, table: &str) -> Result<(SchemaRef, Vec<PathBuf>, TableData), ReadError> {

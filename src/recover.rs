@@ -133,7 +133,7 @@ fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
     Ok((out, torn))
 }
 
-/// Pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-<segment>]`.
+/// Host and pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-u<token>][-<segment>]`.
 pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
     let parts: Vec<&str> = stem.split('-').collect();
     let i = parts
@@ -329,6 +329,11 @@ mod tests {
             Some(("gpu-node-1".into(), 1234))
         );
         assert_eq!(pid_of_stem("h-p77"), Some(("h".into(), 77)));
+        assert_eq!(
+            pid_of_stem("gpu-node-1-r3-p1-u0a1b2c3d-00002"),
+            Some(("gpu-node-1".into(), 1))
+        );
+        assert_eq!(pid_of_stem("h-p1-u12345678"), Some(("h".into(), 1)));
         assert_eq!(pid_of_stem("nothing"), None);
     }
 }

@@ -495,3 +495,96 @@ fn zcta_run_says_where_the_data_went_and_why_not() {
     let o = run(None, &[not_exec.as_os_str()]);
     assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
 }
+
+/// How to run a command as pid 1 of its own pid namespace here, if this machine lets us.
+fn pid_namespace() -> Option<Vec<&'static str>> {
+    [
+        vec!["unshare", "--pid", "--fork"],
+        vec!["unshare", "--user", "--map-root-user", "--pid", "--fork"],
+    ]
+    .into_iter()
+    .find(|pre| {
+        support::clean_cmd(pre[0])
+            .args(&pre[1..])
+            .args(["sh", "-c", "test $$ = 1"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Two processes with the same host name and pid (each pid 1 of its own namespace, as
+/// containers with host networking are) keep their own files, and the readers say
+/// that two processes claim one (host, pid).
+#[test]
+fn processes_sharing_a_host_and_pid_keep_their_own_files() {
+    let Some(pre) = pid_namespace() else {
+        eprintln!(
+            "no pid namespace can be made here (unshare): processes_sharing_a_host_and_pid_keep_their_own_files skipped"
+        );
+        return;
+    };
+    let run = support::Run::new("same-pid");
+    for k in 0..2 {
+        let idf = run.scratch(&format!("uid{k}"));
+        common::write_unique_id(&idf);
+        let mut c = support::clean_cmd(pre[0]);
+        c.args(&pre[1..])
+            .arg(&common::fixtures().host)
+            .args(["ops", "0", "1", idf.to_str().unwrap(), "2"]);
+        run.apply(&mut c);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let procs = support::read_rows(&run.dir(), "process");
+    assert_eq!(procs.len(), 2, "one process row each: {procs:?}");
+    assert!(procs.iter().all(|p| p.i32("pid") == Some(1)), "{procs:?}");
+    assert_eq!(
+        support::read_rows(&run.dir(), "ops").len(),
+        44,
+        "22 ops rows each"
+    );
+    let o = zcta_in(run.out_dir(), &["summary", run.dir().to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        text(&o.stdout).contains("44 rows in 2 files"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(
+        err.contains("2 processes claim host") && err.contains(" pid 1 "),
+        "{err}"
+    );
+    let o = zcta_in(run.out_dir(), &["report", run.dir().to_str().unwrap()]);
+    assert!(
+        text(&o.stdout).contains("2 processes claim host"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// Files of two processes that claim one (host, pid) are named as such, whatever
+/// wrote them (here: an older zcta's name without a token next to a newer one).
+#[test]
+fn readers_name_two_processes_claiming_one_host_and_pid() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    for prefix in ["box-p1", "box-p1-u0123abcd"] {
+        let ctx = Ctx {
+            pid: 1,
+            host: "box".into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(&run, prefix, SinkPolicy::default());
+        for k in 0..3u64 {
+            w.append(&op_row(0, 1, k + 1, k, 1_000_000 + k as i64), &ctx)
+                .unwrap();
+        }
+        w.close().unwrap();
+    }
+    let o = zcta_in(t.path(), &["summary", run.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("2 processes claim host box pid 1 (files box-p1*, box-p1-u0123abcd*)"),
+        "{err}"
+    );
+}

@@ -114,6 +114,8 @@ pub struct Run {
     pub skipped: Vec<Skipped>,
     /// Write-ahead logs not yet turned into Parquet (`zcta recover`).
     pub pending_logs: usize,
+    /// (host, pid) pairs claimed by more than one process's files.
+    pub shared_pids: Vec<reader::SharedPid>,
 }
 
 /// Median of `v` (the upper one of the two middle values), `None` when empty.
@@ -160,6 +162,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     reader::check_run_dir(run_dir)?;
     let mut run = Run {
         dir: run_dir.to_owned(),
+        shared_pids: reader::shared_pids(run_dir)?,
         ..Run::default()
     };
     let note = |run: &mut Run, d: &reader::TableData| {
