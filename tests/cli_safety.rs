@@ -588,3 +588,35 @@ fn readers_name_two_processes_claiming_one_host_and_pid() {
         "{err}"
     );
 }
+
+/// Settings out of range or not understood get one warning each and their default:
+/// `ZCTA_EXIT_TIMEOUT_MS=0` lost the calls and comms rows, `ZCTA_ENABLE=banana` and
+/// `ZCTA_CUPTI=maybe` were taken as on without a word.
+#[test]
+fn bad_settings_get_one_warning_and_lose_nothing() {
+    let run = support::Run::new("settings");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut c = run.host(&["ops", "0", "1", idf.to_str().unwrap(), "2"]);
+    c.env("ZCTA_EXIT_TIMEOUT_MS", "0")
+        .env("ZCTA_ENABLE", "banana")
+        .env("ZCTA_CUPTI", "maybe");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "one warning per setting: {err}");
+    for (line, name) in lines
+        .iter()
+        .zip(["ZCTA_ENABLE", "ZCTA_EXIT_TIMEOUT_MS", "ZCTA_CUPTI"])
+    {
+        assert!(line.starts_with("zcta:") && line.contains(name), "{err}");
+    }
+    assert_eq!(support::read_rows(&run.dir(), "ops").len(), 22);
+    assert!(!support::read_rows(&run.dir(), "calls").is_empty());
+    assert_eq!(support::read_rows(&run.dir(), "comms").len(), 1);
+    assert_eq!(
+        support::read_rows(&run.dir(), "process")[0].str("end_reason"),
+        Some("exit")
+    );
+}
