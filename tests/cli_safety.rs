@@ -620,3 +620,43 @@ fn bad_settings_get_one_warning_and_lose_nothing() {
         Some("exit")
     );
 }
+
+/// `ZCTA_NCCL_LIB` naming a library that is not NCCL is passed over with one warning;
+/// the calls go to the NCCL the program loaded, and its results are unchanged.
+#[test]
+fn a_zcta_nccl_lib_that_is_not_nccl_changes_nothing() {
+    let run = support::Run::new("not-nccl");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let args = ["ops", "0", "1", idf.to_str().unwrap(), "2"];
+    let plain = support::host_plain(&args).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let mut c = run.host(&args);
+    c.env("ZCTA_NCCL_LIB", "libm.so.6");
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), plain.status.code(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("ZCTA_NCCL_LIB=\"libm.so.6\" is not NCCL"), "{err}");
+    let ops = support::read_rows(&run.dir(), "ops");
+    assert_eq!(ops.len(), 22);
+    assert!(ops.iter().all(|r| r.i32("result") == Some(0)), "{ops:?}");
+    let p = support::read_rows(&run.dir(), "process");
+    assert!(
+        p[0].str("nccl_lib").is_some_and(|l| l.contains("libnccl")),
+        "{p:?}"
+    );
+
+    // NCCL itself is taken, without a word.
+    let run = support::Run::new("nccl-lib");
+    let lib = common::fixtures().libnccl.to_str().unwrap().to_owned();
+    let mut c = run.host(&args);
+    c.env("ZCTA_NCCL_LIB", &lib);
+    let o = c.output().unwrap();
+    support::assert_ok(&o, &args);
+    assert_eq!(
+        support::read_rows(&run.dir(), "process")[0].str("nccl_lib"),
+        Some(lib.as_str())
+    );
+}
