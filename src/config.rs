@@ -9,7 +9,7 @@
 //! | `ZCTA_NCCL_LIB` | the mapped libnccl | library to forward to |
 //! | `ZCTA_FLUSH_MS` | `500` | longest time a record waits before reaching the log |
 //! | `ZCTA_QUEUE_CAPACITY` | `32768` | bounded queue length (records dropped and counted beyond) |
-//! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit |
+//! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit (100 ms or more) |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
 //! | `ZCTA_GPU` | `events` | GPU side: `events` (each op timed with CUDA events on its stream, under the budget), `deep` (events plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
@@ -75,10 +75,7 @@ pub struct Config {
 impl Config {
     pub fn from_env(env: EnvFn<'_>) -> Config {
         let mut warnings = Vec::new();
-        let enabled = match env("ZCTA_ENABLE").as_deref().map(str::trim) {
-            None | Some("") => true,
-            Some(v) => !is_off(v),
-        };
+        let enabled = switch(env, "ZCTA_ENABLE", &mut warnings);
         let mut num = |name: &str, default: u64, min: u64, max: u64| -> u64 {
             match env(name) {
                 None => default,
@@ -95,7 +92,8 @@ impl Config {
         };
         let flush_ms = num("ZCTA_FLUSH_MS", 500, 10, 1_500);
         let queue_capacity = num("ZCTA_QUEUE_CAPACITY", 32_768, 1_024, 16 << 20) as usize;
-        let exit_ms = num("ZCTA_EXIT_TIMEOUT_MS", 5_000, 0, 600_000);
+        // Closing every table takes the writer some time: a shorter wait loses rows.
+        let exit_ms = num("ZCTA_EXIT_TIMEOUT_MS", 5_000, 100, 600_000);
         let segment_rows = num("ZCTA_SEGMENT_ROWS", 4 << 20, 1, u64::MAX);
         let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
         let hold_ms = num("ZCTA_GPU_HOLD_MS", 1_000, 10, 60_000);
@@ -115,8 +113,16 @@ impl Config {
                 0.01
             }),
         };
-        let cupti =
-            gpu_mode == GpuMode::Deep && env("ZCTA_CUPTI").is_none_or(|v| v.trim().is_empty() || !is_off(&v));
+        let cupti_switch = switch(env, "ZCTA_CUPTI", &mut warnings);
+        let cupti = gpu_mode == GpuMode::Deep && cupti_switch;
+        // Read by the shim itself; their bad values are reported here, once, with what
+        // the shim makes of them.
+        switch(env, "ZCTA_NCCL_PLUGIN", &mut warnings);
+        switch(env, "ZCTA_CUPTI_CALLBACKS", &mut warnings);
+        for name in ["ZCTA_NCCL_KERNEL_CH", "ZCTA_GPU_READY", "ZCTA_PAUSE_CUPTI"] {
+            one_only(env, name, true, &mut warnings);
+        }
+        one_only(env, "ZCTA_CUPTI_DEBUG", false, &mut warnings);
         // Read by the shim's plugin itself (quietly: it also runs in processes that
         // never record); the warning for a bad value is given here, once, at activation.
         if let Some(v) = env("ZCTA_NCCL_MASK").filter(|v| !v.trim().is_empty())
@@ -158,6 +164,32 @@ impl Config {
             },
             warnings,
         }
+    }
+}
+
+/// A switch that is on unless turned off (`0`, `false`, `off`, `no`, any case); unset
+/// or empty is on. Any other value keeps it on, with a warning.
+fn switch(env: EnvFn<'_>, name: &str, warnings: &mut Vec<String>) -> bool {
+    let Some(v) = env(name) else { return true };
+    let t = v.trim().to_ascii_lowercase();
+    if is_off(&t) {
+        return false;
+    }
+    if !matches!(t.as_str(), "" | "1" | "true" | "on" | "yes") {
+        warnings.push(format!(
+            "{name}={v:?} is not a switch (1/0, true/false, on/off, yes/no); using 1"
+        ));
+    }
+    true
+}
+
+/// A setting the shim turns on only for exactly `1` (`trimmed`: surrounding spaces
+/// allowed); any other value but `0` or empty gets a warning saying it is off.
+fn one_only(env: EnvFn<'_>, name: &str, trimmed: bool, warnings: &mut Vec<String>) {
+    let Some(v) = env(name) else { return };
+    let t = if trimmed { v.trim() } else { v.as_str() };
+    if !matches!(t, "" | "0" | "1") {
+        warnings.push(format!("{name}={v:?} is not 0 or 1; using 0"));
     }
 }
 
@@ -241,11 +273,13 @@ pub struct ProcFacts {
 /// else the time, with a warning.
 pub fn derive_run_id(env: EnvFn<'_>, facts: &ProcFacts) -> RunId {
     let get = |k: &str| env(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-    if let Some(id) = get("ZCTA_RUN_ID") {
+    if let Some(asked) = get("ZCTA_RUN_ID") {
+        let id = sanitize(&asked);
         return RunId {
-            id: sanitize(&id),
+            warning: (id != asked)
+                .then(|| format!("ZCTA_RUN_ID={asked:?} is used as {id:?} (one directory name)")),
+            id,
             source: RunIdSource::Explicit,
-            warning: None,
         };
     }
     if let Some(id) = get("TORCHELASTIC_RUN_ID") {
@@ -498,6 +532,82 @@ mod tests {
         let c = Config::from_env(&env(&[("ZCTA_SAMPLE", "1s/10s")]));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         assert_eq!(c.gpu.sampling.map(|s| s.every), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn every_setting_is_checked_with_one_warning() {
+        // An exit wait of 0 ms closed no file: calls and comms rows were lost.
+        let c = Config::from_env(&env(&[("ZCTA_EXIT_TIMEOUT_MS", "0")]));
+        assert_eq!(c.exit_timeout, Duration::from_millis(5_000));
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with("ZCTA_EXIT_TIMEOUT_MS"),
+            "{:?}",
+            c.warnings
+        );
+        let c = Config::from_env(&env(&[("ZCTA_EXIT_TIMEOUT_MS", "100")]));
+        assert_eq!(
+            (c.exit_timeout, c.warnings.len()),
+            (Duration::from_millis(100), 0)
+        );
+        for (name, bad) in [
+            ("ZCTA_ENABLE", "banana"),
+            ("ZCTA_CUPTI", "maybe"),
+            ("ZCTA_NCCL_PLUGIN", "2"),
+            ("ZCTA_CUPTI_CALLBACKS", "none"),
+            ("ZCTA_NCCL_KERNEL_CH", "yes"),
+            ("ZCTA_GPU_READY", "true"),
+            ("ZCTA_PAUSE_CUPTI", "on"),
+            ("ZCTA_CUPTI_DEBUG", " 1"),
+            ("ZCTA_GPU", "fast"),
+            ("ZCTA_BUDGET", "lots"),
+        ] {
+            let c = Config::from_env(&env(&[(name, bad)]));
+            assert_eq!(c.warnings.len(), 1, "{name}={bad}: {:?}", c.warnings);
+            assert!(
+                c.warnings[0].starts_with(&format!("{name}={bad:?}")),
+                "{:?}",
+                c.warnings
+            );
+            assert!(
+                c.enabled && c.gpu_mode == GpuMode::Events && c.budget == 0.01,
+                "{name}={bad}: the default stays"
+            );
+        }
+        for (name, on) in [("ZCTA_ENABLE", true), ("ZCTA_CUPTI", false)] {
+            for v in ["0", "false", "OFF", "no", "1", "true", "On", "YES", "", " 1 "] {
+                // ZCTA_CUPTI matters in deep mode only.
+                let c = Config::from_env(&env(&[(name, v), ("ZCTA_GPU", "deep")]));
+                assert!(c.warnings.is_empty(), "{name}={v:?}: {:?}", c.warnings);
+                let want = !is_off(v);
+                assert_eq!(if on { c.enabled } else { c.cupti }, want, "{name}={v:?}");
+            }
+        }
+        for name in [
+            "ZCTA_NCCL_KERNEL_CH",
+            "ZCTA_GPU_READY",
+            "ZCTA_PAUSE_CUPTI",
+            "ZCTA_CUPTI_DEBUG",
+        ] {
+            for v in ["0", "1", ""] {
+                assert!(
+                    Config::from_env(&env(&[(name, v)])).warnings.is_empty(),
+                    "{name}={v:?}"
+                );
+            }
+        }
+        let e = env(&[("ZCTA_RUN_ID", "a/b")]);
+        let r = derive_run_id(&e, &facts());
+        assert_eq!(r.id, "a_b");
+        assert!(
+            r.warning.as_deref().is_some_and(|w| w.contains("\"a_b\"")),
+            "{r:?}"
+        );
+        assert!(
+            derive_run_id(&env(&[("ZCTA_RUN_ID", "ok.1")]), &facts())
+                .warning
+                .is_none()
+        );
     }
 
     #[test]

@@ -92,7 +92,8 @@ enum Cmd {
         perfetto: bool,
         /// Run directory.
         run: PathBuf,
-        /// Output file.
+        /// Output file (`-`: stdout). A regular file is replaced atomically; a FIFO,
+        /// device or symlink is written to, never replaced.
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -202,7 +203,8 @@ fn doctor(a: DoctorArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(render::exit_code(&report, probe.as_ref())))
 }
 
-/// `zcta run`: the command's exit status (128 + signal when it was killed).
+/// `zcta run`: the command's exit status (128 + signal when it was killed; 127 when
+/// it was not found, 126 when it could not be executed, as shells say).
 fn run_cmd(
     out: &Path,
     run_id: Option<String>,
@@ -210,7 +212,17 @@ fn run_cmd(
     cmd: &[std::ffi::OsString],
 ) -> anyhow::Result<ExitCode> {
     let shim = launch::find_shim(shim).map_err(anyhow::Error::msg)?;
-    let id = run_id.unwrap_or_else(launch::default_run_id);
+    let id = match run_id {
+        // The shim makes ZCTA_RUN_ID one directory name; the report must look there.
+        Some(asked) => {
+            let id = zcta::config::sanitize(asked.trim());
+            if id != asked {
+                eprintln!("zcta: run id {asked:?} is used as {id:?} (one directory name)");
+            }
+            id
+        }
+        None => launch::default_run_id(),
+    };
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let status = launch::under_shim(
         std::process::Command::new(&cmd[0]).args(&cmd[1..]),
@@ -218,47 +230,164 @@ fn run_cmd(
         out,
         &id,
     )
-    .status()
-    .with_context(|| format!("cannot run {:?}", cmd[0]))?;
+    .status();
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            eprintln!("zcta: cannot run {:?}: {e}", cmd[0]);
+            return Ok(ExitCode::from(code));
+        }
+    };
     let code = status.code().unwrap_or_else(|| {
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
     });
     let dir = out.join(&id);
-    eprintln!(
-        "zcta: {:?} exited with {code}; run directory {}",
-        cmd[0],
-        dir.display()
-    );
     if dir.is_dir() {
+        eprintln!(
+            "zcta: {:?} exited with {code}; run directory {}",
+            cmd[0],
+            dir.display()
+        );
         if let Err(e) = report(&dir, Format::Table, 450.0) {
             eprintln!("zcta: {e:#}");
         }
     } else {
-        eprintln!("zcta: no NCCL call was recorded (no run directory)");
+        eprintln!(
+            "zcta: {:?} exited with {code}; no NCCL call was recorded (no run directory {})",
+            cmd[0],
+            dir.display()
+        );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Where `zcta export` writes: `-` is stdout; a path that does not exist or names a
+/// regular file is replaced atomically (a temporary file next to it, renamed over it);
+/// anything else (a symlink, a FIFO, a device such as /dev/stdout) is opened and
+/// written to as it is, never replaced.
+enum Output {
+    Stdout,
+    Atomic { tmp: PathBuf, file: std::fs::File },
+    Direct(std::fs::File),
+}
+
+impl Output {
+    fn open(path: &Path) -> anyhow::Result<Output> {
+        if path.as_os_str() == "-" {
+            return Ok(Output::Stdout);
+        }
+        let atomic = match std::fs::symlink_metadata(path) {
+            Ok(m) => m.file_type().is_file(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+        };
+        if !atomic {
+            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                anyhow::bail!("{}: is a directory", path.display());
+            }
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            return Ok(Output::Direct(file));
+        }
+        // A name of our own next to the output: created new, so nothing that was
+        // there before is ever overwritten (or deleted on failure).
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.with_context(|| format!("{}: not a file name", path.display()))?;
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        for i in 0..100u32 {
+            let tmp = dir
+                .unwrap_or(Path::new("."))
+                .join(format!(".{name}.zcta-{}-{i}.tmp", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(file) => return Ok(Output::Atomic { tmp, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", tmp.display())),
+            }
+        }
+        anyhow::bail!("cannot create a temporary file next to {}", path.display())
+    }
+
+    /// Writes through `f`, then puts the file in place; on any failure the temporary
+    /// file is removed.
+    fn write<T>(
+        self,
+        path: &Path,
+        f: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        use std::io::Write as _;
+        match self {
+            Output::Stdout => {
+                let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+                let r = f(&mut w)?;
+                w.flush()?;
+                Ok(r)
+            }
+            Output::Direct(file) => {
+                let mut w = std::io::BufWriter::new(file);
+                let r = f(&mut w)?;
+                w.flush()
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(r)
+            }
+            Output::Atomic { tmp, file } => {
+                let done = (|| {
+                    let mut w = std::io::BufWriter::new(file);
+                    let r = f(&mut w)?;
+                    w.flush()
+                        .with_context(|| format!("cannot write {}", tmp.display()))?;
+                    drop(w);
+                    std::fs::rename(&tmp, path)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    Ok(r)
+                })();
+                if done.is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+                done
+            }
+        }
+    }
 }
 
 /// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped.
 fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
-    let tmp = output.with_extension("json.tmp");
-    let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    let stats = zcta::analysis::export::perfetto(run, &mut w, output)?;
-    std::io::Write::flush(&mut w).with_context(|| format!("cannot write {}", tmp.display()))?;
-    drop(w);
-    std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    let out = Output::open(output)?;
+    // The trace may be going to our own stdout (`-`, /dev/stdout, a pipe): the line
+    // saying what was written goes there only when the trace went to a file in place.
+    let in_place = matches!(out, Output::Atomic { .. });
+    let stats = out.write(output, |w| Ok(zcta::analysis::export::perfetto(run, w, output)?))?;
     for s in &stats.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
-    outln!(
-        "{}: {} events from {} processes (open it in https://ui.perfetto.dev)",
-        output.display(),
-        stats.events,
-        stats.processes
+    let what = if output.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        output.display().to_string()
+    };
+    let line = format!(
+        "{what}: {} events from {} processes (open it in https://ui.perfetto.dev)",
+        stats.events, stats.processes
     );
+    if in_place {
+        outln!("{line}");
+    } else {
+        eprintln!("zcta: {line}");
+    }
     Ok(if stats.skipped.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -284,7 +413,10 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
     if d.rows.is_empty() && d.only_a.is_empty() {
-        anyhow::bail!("{}: no ops rows (nothing to compare)", a.display());
+        anyhow::bail!("{}", no_ops_rows(&ra, "nothing to compare"));
+    }
+    if d.rows.is_empty() && d.only_b.is_empty() {
+        anyhow::bail!("{}", no_ops_rows(&rb, "nothing to compare"));
     }
     match format {
         DiffFormat::Table => {
@@ -301,6 +433,23 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// "RUN: no ops rows (WHAT)", and why there may be none: logs still to recover,
+/// files skipped (named before this line).
+fn no_ops_rows(run: &zcta::analysis::Run, what: &str) -> String {
+    let mut msg = format!("{}: no ops rows ({what})", run.dir.display());
+    if run.pending_logs > 0 {
+        msg += &format!(
+            "; {} write-ahead logs pending (a process was killed or still runs): run `zcta recover {}` for their rows",
+            run.pending_logs,
+            run.dir.display()
+        );
+    }
+    if !run.skipped.is_empty() {
+        msg += &format!("; {} files could not be read (named above)", run.skipped.len());
+    }
+    msg
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,7 +473,10 @@ fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
     let r = analysis::report::build(&mut data, peak)?;
     let n: u64 = r.mix.iter().map(|m| m.2).sum();
     if r.mix.is_empty() {
-        anyhow::bail!("{}: no ops rows (nothing to report)", run.display());
+        for s in &data.skipped {
+            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+        }
+        anyhow::bail!("{}", no_ops_rows(&data, "nothing to report"));
     }
     match format {
         Format::Table => {
@@ -421,8 +573,7 @@ fn this_host() -> String {
 }
 
 fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
-    let host = zcta::sink::file_prefix(&this_host(), None, 0);
-    let host = host.trim_end_matches("-p0").to_owned();
+    let host = zcta::sink::file_host(&this_host());
     let is_live = |h: &str, pid: i32| !force && h == host && Path::new(&format!("/proc/{pid}")).exists();
     let report = recover_run(run, &is_live)?;
     if report.logs.is_empty() {
@@ -447,7 +598,9 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
                 "skipped {}: its process still runs on this host (use --force if it is gone)",
                 wal.display()
             ),
-            LogOutcome::Failed(why) => eprintln!("zcta: cannot recover {}: {why}", wal.display()),
+            LogOutcome::Failed(why) => {
+                eprintln!("zcta: cannot recover {} (left in place): {why}", wal.display())
+            }
         }
     }
     outln!(
@@ -684,6 +837,9 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
         } else if matches!(t, "nccl_ops" | "process") {
             kept.insert(t, data);
         }
+    }
+    for s in reader::shared_pids(run)? {
+        eprintln!("zcta: warning: {s}");
     }
     if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
         nccl_view(ops, nops, procs)?;

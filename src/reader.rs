@@ -58,8 +58,31 @@ pub fn check_run_dir(run_dir: &Path) -> Result<(), ReadError> {
     }
 }
 
-/// Lists files under `dir` (recursively, so `key=value/` partitions work).
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReadError> {
+/// What a table's directory holds: complete Parquet files, pending logs, and the
+/// entries that look like either but are not read (with the reason).
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub parquet: Vec<PathBuf>,
+    pub logs: Vec<PathBuf>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Whether a file name is a complete Parquet file (`*.parquet`, not `_`/`.` hidden).
+fn is_parquet_name(name: &str) -> bool {
+    name.ends_with(".parquet") && !name.starts_with('_') && !name.starts_with('.')
+}
+
+/// Whether a file name is a write-ahead log (`_*.wal`).
+fn is_log_name(name: &str) -> bool {
+    name.starts_with('_') && name.ends_with(".wal")
+}
+
+/// Lists the files under `dir` (recursively, so `key=value/` partitions work) that
+/// are regular files or links to regular files. Links to directories are not
+/// followed (a link to `.` would list every file again, forever); those and other
+/// entries (FIFOs, sockets, devices) with a table file's name are skipped, with the
+/// reason, so that nothing ever blocks opening them.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) -> Result<(), ReadError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -76,31 +99,157 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReadError> {
             source: e,
         })?;
         let p = ent.path();
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else {
+        let ft = ent.file_type().map_err(|e| ReadError::Io {
+            path: p.clone(),
+            source: e,
+        })?;
+        if ft.is_dir() {
+            walk(&p, out, skipped)?;
+            continue;
+        }
+        if ft.is_file() {
             out.push(p);
+            continue;
+        }
+        let name = ent.file_name();
+        let name = name.to_string_lossy();
+        let reason = if ft.is_symlink() {
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_file() => {
+                    out.push(p);
+                    continue;
+                }
+                Ok(m) if m.is_dir() => Some("a symbolic link to a directory: not followed".to_string()),
+                Ok(m) => Some(format!(
+                    "a symbolic link to {}: not opened",
+                    kind_of(&m.file_type())
+                )),
+                Err(e) => Some(format!("a symbolic link that cannot be followed: {e}")),
+            }
+        } else {
+            Some(format!("{}: not opened", kind_of(&ft)))
+        };
+        // A link to a directory is listed whatever its name; other odd entries only
+        // when they would have been read.
+        let listed = ft.is_symlink() && std::fs::metadata(&p).is_ok_and(|m| m.is_dir());
+        if let Some(reason) = reason
+            && (listed || is_parquet_name(&name) || is_log_name(&name))
+        {
+            skipped.push(Skipped { path: p, reason });
         }
     }
     Ok(())
 }
 
-/// Complete Parquet files and pending logs of one table.
-pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ReadError> {
+fn kind_of(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Complete Parquet files, pending logs and skipped entries of one table.
+pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
-    walk(&run_dir.join(table), &mut all)?;
+    let mut skipped = Vec::new();
+    walk(&run_dir.join(table), &mut all, &mut skipped)?;
     all.sort();
-    let mut parquet = Vec::new();
-    let mut logs = Vec::new();
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut l = Listing {
+        skipped,
+        ..Listing::default()
+    };
     for p in all {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with('_') && name.ends_with(".wal") {
-            logs.push(p);
-        } else if name.ends_with(".parquet") && !name.starts_with('_') && !name.starts_with('.') {
-            parquet.push(p);
+        if is_log_name(name) {
+            l.logs.push(p);
+        } else if is_parquet_name(name) {
+            l.parquet.push(p);
         }
     }
-    Ok((parquet, logs))
+    Ok(l)
+}
+
+/// Complete Parquet files and pending logs of one table (regular files only; see
+/// [`list_files`] for what is left out and why).
+pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<PathBuf>), ReadError> {
+    let l = list_files(run_dir, table)?;
+    Ok((l.parquet, l.logs))
+}
+
+/// Several processes whose files name the same host and pid (containers sharing a
+/// host name, each with its own pids; or files of an earlier zcta, whose names held
+/// no per-process token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPid {
+    pub host: String,
+    pub pid: i32,
+    /// The file-name prefixes of those processes, one each.
+    pub prefixes: Vec<String>,
+}
+
+impl std::fmt::Display for SharedPid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} processes claim host {} pid {} (files {}): their rows share (host, pid), so what joins on it (op_id, phases, nccl_ops, gpu, proxy) may mix them",
+            self.prefixes.len(),
+            self.host,
+            self.pid,
+            self.prefixes
+                .iter()
+                .map(|p| format!("{p}*"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+/// The (host, pid) pairs that the file names of `run_dir` give to more than one process.
+pub fn shared_pids(run_dir: &Path) -> Result<Vec<SharedPid>, ReadError> {
+    use std::collections::{BTreeMap, BTreeSet};
+    check_run_dir(run_dir)?;
+    let mut by: BTreeMap<(String, i32), BTreeSet<String>> = BTreeMap::new();
+    for table in tables::ALL_TABLES {
+        let l = list_files(run_dir, table)?;
+        for p in l.parquet.iter().chain(&l.logs) {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let stem = name.strip_prefix('_').unwrap_or(name);
+            let stem = stem
+                .strip_suffix(".parquet")
+                .or_else(|| stem.strip_suffix(".wal"))
+                .unwrap_or(stem);
+            // `process` files have no segment number.
+            let prefix = match stem.rsplit_once('-') {
+                Some((pre, seg))
+                    if table != "process" && !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    pre
+                }
+                _ => stem,
+            };
+            if let Some((host, pid)) = crate::recover::pid_of_stem(prefix) {
+                by.entry((host, pid)).or_default().insert(prefix.to_owned());
+            }
+        }
+    }
+    Ok(by
+        .into_iter()
+        .filter(|(_, p)| p.len() > 1)
+        .map(|((host, pid), p)| SharedPid {
+            host,
+            pid,
+            prefixes: p.into_iter().collect(),
+        })
+        .collect())
 }
 
 /// What reading any table starts with: the run directory checked, the table's current
@@ -108,12 +257,13 @@ pub fn list_table(run_dir: &Path, table: &str) -> Result<(Vec<PathBuf>, Vec<Path
 fn open_table(run_dir: &Path, table: &str) -> Result<(SchemaRef, Vec<PathBuf>, TableData), ReadError> {
     check_run_dir(run_dir)?;
     let schema = tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
-    let (files, pending_logs) = list_table(run_dir, table)?;
+    let l = list_files(run_dir, table)?;
     let data = TableData {
-        pending_logs,
+        pending_logs: l.logs,
+        skipped: l.skipped,
         ..TableData::default()
     };
-    Ok((schema, files, data))
+    Ok((schema, l.parquet, data))
 }
 
 /// Reads every complete file of `table` in `run_dir`, aligned to the current schema.

@@ -1,21 +1,23 @@
 //! `zcta recover RUN`: turns the write-ahead logs a killed process left behind into
 //! ordinary Parquet files, so every record that reached a log becomes readable.
 //!
-//! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists the segment was closed
-//! and the log is stale (deleted); otherwise every complete batch of the log is read
-//! (a torn last batch is dropped and reported), written to `<stem>.parquet`
-//! atomically, and the log and any `_<stem>.parquet.tmp` are deleted. `process` rows
-//! recovered this way get `end_reason = killed`. Idempotent.
+//! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists and is readable the
+//! segment was closed and the log is stale (deleted); otherwise every complete batch
+//! of the log is read (a torn last batch is dropped and reported), written to
+//! `<stem>.parquet` atomically, and the log and any `_<stem>.parquet.tmp` are deleted.
+//! A log is deleted without rows only when it is provably empty (see [`read_log`]);
+//! one that cannot be decoded is kept and reported. `process` rows recovered this way
+//! get `end_reason = killed`. Idempotent.
 
 use std::fs::{self, File};
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow_ipc::reader::StreamReader;
 
-use crate::reader::{ReadError, align, check_run_dir, list_table};
+use crate::reader::{ReadError, align, check_run_dir, list_files, list_table};
 use crate::sink::{SinkError, final_path_for_wal, tmp_path_for};
 use crate::tables::{self, CallsTable, CommsTable, OpsTable, ProcessTable, Table};
 
@@ -30,7 +32,7 @@ pub enum LogOutcome {
     },
     /// The segment had been closed; the log was a leftover.
     AlreadyClosed,
-    /// The log held no complete batch.
+    /// The log was provably empty (no byte, or its schema alone): deleted.
     Empty,
     /// The process that owns it still runs (it holds the log's lock, or it runs on
     /// this host): left alone.
@@ -67,30 +69,71 @@ impl RecoverReport {
 }
 
 /// Reads every complete batch of an IPC stream log. Returns the batches and whether
-/// the tail was torn.
+/// the tail was torn. A log that holds no row comes back `Ok` only when it is
+/// provably empty: no byte at all (killed before the first flush), or the schema
+/// and nothing after it that could be a batch. A log whose schema does not decode,
+/// or that holds bytes after it but no complete batch, is an `Err` saying so: its
+/// contents are unknown, so it must be kept.
 pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
     std::panic::catch_unwind(|| read_log_inner(path))
         .unwrap_or_else(|_| Err("corrupt log (the decoder rejected it)".into()))
 }
 
+/// Counts the bytes the decoder consumed.
+struct Counted<R> {
+    inner: R,
+    n: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.set(self.n.get() + k as u64);
+        Ok(k)
+    }
+}
+
 fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
     let f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let reader = match StreamReader::try_new(BufReader::new(f), None) {
-        Ok(r) => r,
-        // Killed before the schema message was complete: nothing to recover.
-        Err(_) => return Ok((Vec::new(), true)),
+    let len = f.metadata().map_err(|e| format!("cannot open: {e}"))?.len();
+    if len == 0 {
+        return Ok((Vec::new(), false));
+    }
+    let consumed = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let input = Counted {
+        inner: BufReader::new(f),
+        n: consumed.clone(),
     };
+    let reader = match StreamReader::try_new(input, None) {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(format!(
+                "not a readable log: its {len} bytes do not start with an Arrow IPC schema ({e})"
+            ));
+        }
+    };
+    let after_schema = consumed.get();
     let mut out = Vec::new();
+    let mut torn = false;
     for b in reader {
         match b {
             Ok(b) => out.push(b),
-            Err(_) => return Ok((out, true)),
+            Err(_) => {
+                torn = true;
+                break;
+            }
         }
     }
-    Ok((out, false))
+    if torn && out.iter().all(|b| b.num_rows() == 0) {
+        return Err(format!(
+            "no complete batch in its {} bytes after the schema (damaged or cut short)",
+            len - after_schema
+        ));
+    }
+    Ok((out, torn))
 }
 
-/// Pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-<segment>]`.
+/// Host and pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-u<token>][-<segment>]`.
 pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
     let parts: Vec<&str> = stem.split('-').collect();
     let i = parts
@@ -119,8 +162,18 @@ pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Resul
     check_run_dir(run_dir)?;
     let mut report = RecoverReport::default();
     for table in tables::ALL_TABLES {
-        let (_, logs) = list_table(run_dir, table)?;
-        for wal in logs {
+        let listing = list_files(run_dir, table)?;
+        // Logs that are not regular files, and links to directories, are named.
+        let named = |p: &Path| {
+            p.is_dir()
+                || p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('_') && n.ends_with(".wal"))
+        };
+        for sk in listing.skipped.into_iter().filter(|s| named(&s.path)) {
+            report.logs.push((sk.path, LogOutcome::Failed(sk.reason)));
+        }
+        for wal in listing.logs {
             let outcome = recover_log(table, &wal, is_live);
             report.logs.push((wal, outcome));
         }
@@ -143,6 +196,14 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
     }
     let tmp = tmp_path_for(&final_path);
     if final_path.exists() {
+        // The writer renames a segment into place only after its footer is written,
+        // and deletes the log after that: a readable file proves the log stale.
+        if let Err(e) = parquet_rows(&final_path) {
+            return LogOutcome::Failed(format!(
+                "{} exists but is not a readable Parquet file ({e})",
+                final_path.display()
+            ));
+        }
         let _ = fs::remove_file(&tmp);
         return match fs::remove_file(wal) {
             Ok(()) => LogOutcome::AlreadyClosed,
@@ -237,22 +298,24 @@ fn rows_of_process(run_dir: &Path, table: &str, prefix: &str) -> u64 {
                 .and_then(|s| s.strip_prefix(prefix))
                 .is_some_and(|rest| rest.starts_with('-') && rest[1..].bytes().all(|c| c.is_ascii_digit()))
         })
-        .filter_map(|f| {
-            let file = File::open(f).ok()?;
-            let meta = std::panic::catch_unwind(|| {
-                parquet::file::reader::SerializedFileReader::new(file)
-                    .ok()
-                    .map(|r| {
-                        parquet::file::reader::FileReader::metadata(&r)
-                            .file_metadata()
-                            .num_rows()
-                    })
-            })
-            .ok()
-            .flatten()?;
-            u64::try_from(meta).ok()
-        })
+        .filter_map(|f| parquet_rows(f).ok())
         .sum()
+}
+
+/// Rows of a Parquet file according to its footer; `Err` when the footer does not decode.
+fn parquet_rows(path: &Path) -> Result<u64, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let rows = std::panic::catch_unwind(|| {
+        parquet::file::reader::SerializedFileReader::new(file)
+            .map(|r| {
+                parquet::file::reader::FileReader::metadata(&r)
+                    .file_metadata()
+                    .num_rows()
+            })
+            .map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|_| Err("the decoder rejected its footer".into()))?;
+    u64::try_from(rows).map_err(|_| "negative row count".into())
 }
 
 #[cfg(test)]
@@ -266,6 +329,11 @@ mod tests {
             Some(("gpu-node-1".into(), 1234))
         );
         assert_eq!(pid_of_stem("h-p77"), Some(("h".into(), 77)));
+        assert_eq!(
+            pid_of_stem("gpu-node-1-r3-p1-u0a1b2c3d-00002"),
+            Some(("gpu-node-1".into(), 1))
+        );
+        assert_eq!(pid_of_stem("h-p1-u12345678"), Some(("h".into(), 1)));
         assert_eq!(pid_of_stem("nothing"), None);
     }
 }

@@ -444,16 +444,27 @@ impl WriterControl {
 #[derive(Clone, Debug)]
 pub struct ProcessInfo {
     pub run_dir: PathBuf,
-    /// File-name prefix, unique per process: `<host>-[r<rank>-]p<pid>`.
+    /// File-name prefix, unique per process: `<host>-[r<rank>-]p<pid>-u<token>`.
     pub prefix: String,
     pub ctx: Ctx,
     pub row: ProcessRow,
 }
 
-/// File-name prefix for a process.
-pub fn file_prefix(host: &str, rank_env: Option<i32>, pid: i32) -> String {
-    let host: String = host
-        .chars()
+/// File-name prefix for a process: `<host>-[r<rank>-]p<pid>-u<token>`. The host name
+/// and pid alone do not tell processes apart: containers sharing the host's network
+/// share its name, and each has its own pids (the training process is often pid 1).
+/// `token` ([`process_token`]) does.
+pub fn file_prefix(host: &str, rank_env: Option<i32>, pid: i32, token: &str) -> String {
+    let host = file_host(host);
+    match rank_env {
+        Some(r) => format!("{host}-r{r}-p{pid}-u{token}"),
+        None => format!("{host}-p{pid}-u{token}"),
+    }
+}
+
+/// A host name as file names spell it.
+pub fn file_host(host: &str) -> String {
+    host.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
                 c
@@ -461,11 +472,26 @@ pub fn file_prefix(host: &str, rank_env: Option<i32>, pid: i32) -> String {
                 '_'
             }
         })
-        .collect();
-    match rank_env {
-        Some(r) => format!("{host}-r{r}-p{pid}"),
-        None => format!("{host}-p{pid}"),
+        .collect()
+}
+
+/// Eight hex digits drawn for one process's file names: from the kernel's random
+/// source (`/proc/sys/kernel/random/uuid`), else mixed from the clock, the pid and the
+/// stack's address.
+pub fn process_token() -> String {
+    if let Ok(u) = std::fs::read_to_string("/proc/sys/kernel/random/uuid") {
+        let hex: String = u.chars().filter(char::is_ascii_hexdigit).take(8).collect();
+        if hex.len() == 8 {
+            return hex.to_ascii_lowercase();
+        }
     }
+    let here = 0u8;
+    let h = crate::hash::StableHasher::new()
+        .i64(crate::clock::now_ns())
+        .u64(u64::from(std::process::id()))
+        .u64(std::ptr::addr_of!(here) as usize as u64)
+        .finish();
+    format!("{:08x}", h as u32)
 }
 
 /// What the shim's CUPTI side reports in the `process` row.

@@ -306,8 +306,12 @@ fn kill_with_rolled_segments() {
     let files: Vec<String> = support::list_files(&run.dir().join("ops"));
     let host = support::host_name();
     let pid = run.rows("process")[0].req_i32("pid");
+    let process_files = support::list_files(&run.dir().join("process"));
+    assert_eq!(process_files.len(), 1, "{process_files:?}");
+    let prefix = process_files[0].strip_suffix(".parquet").unwrap();
+    assert!(prefix.starts_with(&format!("{host}-p{pid}-u")), "{prefix}");
     let want: Vec<String> = (0..files.len())
-        .map(|i| format!("{host}-p{pid}-{i:05}.parquet"))
+        .map(|i| format!("{prefix}-{i:05}.parquet"))
         .collect();
     assert_eq!(files, want, "consecutive segments");
 

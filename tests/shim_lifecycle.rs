@@ -203,14 +203,14 @@ fn fork_child_is_not_recorded() {
     let mut seqs: Vec<u64> = ops.iter().map(|o| o.req_u64("seq")).collect();
     seqs.sort_unstable();
     assert_eq!(seqs, [0, 1], "the child's 5 calls took no sequence numbers");
-    let host = support::host_name();
     let files = support::list_files(&run.dir());
+    let pre = support::prefix_of(&run.dir(), None, pid);
     let want = [
-        format!("calls/{host}-p{pid}-00000.parquet"),
-        format!("comms/{host}-p{pid}-00000.parquet"),
-        format!("nccl_comms/{host}-p{pid}-00000.parquet"),
-        format!("ops/{host}-p{pid}-00000.parquet"),
-        format!("process/{host}-p{pid}.parquet"),
+        format!("calls/{pre}-00000.parquet"),
+        format!("comms/{pre}-00000.parquet"),
+        format!("nccl_comms/{pre}-00000.parquet"),
+        format!("ops/{pre}-00000.parquet"),
+        format!("process/{pre}.parquet"),
     ];
     assert_eq!(files, want, "only the parent's files");
     let p = run.rows("process");
@@ -278,20 +278,20 @@ fn exec_child_records_its_own_rows() {
     assert!(per_op.values().all(|&n| n == 2), "{per_op:?}");
     assert_eq!(ops.len(), 23);
 
-    let host = support::host_name();
     let files = support::list_files(&run.dir());
     let mut want = Vec::new();
     // nccl_comms: the stand-in NCCL loads the shim as its profiler plugin, like NCCL.
+    let pre = |p| support::prefix_of(&run.dir(), None, p);
     for t in ["calls", "comms", "nccl_comms", "ops"] {
         for p in [ppid, kpid] {
-            want.push(format!("{t}/{host}-p{p}-00000.parquet"));
+            want.push(format!("{t}/{}-00000.parquet", pre(p)));
         }
     }
     for p in [ppid, kpid] {
-        want.push(format!("process/{host}-p{p}.parquet"));
+        want.push(format!("process/{}.parquet", pre(p)));
     }
     // The child's grouped Send/Recv to itself are P2p events even on one rank.
-    want.push(format!("nccl_ops/{host}-p{kpid}-00000.parquet"));
+    want.push(format!("nccl_ops/{}-00000.parquet", pre(kpid)));
     want.sort();
     assert_eq!(files, want);
 }
@@ -354,15 +354,15 @@ fn launcher_rank_names_the_files() {
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     support::assert_ok(&out, &["simulate"]);
-    let host = support::host_name();
+    let pre = support::prefix_of(&run.dir(), Some(3), pid);
     assert_eq!(
         support::list_files(&run.dir()),
         [
-            format!("calls/{host}-r3-p{pid}-00000.parquet"),
-            format!("comms/{host}-r3-p{pid}-00000.parquet"),
-            format!("nccl_comms/{host}-r3-p{pid}-00000.parquet"),
-            format!("ops/{host}-r3-p{pid}-00000.parquet"),
-            format!("process/{host}-r3-p{pid}.parquet"),
+            format!("calls/{pre}-00000.parquet"),
+            format!("comms/{pre}-00000.parquet"),
+            format!("nccl_comms/{pre}-00000.parquet"),
+            format!("ops/{pre}-00000.parquet"),
+            format!("process/{pre}.parquet"),
         ]
     );
     let p = run.rows("process");

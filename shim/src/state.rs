@@ -161,7 +161,7 @@ fn activate() -> Option<Recorder> {
     };
     let info = ProcessInfo {
         run_dir: cfg.out_dir.join(&run.id),
-        prefix: sink::file_prefix(&host, rank_env, pid as i32),
+        prefix: sink::file_prefix(&host, rank_env, pid as i32, &sink::process_token()),
         ctx: Ctx {
             pid: pid as i32,
             host: host.into(),

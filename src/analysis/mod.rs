@@ -125,6 +125,8 @@ pub struct Run {
     pub skipped: Vec<Skipped>,
     /// Write-ahead logs not yet turned into Parquet (`zcta recover`).
     pub pending_logs: usize,
+    /// (host, pid) pairs claimed by more than one process's files.
+    pub shared_pids: Vec<reader::SharedPid>,
 }
 
 /// Median of `v` (the upper one of the two middle values), `None` when empty.
@@ -171,6 +173,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     reader::check_run_dir(run_dir)?;
     let mut run = Run {
         dir: run_dir.to_owned(),
+        shared_pids: reader::shared_pids(run_dir)?,
         ..Run::default()
     };
     let note = |run: &mut Run, d: &reader::TableData| {
@@ -395,8 +398,10 @@ const CLOCK_ROWS: u64 = 4_000_000;
 /// flight across ranks, not by the run's size (two passes when several hosts need
 /// their clocks aligned). Files that cannot be read are added to `run.skipped`.
 pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
-    let streams = scan::streams(&run.dir)?;
-    run.pending_logs += reader::list_table(&run.dir, "ops")?.1.len();
+    let listing = reader::list_files(&run.dir, "ops")?;
+    run.pending_logs += listing.logs.len();
+    run.skipped.extend(listing.skipped);
+    let streams = scan::streams_of(listing.parquet);
     let several_hosts = run.hosts.len() > 1;
     // Pass 1: host clocks (only when there is more than one host), from the first
     // CLOCK_ROWS rows.

@@ -364,6 +364,9 @@ impl Builder {
                 .notes
                 .push(format!("skipped {}: {}", s.path.display(), s.reason));
         }
+        for s in &run.shared_pids {
+            report.notes.push(s.to_string());
+        }
         if run.pending_logs > 0 {
             report.notes.push(format!(
                 "{} write-ahead logs pending (a process was killed or still runs): run `zcta recover` first for its rows",

@@ -6,13 +6,13 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt64Array};
 
 use super::{OpView, Run, engine_name, op_key, op_name};
-use crate::reader::{self, ReadError, Skipped};
+use crate::reader::{self, Skipped};
 use crate::tables;
 
 /// Columns of `ops` the analysis reads.
@@ -50,8 +50,7 @@ const EVICT_AFTER_ROWS: u64 = 2_000_000;
 
 /// The ops files of a run, grouped per process (`<prefix>-<segment>.parquet`), each
 /// group in segment order.
-pub fn streams(run_dir: &Path) -> Result<Vec<Vec<PathBuf>>, ReadError> {
-    let (files, _) = reader::list_table(run_dir, "ops")?;
+pub fn streams_of(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
     let mut by: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
     for f in files {
         let name = f
@@ -64,13 +63,12 @@ pub fn streams(run_dir: &Path) -> Result<Vec<Vec<PathBuf>>, ReadError> {
             .map_or(name.clone(), |(p, _)| p.to_owned());
         by.entry(prefix).or_default().push(f);
     }
-    Ok(by
-        .into_values()
+    by.into_values()
         .map(|mut v| {
             v.sort();
             v
         })
-        .collect())
+        .collect()
 }
 
 /// The columns of one batch, looked up once (a missing column is `None`: NULL).

@@ -104,3 +104,26 @@ def test_leftovers_never_break_readers(host, tmp_path):
     n = con.execute(f"select count(*) from read_parquet('{run}/ops/**/*.parquet')").fetchone()[0]
     assert n > 110
     assert not list((run / "ops").glob("_*"))
+
+
+@pytest.mark.parametrize("codec", ["snappy", "lz4", "gzip", "zstd"])
+def test_zcta_reads_parquet_that_pyarrow_rewrote(host, tmp_path, codec):
+    """A run whose files were rewritten by pyarrow (its default is Snappy) still reads
+    whole in `zcta summary` and `zcta report`: no file skipped as corrupt."""
+    import pyarrow.parquet as pq
+
+    run = run_job(host, tmp_path, f"rw-{codec}")
+    for f in sorted((run / "ops").glob("*.parquet")):
+        t = pq.read_table(f)
+        assert b"zcta.schema_version" in t.schema.metadata
+        f.unlink()
+        pq.write_table(t, f, compression=codec)
+        assert pq.ParquetFile(f).metadata.row_group(0).column(0).compression.lower().startswith(codec[:3])
+    zcta = pathlib.Path(os.environ.get("ZCTA_BIN", ROOT / "target" / "debug" / "zcta"))
+    s = subprocess.run([zcta, "summary", run], capture_output=True, text=True)
+    assert s.returncode == 0, s.stderr
+    assert "skipped" not in s.stderr, s.stderr
+    assert "110 rows in 2 files" in s.stdout, s.stdout
+    r = subprocess.run([zcta, "report", run, "--format", "json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "AllReduce" in r.stdout

@@ -295,3 +295,26 @@ pub fn host_name() -> String {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// The file-name prefix the shim gave process `pid` of `run_dir`
+/// (`<host>-[r<rank>-]p<pid>-u<8 hex digits>`), read from its `process` file; asserts
+/// that form.
+pub fn prefix_of(run_dir: &Path, rank: Option<i32>, pid: impl std::fmt::Display) -> String {
+    let start = match rank {
+        Some(r) => format!("{}-r{r}-p{pid}-u", host_name()),
+        None => format!("{}-p{pid}-u", host_name()),
+    };
+    let found: Vec<String> = list_files(&run_dir.join("process"))
+        .into_iter()
+        .filter_map(|f| f.strip_suffix(".parquet").map(str::to_owned))
+        .filter(|f| f.starts_with(&start))
+        .collect();
+    assert_eq!(found.len(), 1, "one process file {start}*: {found:?}");
+    let token = &found[0][start.len()..];
+    assert!(
+        token.len() == 8 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{}",
+        found[0]
+    );
+    found[0].clone()
+}

@@ -3,7 +3,8 @@
 //! PyTorch loads libnccl `RTLD_LOCAL` (as a dependency of a dlopen'ed library), so
 //! `dlsym(RTLD_NEXT, ..)` finds nothing. Order used, once, at the first NCCL call:
 //! 1. `ZCTA_NCCL_LIB`: that file (`RTLD_NOLOAD` first, so an already-mapped copy is
-//!    reused);
+//!    reused), when it is NCCL (defines `ncclGetVersion`; anything else is warned
+//!    about once and passed over);
 //! 2. the libnccl already mapped in the process (`dl_iterate_phdr`), reopened with
 //!    `RTLD_NOLOAD` — the copy the caller really loaded, even when another copy sits
 //!    on the library path;
@@ -81,18 +82,29 @@ fn find_lib() -> Lib {
     let own = own_path();
     if let Some(p) = std::env::var("ZCTA_NCCL_LIB").ok().filter(|s| !s.is_empty()) {
         let mut h = dlopen(&p, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-        if h == 0 {
+        let opened_here = h == 0;
+        if opened_here {
             h = dlopen(&p, libc::RTLD_LAZY | libc::RTLD_LOCAL);
         }
-        if h != 0 {
+        if h != 0 && is_nccl(h, own.as_deref()) {
             return Lib {
                 handle: h,
                 path: Some(p),
             };
         }
-        zcta::warn(format_args!(
-            "ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead"
-        ));
+        if h == 0 {
+            zcta::warn(format_args!(
+                "ZCTA_NCCL_LIB={p:?} cannot be loaded; looking for the mapped libnccl instead"
+            ));
+        } else {
+            if opened_here {
+                // SAFETY: h came from our own dlopen above and nothing of it is used.
+                unsafe { libc::dlclose(h as *mut c_void) };
+            }
+            zcta::warn(format_args!(
+                "ZCTA_NCCL_LIB={p:?} is not NCCL (it has no ncclGetVersion); looking for the mapped libnccl instead"
+            ));
+        }
     }
     let mut mapped = mapped_libs("libnccl.so");
     mapped.retain(|p| Some(p) != own.as_ref());
@@ -128,6 +140,16 @@ fn find_lib() -> Lib {
         handle: h,
         path: (h != 0).then(|| "libnccl.so.2".to_string()),
     }
+}
+
+/// Whether the library behind `handle` is NCCL: it (not our own library, whose path
+/// is `own`) defines `pncclGetVersion` or `ncclGetVersion`.
+fn is_nccl(handle: usize, own: Option<&str>) -> bool {
+    [c"pncclGetVersion", c"ncclGetVersion"].iter().any(|name| {
+        // SAFETY: handle is a live dlopen handle; name is NUL-terminated.
+        let f = unsafe { libc::dlsym(handle as *mut c_void, name.as_ptr()) };
+        !f.is_null() && object_of(f).as_deref() != own
+    })
 }
 
 /// What the loader knows of the object (library) `addr` lies in.

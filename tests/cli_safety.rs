@@ -1,0 +1,663 @@
+//! The CLI never harms what it did not make: outputs that are not regular files are
+//! written to, not replaced; logs it cannot read are kept; links and special files in
+//! a run directory are not followed or opened; bad input is named with its path and
+//! the exit status says so.
+
+mod common;
+mod support;
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use zcta::gpu::OpRow;
+use zcta::nccl::OpKind;
+use zcta::record::OpRecord;
+use zcta::sink::{DatasetWriter, SinkPolicy, write_process_file};
+use zcta::tables::{Ctx, OpsTable, ProcessRow};
+
+fn zcta_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running zcta")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn op_row(rank: i32, pid: i32, op_id: u64, seq: u64, t0: i64) -> OpRow {
+    OpRow {
+        rec: OpRecord {
+            op_id,
+            op: OpKind::AllReduce,
+            comm_id: Some(0xC0),
+            comm_ptr: 0x1000,
+            rank: Some(rank),
+            nranks: Some(2),
+            seq: Some(seq),
+            call_seq: Some(seq),
+            count: 1024,
+            dtype: 7,
+            bytes: Some(4096),
+            peer: None,
+            root: None,
+            redop: Some(0),
+            sendbuff: 0x7000_0000,
+            recvbuff: 0x8000_0000,
+            stream: 0x55,
+            device: Some(rank),
+            group_id: None,
+            api_start_ns: t0,
+            api_end_ns: t0 + 5_000,
+            result: 0,
+            tid: pid,
+            gpu_marked: false,
+            graph_captured: None,
+            timing: Default::default(),
+        },
+        gpu: None,
+    }
+}
+
+/// A small complete run of two ranks (10 AllReduce each) in `dir`, written by the sink.
+fn small_run(dir: &Path) {
+    for rank in 0..2 {
+        let pid = 100 + rank;
+        let prefix = format!("hostA-r{rank}-p{pid}");
+        let ctx = Ctx {
+            pid,
+            host: "hostA".into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
+        for k in 0..10u64 {
+            let t0 = 1_000_000_000_000 + k as i64 * 1_000_000;
+            w.append(&op_row(rank, pid, k + 1, k, t0), &ctx).unwrap();
+        }
+        w.close().unwrap();
+        let row = ProcessRow {
+            run_id: "small".into(),
+            run_id_source: "ZCTA_RUN_ID".into(),
+            zcta_version: "test".into(),
+            schema_version: zcta::SCHEMA_VERSION,
+            clock: "CLOCK_REALTIME".into(),
+            end_reason: "exit".into(),
+            env_json: "{}".into(),
+            profiler_plugin: "zcta".into(),
+            cupti: "off: ZCTA_CUPTI=0".into(),
+            ..ProcessRow::default()
+        };
+        write_process_file(dir, &prefix, &row, &ctx).unwrap();
+    }
+}
+
+fn tmp_run() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("run");
+    small_run(&d);
+    (t, d)
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn is_trace(s: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| v["traceEvents"].is_array())
+}
+
+/// `-o -` is stdout; `-o LINK` writes through the link and keeps it; `-o FIFO` feeds
+/// the FIFO; a failed export leaves no temporary file and no output behind.
+#[test]
+fn export_writes_to_what_the_output_is_and_never_replaces_it() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    let cwd = t.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+
+    // `-`: the trace on stdout, no file named `-`.
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "-"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        is_trace(&text(&o.stdout)),
+        "stdout is the trace: {}",
+        text(&o.stdout)
+    );
+    assert!(names_in(&cwd).is_empty(), "{:?}", names_in(&cwd));
+
+    // A symlink: its target gets the trace, the link stays a link.
+    let target = t.path().join("target.json");
+    std::fs::write(&target, b"old").unwrap();
+    let link = cwd.join("trace.json");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "trace.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(),
+        "the link was replaced"
+    );
+    assert!(is_trace(&std::fs::read_to_string(&target).unwrap()));
+    assert_eq!(names_in(&cwd), ["trace.json"]);
+
+    // A link to our stdout, as /dev/stdout is: stdout holds the trace and nothing else.
+    let own = cwd.join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &own).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "stdout"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        is_trace(&text(&o.stdout)),
+        "stdout is the trace: {}",
+        text(&o.stdout)
+    );
+    assert!(std::fs::symlink_metadata(&own).unwrap().file_type().is_symlink());
+    std::fs::remove_file(&own).unwrap();
+
+    // A FIFO: the reader gets the trace, the FIFO stays a FIFO.
+    let fifo = cwd.join("pipe.json");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f2 = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(&f2));
+    });
+    let o = zcta_in(
+        &cwd,
+        &["export", "--perfetto", run_s, "-o", fifo.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(),
+        "the FIFO was replaced"
+    );
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the FIFO's reader got an end of file")
+        .unwrap();
+    assert!(is_trace(&got), "{got}");
+
+    // A regular file is replaced whole; nothing else is left in its directory.
+    let plain = cwd.join("plain.json");
+    std::fs::write(&plain, vec![b'x'; 1 << 20]).unwrap();
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "plain.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(is_trace(&std::fs::read_to_string(&plain).unwrap()));
+    assert_eq!(names_in(&cwd), ["pipe.json", "plain.json", "trace.json"]);
+
+    // A failed export (a table that is not a directory) leaves nothing behind.
+    let broken = t.path().join("broken");
+    std::fs::create_dir(&broken).unwrap();
+    std::fs::write(broken.join("ops"), b"not a directory").unwrap();
+    let out_dir = t.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let o = zcta_in(
+        &out_dir,
+        &["export", "--perfetto", broken.to_str().unwrap(), "-o", "new.json"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("ops"), "{}", text(&o.stderr));
+    assert!(names_in(&out_dir).is_empty(), "{:?}", names_in(&out_dir));
+}
+
+/// A log of `rows` ops rows in one batch, as a killed writer leaves it (schema, batch).
+fn ops_log(path: &Path, rows: u64) {
+    use arrow_ipc::writer::StreamWriter;
+    use zcta::tables::{RowBuilder, Table};
+    let ctx = Ctx {
+        pid: 42,
+        host: "elsewhere".into(),
+    };
+    let mut b = <OpsTable as Table>::Builder::default();
+    for k in 0..rows {
+        b.append(&op_row(0, 42, k + 1, k, 1_000_000 + k as i64), &ctx);
+    }
+    let mut w = StreamWriter::try_new(std::fs::File::create(path).unwrap(), &OpsTable::schema()).unwrap();
+    if rows > 0 {
+        w.write(&b.finish(&OpsTable::schema()).unwrap()).unwrap();
+    }
+    w.flush().unwrap();
+}
+
+/// `zcta recover` deletes a log without recovering rows only when it is provably
+/// empty; one it cannot decode is kept, named on stderr, and the exit status is 1.
+#[test]
+fn recover_keeps_every_log_it_cannot_decode() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    let ops = run.join("ops");
+    std::fs::create_dir_all(&ops).unwrap();
+    // 300 KB that are not a log.
+    let garbage = ops.join("_elsewhere-p42-00000.wal");
+    let junk: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&garbage, &junk).unwrap();
+    // A log whose only batch was cut short (a full disk): the schema, then 2 MB of a
+    // batch that never completed.
+    let cut = ops.join("_elsewhere-p43-00000.wal");
+    ops_log(&cut, 40_000);
+    let len = std::fs::metadata(&cut).unwrap().len();
+    assert!(len > 2_000_000, "{len}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut)
+        .unwrap()
+        .set_len(2_000_000)
+        .unwrap();
+    // A readable segment next to its log would make the log stale; a damaged one does not.
+    let beside = ops.join("_elsewhere-p44-00000.wal");
+    std::fs::write(&beside, b"garbage").unwrap();
+    std::fs::write(ops.join("elsewhere-p44-00000.parquet"), b"PAR1 cut short").unwrap();
+    // Provably empty: no byte at all, and a schema with nothing after it.
+    let zero = ops.join("_elsewhere-p45-00000.wal");
+    std::fs::write(&zero, b"").unwrap();
+    let schema_only = ops.join("_elsewhere-p46-00000.wal");
+    ops_log(&schema_only, 0);
+
+    let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    for kept in [&garbage, &cut, &beside] {
+        assert!(kept.exists(), "{} was deleted\n{out}\n{err}", kept.display());
+        assert!(
+            err.contains(&format!("cannot recover {}", kept.display())),
+            "{} not named\n{err}",
+            kept.display()
+        );
+        assert!(!out.contains(&kept.display().to_string()), "{out}");
+    }
+    assert_eq!(std::fs::read(&garbage).unwrap(), junk);
+    assert_eq!(std::fs::metadata(&cut).unwrap().len(), 2_000_000);
+    for gone in [&zero, &schema_only] {
+        assert!(!gone.exists(), "{} kept\n{out}", gone.display());
+        assert!(
+            out.contains(&format!("removed empty log {}", gone.display())),
+            "{out}"
+        );
+    }
+    // Twice: the same logs are kept and named again.
+    let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(garbage.exists() && cut.exists() && beside.exists());
+}
+
+/// Runs `zcta ARGS` with a time limit; `None` when it had to be killed.
+fn zcta_within(cwd: &Path, args: &[&str], limit: Duration) -> Option<Output> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Links to directories inside a run are not followed (two links to `.` made every
+/// command run until killed; one counted every file again per level) and entries that
+/// are not regular files are never opened (a FIFO named `*.parquet` blocked every
+/// reader): each is named as skipped and the rest is read once.
+#[test]
+fn links_and_special_files_in_a_run_are_named_not_followed() {
+    let (t, run) = tmp_run();
+    let ops = run.join("ops");
+    std::os::unix::fs::symlink(".", ops.join("loop")).unwrap();
+    std::os::unix::fs::symlink("..", ops.join("up")).unwrap();
+    let fifo = ops.join("hostB-p7-00000.parquet");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let wal_fifo = ops.join("_hostB-p8-00000.wal");
+    assert!(Command::new("mkfifo").arg(&wal_fifo).status().unwrap().success());
+    let run_s = run.to_str().unwrap();
+    let limit = Duration::from_secs(20);
+    let out_json = t.path().join("trace.json");
+    for args in [
+        vec!["summary", run_s],
+        vec!["report", run_s],
+        vec!["report", run_s, "--format", "json"],
+        vec!["diff", run_s, run_s],
+        vec!["export", "--perfetto", run_s, "-o", out_json.to_str().unwrap()],
+        vec!["phases", run_s],
+        vec!["recover", run_s],
+    ] {
+        let o = zcta_within(t.path(), &args, limit)
+            .unwrap_or_else(|| panic!("zcta {args:?} still ran after {limit:?}"));
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(1), "zcta {args:?}\n{out}\n{err}");
+        let named = |p: &Path| err.contains(&p.display().to_string());
+        if args[0] == "recover" {
+            assert!(named(&wal_fifo), "zcta {args:?}\n{err}");
+        } else {
+            assert!(named(&fifo), "zcta {args:?}\n{err}");
+            assert!(err.contains("FIFO"), "zcta {args:?}\n{err}");
+        }
+        assert!(
+            named(&ops.join("loop")) && named(&ops.join("up")),
+            "zcta {args:?}\n{err}"
+        );
+        assert!(err.contains("not followed"), "zcta {args:?}\n{err}");
+        if args[0] == "summary" {
+            assert!(out.contains("20 rows in 2 files"), "every file once\n{out}");
+        }
+        if args.len() == 4 && args[0] == "report" {
+            let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let n: u64 = j["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["count"].as_u64().unwrap_or(0))
+                .sum();
+            assert_eq!(n, 20, "{out}");
+        }
+    }
+    // The FIFOs are still FIFOs, the links still links.
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(
+        std::fs::symlink_metadata(&wal_fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        std::fs::symlink_metadata(ops.join("loop"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+/// A run without ops rows is an error (exit 2) that says why there may be none: in
+/// either place of `diff`, with write-ahead logs left to recover, with the only ops
+/// file unreadable (named).
+#[test]
+fn no_ops_rows_is_an_error_that_says_why() {
+    let (t, good) = tmp_run();
+    let good_s = good.to_str().unwrap();
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(empty.join("ops")).unwrap();
+    let empty_s = empty.to_str().unwrap();
+    for args in [["diff", good_s, empty_s], ["diff", empty_s, good_s]] {
+        let o = zcta_in(t.path(), &args);
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "zcta {args:?}\n{}\n{err}",
+            text(&o.stdout)
+        );
+        assert!(
+            err.contains(&format!("{empty_s}: no ops rows")),
+            "zcta {args:?}\n{err}"
+        );
+    }
+
+    // Killed and not recovered: only a log.
+    let killed = t.path().join("killed");
+    std::fs::create_dir_all(killed.join("ops")).unwrap();
+    ops_log(&killed.join("ops").join("_elsewhere-p42-00000.wal"), 10);
+    let killed_s = killed.to_str().unwrap();
+    for args in [vec!["report", killed_s], vec!["diff", good_s, killed_s]] {
+        let o = zcta_in(t.path(), &args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "zcta {args:?}\n{err}");
+        assert!(
+            err.contains(&format!("run `zcta recover {killed_s}`")),
+            "zcta {args:?}\n{err}"
+        );
+    }
+
+    // The only ops file is corrupt: named.
+    let corrupt = t.path().join("corrupt");
+    std::fs::create_dir_all(corrupt.join("ops")).unwrap();
+    let bad = corrupt.join("ops").join("hostA-p1-00000.parquet");
+    std::fs::write(&bad, b"PAR1 not really parquet PAR1").unwrap();
+    let o = zcta_in(t.path(), &["report", corrupt.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("skipped {}", bad.display())), "{err}");
+    assert!(err.contains("no ops rows"), "{err}");
+}
+
+/// `zcta run` reports the directory the shim wrote to (the run id made one directory
+/// name), names a run directory only when there is one, and exits as a shell would
+/// when the command cannot be started.
+#[test]
+fn zcta_run_says_where_the_data_went_and_why_not() {
+    let out = tempfile::tempdir().unwrap();
+    let idf = out.path().join("id");
+    common::write_unique_id(&idf);
+    let shim = common::shim_path();
+    let host = common::fixtures().host.clone();
+    let run = |id: Option<&str>, cmd: &[&std::ffi::OsStr]| {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.arg("run").arg("--out").arg(out.path()).arg("--shim").arg(&shim);
+        if let Some(id) = id {
+            c.args(["--run-id", id]);
+        }
+        c.arg("--").args(cmd);
+        c.output().unwrap()
+    };
+    let o = run(
+        Some("a/b"),
+        &[
+            host.as_os_str(),
+            "ops".as_ref(),
+            "0".as_ref(),
+            "1".as_ref(),
+            idf.as_os_str(),
+            "2".as_ref(),
+        ],
+    );
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let dir = out.path().join("a_b");
+    assert!(dir.join("ops").is_dir());
+    assert!(!out.path().join("a").exists());
+    assert!(
+        stderr.contains(&format!("run directory {}", dir.display())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no NCCL call"), "{stderr}");
+    assert!(stdout.contains("AllReduce"), "the report: {stdout}");
+
+    let o = run(Some("nothing"), &["false".as_ref()]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no NCCL call was recorded"), "{stderr}");
+    assert!(!stderr.contains("; run directory"), "{stderr}");
+
+    let o = run(None, &["/nonexistent/command".as_ref()]);
+    assert_eq!(o.status.code(), Some(127), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("/nonexistent/command"),
+        "{}",
+        text(&o.stderr)
+    );
+    let not_exec = out.path().join("not-executable");
+    std::fs::write(&not_exec, b"#!/bin/sh\n").unwrap();
+    let o = run(None, &[not_exec.as_os_str()]);
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
+}
+
+/// How to run a command as pid 1 of its own pid namespace here, if this machine lets us.
+fn pid_namespace() -> Option<Vec<&'static str>> {
+    [
+        vec!["unshare", "--pid", "--fork"],
+        vec!["unshare", "--user", "--map-root-user", "--pid", "--fork"],
+    ]
+    .into_iter()
+    .find(|pre| {
+        support::clean_cmd(pre[0])
+            .args(&pre[1..])
+            .args(["sh", "-c", "test $$ = 1"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+/// Two processes with the same host name and pid (each pid 1 of its own namespace, as
+/// containers with host networking are) keep their own files, and the readers say
+/// that two processes claim one (host, pid).
+#[test]
+fn processes_sharing_a_host_and_pid_keep_their_own_files() {
+    let Some(pre) = pid_namespace() else {
+        eprintln!(
+            "no pid namespace can be made here (unshare): processes_sharing_a_host_and_pid_keep_their_own_files skipped"
+        );
+        return;
+    };
+    let run = support::Run::new("same-pid");
+    for k in 0..2 {
+        let idf = run.scratch(&format!("uid{k}"));
+        common::write_unique_id(&idf);
+        let mut c = support::clean_cmd(pre[0]);
+        c.args(&pre[1..])
+            .arg(&common::fixtures().host)
+            .args(["ops", "0", "1", idf.to_str().unwrap(), "2"]);
+        run.apply(&mut c);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    let procs = support::read_rows(&run.dir(), "process");
+    assert_eq!(procs.len(), 2, "one process row each: {procs:?}");
+    assert!(procs.iter().all(|p| p.i32("pid") == Some(1)), "{procs:?}");
+    assert_eq!(
+        support::read_rows(&run.dir(), "ops").len(),
+        44,
+        "22 ops rows each"
+    );
+    let o = zcta_in(run.out_dir(), &["summary", run.dir().to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        text(&o.stdout).contains("44 rows in 2 files"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(
+        err.contains("2 processes claim host") && err.contains(" pid 1 "),
+        "{err}"
+    );
+    let o = zcta_in(run.out_dir(), &["report", run.dir().to_str().unwrap()]);
+    assert!(
+        text(&o.stdout).contains("2 processes claim host"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+/// Files of two processes that claim one (host, pid) are named as such, whatever
+/// wrote them (here: an older zcta's name without a token next to a newer one).
+#[test]
+fn readers_name_two_processes_claiming_one_host_and_pid() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    for prefix in ["box-p1", "box-p1-u0123abcd"] {
+        let ctx = Ctx {
+            pid: 1,
+            host: "box".into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(&run, prefix, SinkPolicy::default());
+        for k in 0..3u64 {
+            w.append(&op_row(0, 1, k + 1, k, 1_000_000 + k as i64), &ctx)
+                .unwrap();
+        }
+        w.close().unwrap();
+    }
+    let o = zcta_in(t.path(), &["summary", run.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("2 processes claim host box pid 1 (files box-p1*, box-p1-u0123abcd*)"),
+        "{err}"
+    );
+}
+
+/// Settings out of range or not understood get one warning each and their default:
+/// `ZCTA_EXIT_TIMEOUT_MS=0` lost the calls and comms rows, `ZCTA_ENABLE=banana` and
+/// `ZCTA_CUPTI=maybe` were taken as on without a word.
+#[test]
+fn bad_settings_get_one_warning_and_lose_nothing() {
+    let run = support::Run::new("settings");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut c = run.host(&["ops", "0", "1", idf.to_str().unwrap(), "2"]);
+    c.env("ZCTA_EXIT_TIMEOUT_MS", "0")
+        .env("ZCTA_ENABLE", "banana")
+        .env("ZCTA_CUPTI", "maybe");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "one warning per setting: {err}");
+    for (line, name) in lines
+        .iter()
+        .zip(["ZCTA_ENABLE", "ZCTA_EXIT_TIMEOUT_MS", "ZCTA_CUPTI"])
+    {
+        assert!(line.starts_with("zcta:") && line.contains(name), "{err}");
+    }
+    assert_eq!(support::read_rows(&run.dir(), "ops").len(), 22);
+    assert!(!support::read_rows(&run.dir(), "calls").is_empty());
+    assert_eq!(support::read_rows(&run.dir(), "comms").len(), 1);
+    assert_eq!(
+        support::read_rows(&run.dir(), "process")[0].str("end_reason"),
+        Some("exit")
+    );
+}
+
+/// `ZCTA_NCCL_LIB` naming a library that is not NCCL is passed over with one warning;
+/// the calls go to the NCCL the program loaded, and its results are unchanged.
+#[test]
+fn a_zcta_nccl_lib_that_is_not_nccl_changes_nothing() {
+    let run = support::Run::new("not-nccl");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let args = ["ops", "0", "1", idf.to_str().unwrap(), "2"];
+    let plain = support::host_plain(&args).output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let mut c = run.host(&args);
+    c.env("ZCTA_NCCL_LIB", "libm.so.6");
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), plain.status.code(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("ZCTA_NCCL_LIB=\"libm.so.6\" is not NCCL"), "{err}");
+    let ops = support::read_rows(&run.dir(), "ops");
+    assert_eq!(ops.len(), 22);
+    assert!(ops.iter().all(|r| r.i32("result") == Some(0)), "{ops:?}");
+    let p = support::read_rows(&run.dir(), "process");
+    assert!(
+        p[0].str("nccl_lib").is_some_and(|l| l.contains("libnccl")),
+        "{p:?}"
+    );
+
+    // NCCL itself is taken, without a word.
+    let run = support::Run::new("nccl-lib");
+    let lib = common::fixtures().libnccl.to_str().unwrap().to_owned();
+    let mut c = run.host(&args);
+    c.env("ZCTA_NCCL_LIB", &lib);
+    let o = c.output().unwrap();
+    support::assert_ok(&o, &args);
+    assert_eq!(
+        support::read_rows(&run.dir(), "process")[0].str("nccl_lib"),
+        Some(lib.as_str())
+    );
+}
