@@ -2,9 +2,9 @@
 # The main job: build zcta-prof, record a workload under the shim, print what it saw.
 # - With >= 2 GPUs and torch: examples/train.py (an MoE + DDP training loop) on every
 #   local GPU under torchrun, recorded with `zcta run`, which prints the report.
-# - Otherwise: a STAND-IN — a C program driving a stand-in libnccl and a stand-in
-#   libcupti (tests/fixtures/) as two ranks; no GPU is involved: the "GPU" records and
-#   times are synthetic, made by the stand-ins where real NCCL would launch work.
+# - Otherwise: a STAND-IN — a C program driving a stand-in libnccl and a stand-in CUDA
+#   driver (tests/fixtures/) as two ranks; no GPU is involved: the "GPU" work and its
+#   event times are synthetic, made by the stand-ins where real NCCL would launch work.
 # DEMO_BIN=DIR uses a libzcta_prof.so and zcta already built there (no cargo needed).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,12 +27,12 @@ if [ "$ngpu" -ge 2 ]; then
   "$zcta" summary "$out/$run_id"
 else
   run_id=standin-$(date -u +%Y%m%dT%H%M%SZ)
-  echo "== no GPU here: STAND-IN run (stand-in libnccl + libcupti, 2 ranks; GPU times are synthetic) -> $out/$run_id"
+  echo "== no GPU here: STAND-IN run (stand-in libnccl + CUDA driver, 2 ranks; GPU times are synthetic) -> $out/$run_id"
   fx=$(mktemp -d)
   tests/fixtures/build.sh "$fx"
   head -c 128 /dev/urandom >"$fx/id"
   for r in 0 1; do
-    RANK=$r HOST_CUPTI="$fx/cupti/libcupti.so.13" FAKE_CUPTI_KERNEL_NS=2000 ZCTA_OUT="$out" ZCTA_RUN_ID="$run_id" LD_PRELOAD="$shim" \
+    RANK=$r HOST_CUDA="$fx/cuda/libcuda.so.1" FAKE_CUDA_KERNEL_NS=2000 ZCTA_OUT="$out" ZCTA_RUN_ID="$run_id" LD_PRELOAD="$shim" \
       "$fx/host" ops $r 2 "$fx/id" 100 >/dev/null &
   done
   wait
@@ -43,5 +43,5 @@ else
   "$zcta" report "$out/$run_id"
 fi
 echo
-echo "DuckDB: select op, engine, count(*), median(gpu_end_ns - gpu_start_ns) / 1e3 as gpu_us"
+echo "DuckDB: select op, engine, count(*), median(gpu_end_ns - gpu_ready_ns) / 1e3 as gpu_us"
 echo "        from read_parquet('$out/$run_id/ops/**/*.parquet') group by all order by 3 desc;"

@@ -1,7 +1,7 @@
 //! Which operations get their GPU side timed, under a cost budget.
 //!
 //! Every op keeps its host row. Timing an op with CUDA events costs a few µs of host
-//! and stream time (docs/PERFORMANCE.md, "What timing one op costs"), so when ops come
+//! and stream time (docs/PERFORMANCE.md, "What one timed op costs"), so when ops come
 //! so fast that timing each would cost more than the budget (a share of the process's
 //! wall time, `ZCTA_BUDGET`, default 1 %), a rank times only the ops whose key hash
 //! has its lowest `level` bits zero: 1 op in 2^level. The key of an op is the same on

@@ -95,13 +95,13 @@ def size_bucket(b: pd.Series) -> pd.Series:
 
 def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
     """Each op's time on its stream (docs/phases.md), ns: from when the stream was free
-    for it, or its launch call if later, to its GPU end — what CUDA events around the
-    op measure. NaN where `gpu_ready_ns` or `launch_ns` is unknown (the default
-    capture: set ZCTA_GPU_READY=1)."""
+    for it, or NCCL's launch if later (when known), to its GPU end — for an op timed
+    with CUDA events, their elapsed time. NaN where `gpu_ready_ns` is unknown (not
+    timed, or files from before it existed)."""
     if "gpu_ready_ns" not in ops:
         return pd.Series(float("nan"), index=ops.index)
-    known = ops.gpu_ready_ns.notna() & ops.launch_ns.notna()
-    start = ops[["gpu_ready_ns", "launch_ns"]].max(axis=1)
+    known = ops.gpu_ready_ns.notna() & ops.gpu_end_ns.notna()
+    start = ops[["gpu_ready_ns", "launch_ns"]].max(axis=1, skipna=True)
     return (ops.gpu_end_ns - start).where(known)
 
 
