@@ -308,9 +308,12 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     // and is timed instead.
     let launching = current_group().is_none();
     let begun = launching.then(|| {
-        timing::begin(a.stream, |level| {
-            budget::selected(op_key(kind, &a, op_id, 0), level)
+        protect(|| {
+            timing::begin(a.stream, |level| {
+                budget::selected(op_key(kind, &a, op_id, 0), level)
+            })
         })
+        .unwrap_or(Err(Timing::Error))
     });
     let t0 = now_ns();
     let marked = launching && gpu::begin(op_id, t0);
@@ -321,7 +324,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let rc = real();
     let t1 = now_ns();
     let timing = match begun {
-        Some(Ok(b)) => timing::end(b, rc, op_id),
+        Some(Ok(b)) => protect(|| timing::end(b, rc, op_id)).unwrap_or(Timing::Error),
         Some(Err(why)) => why,
         None => Timing::Off,
     };
@@ -522,7 +525,8 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         .flatten();
     let begun = match (rows, outermost) {
         (true, Some(_)) if timing::on() => {
-            group_stream().map(|s| s.and_then(|s| timing::begin(s, group_selected)))
+            protect(|| group_stream().map(|s| s.and_then(|s| timing::begin(s, group_selected))))
+                .unwrap_or(Some(Err(Timing::Error)))
         }
         _ => None,
     };
@@ -532,8 +536,10 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
     let rc = real();
     let t1 = now_ns();
     let timing = match (begun, outermost) {
-        (Some(Ok(b)), Some(id)) => timing::end(b, rc, zcta::gpu::ext_id(0, Some(id))),
-        (Some(Ok(b)), None) => timing::end(b, rc, 0),
+        (Some(Ok(b)), id) => {
+            let ext = id.map_or(0, |id| zcta::gpu::ext_id(0, Some(id)));
+            protect(|| timing::end(b, rc, ext)).unwrap_or(Timing::Error)
+        }
         (Some(Err(why)), _) => why,
         (None, _) => Timing::Off,
     };
