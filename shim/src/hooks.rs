@@ -625,11 +625,8 @@ pub fn comm_init(
     // starts with the first one either way (a pause holds once it starts).
     let Some((g, _)) = enter() else { return real() };
     if let Some(r) = state::recorder() {
-        let (on, events, budget) = (r.cupti_off, r.events, r.budget);
-        protect(|| {
-            gpu::start(on);
-            crate::timing::start(events, budget);
-        });
+        let on = r.cupti_off;
+        protect(|| gpu::start(on));
     }
     // Derivation indices are taken before the call, on every rank, success or not,
     // so that all ranks of the parent agree.
@@ -663,6 +660,12 @@ pub fn comm_init(
     let rc = real();
     let t1 = now_ns();
     let _ = CURRENT_INIT.try_with(|c| c.set(0));
+    // After the call: creating the communicator initialised CUDA, so the driver is
+    // mapped by now even in a program that had not used CUDA before.
+    if let Some(r) = state::recorder() {
+        let (events, budget) = (r.events, r.budget);
+        protect(|| crate::timing::start(events, budget));
+    }
     protect(|| {
         let (comm_id, parent_id) = pre.unwrap_or((None, None));
         let ok = nccl::accepted(rc);
