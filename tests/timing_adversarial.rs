@@ -351,6 +351,42 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
 }
 
 #[test]
+fn a_gpu_far_behind_at_exit() {
+    // Each op takes 1 s of GPU time: none is done when the program exits. The exit is
+    // bounded, every row is written, every timed call is counted lost once.
+    let run = Run::new("adv-behind");
+    let t0 = Instant::now();
+    run_driver(
+        &run,
+        &["threads", "1", "30"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "1000000000")],
+        LIMIT,
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "exit took {:?}",
+        t0.elapsed()
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 30);
+    assert_eq!(t.n("timed"), 30, "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timing_lost"), Some(30), "{p:?}");
+
+    // A group is one launching call, counted once however many ops it has.
+    let run = Run::new("adv-behind-group");
+    run_driver(
+        &run,
+        &["wide_group", "8"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "1000000000")],
+        LIMIT,
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 16);
+    assert_eq!((t.n("timed"), t.n("streams")), (1, 1), "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timing_lost"), Some(1), "{p:?}");
+}
+
+#[test]
 fn pause_and_resume_around_timed_ops() {
     // Each op takes 10 ms on the GPU (the paused ones too): the first ops' events
     // complete while paused, all of them within the exit's wait.
