@@ -387,6 +387,29 @@ fn a_gpu_far_behind_at_exit() {
 }
 
 #[test]
+fn a_slow_stream_does_not_hold_back_the_others() {
+    // 3 s of the program's own work on one stream, one op behind it; then 40 ops on
+    // another, idle stream, 2 ms apart: those are done long before the program ends.
+    let run = Run::new("adv-slow-stream");
+    run_driver(
+        &run,
+        &["slow_stream", "3000", "40", "2000"],
+        &[("ZCTA_BUDGET", "all")],
+        LIMIT,
+    );
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 41);
+    let fast: Vec<&Row> = ops.iter().filter(|o| o.req_u64("stream") == 0x6000).collect();
+    let untimed = fast.iter().filter(|o| o.is_null("gpu_end_ns")).count();
+    assert_eq!(
+        untimed, 0,
+        "ops on the idle stream lost behind the slow one: {:?}",
+        t.by_timing
+    );
+    assert_eq!(t.timed_without_times, 1, "only the op behind 3 s of work");
+}
+
+#[test]
 fn pause_and_resume_around_timed_ops() {
     // Each op takes 10 ms on the GPU (the paused ones too): the first ops' events
     // complete while paused, all of them within the exit's wait.

@@ -164,6 +164,8 @@ struct Flight {
     /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
     ext: u64,
     ctx: usize,
+    /// The stream it was recorded on (its later ops complete after it).
+    stream: usize,
     pair: Pair,
     /// When the launching call started (picks the anchor nearest to it).
     call_ns: i64,
@@ -295,6 +297,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let f = Flight {
         ext,
         ctx: b.pool.ctx,
+        stream: b.stream,
         pair: b.pair,
         call_ns: b.call_ns,
     };
@@ -512,15 +515,23 @@ impl Timer {
                 p.give(f.pair);
             }
         };
+        // Streams with an op not done yet: their later ops were launched after it and
+        // are not asked now, so the driver is queried no more than needed; the ops of
+        // other streams are (a stream far behind must not hold them back). Every op
+        // kept goes to the back, so the order is kept.
+        let mut behind: Vec<usize> = Vec::new();
         let n = self.pending.len();
         for _ in 0..n {
             let Some(f) = self.pending.pop_front() else { break };
+            if behind.contains(&f.stream) {
+                self.pending.push_back(f);
+                continue;
+            }
             match cuda::query(f.pair.end) {
                 cuda::NOT_READY if now - f.call_ns < GIVE_UP_NS => {
-                    // The rest were launched later (mostly on the same stream): not
-                    // asked now, so the driver is queried no more than needed.
-                    self.pending.push_front(f);
-                    break;
+                    behind.push(f.stream);
+                    self.pending.push_back(f);
+                    continue;
                 }
                 0 => {}
                 _ => {
