@@ -351,6 +351,34 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
 }
 
 #[test]
+fn a_short_run_on_a_drifting_clock_claims_no_drift_it_did_not_see() {
+    // Under half a second: one anchor, so no drift can be measured; the row must not
+    // claim 0 while the times are off by 2 % of the time since the anchor.
+    let run = Run::new("adv-drift-short");
+    run_driver(
+        &run,
+        &["streams", "15", "20000"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CLOCK_PPM", "20000")],
+        LIMIT,
+    );
+    let (p, ops, _) = counts_agree(&run);
+    let err = p.req_i64("gpu_clock_error_ns");
+    let worst = ops
+        .iter()
+        .filter(|o| o.u64("group_id").is_none())
+        .map(|o| (o.req_i64("gpu_ready_ns") - o.req_i64("api_start_ns")).abs())
+        .max()
+        .unwrap();
+    if let Some(drift) = p.i64("gpu_clock_drift_ns_per_s") {
+        let allow = err + drift / 2 + 1_000_000;
+        assert!(
+            worst <= allow,
+            "an op {worst} ns off, the row allows {allow}: {p:?}"
+        );
+    }
+}
+
+#[test]
 fn a_gpu_far_behind_at_exit() {
     // Each op takes 1 s of GPU time: none is done when the program exits. The exit is
     // bounded, every row is written, every timed call is counted lost once.

@@ -428,6 +428,8 @@ pub struct Timer {
     /// consecutive anchors (ns of disagreement per s).
     max_err_ns: i64,
     max_drift_ns_per_s: i64,
+    /// Whether two anchors of a clock were ever compared (else no drift was seen).
+    drift_measured: bool,
     lost: u64,
 }
 
@@ -445,6 +447,7 @@ impl Timer {
             last_budget_ns: 0,
             max_err_ns: 0,
             max_drift_ns_per_s: 0,
+            drift_measured: false,
             lost: 0,
         }
     }
@@ -495,6 +498,7 @@ impl Timer {
                     let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
                     let off = ((a.host_ns - predicted).abs() - prev.err_ns - a.err_ns).max(0);
                     self.max_drift_ns_per_s = self.max_drift_ns_per_s.max((off as f64 / span_s) as i64);
+                    self.drift_measured = true;
                 }
                 clock.anchors.push_back(a);
                 if clock.anchors.len() > ANCHORS_KEPT
@@ -638,7 +642,9 @@ impl Timer {
             errors: on.then(|| COUNTS.errors.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
-            drift_ns_per_s: (on && self.max_err_ns > 0).then_some(self.max_drift_ns_per_s),
+            // Not measured is not 0: a run shorter than an anchor's renewal has one.
+            drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift_measured)
+                .then_some(self.max_drift_ns_per_s),
         }
     }
 }
