@@ -562,3 +562,27 @@ fn calls_that_fail() {
     assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
     assert_eq!(stats["records_failed"], 0);
 }
+
+#[test]
+fn three_events_are_a_pair_and_an_anchor() {
+    // The driver makes three events at most: one pair for the ops and one for the
+    // writer's clock anchor. The pair must be reused once its op is resolved, no
+    // event leaked, and the failed creations are no op's timing error.
+    let run = Run::new("adv-event-limit");
+    let (_, stats) = run_driver(
+        &run,
+        &["streams", "20", "5000"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_EVENT_LIMIT", "3")],
+        LIMIT,
+    );
+    let (p, _, t) = counts_agree(&run);
+    assert!(t.n("timed") > 1, "the pair is reused: {:?} {p:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0, "{p:?}");
+    assert_eq!(
+        p.u64("timing_errors"),
+        Some(t.n("error")),
+        "{:?} {p:?}",
+        t.by_timing
+    );
+    assert!(stats["events_alive"] <= 3, "{stats:?}");
+}

@@ -106,8 +106,12 @@ impl Pool {
             if self.made.load(Ordering::Relaxed) as usize >= POOL_MAX {
                 return i;
             }
-            let (Ok(ready), Ok(end)) = (cuda::event_create(), cuda::event_create()) else {
-                COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+            // Not counted in `errors` (which are ops not timed): the pool stays short,
+            // and the ops that find it empty are counted there. Half a pair is given
+            // back, not leaked (under an event limit it may be what an anchor needs).
+            let Ok(ready) = cuda::event_create() else { return i };
+            let Ok(end) = cuda::event_create() else {
+                cuda::event_destroy(ready);
                 return i;
             };
             self.made.fetch_add(1, Ordering::Relaxed);
@@ -373,7 +377,8 @@ impl Clock {
         }
         let mut best: Option<Anchor> = None;
         for _ in 0..ANCHOR_TRIES {
-            let ev = self.event()?;
+            // Out of events: the best try so far (its event is not leaked).
+            let Some(ev) = self.event() else { break };
             let t0 = now_ns();
             if cuda::record(ev, self.stream).is_err() {
                 self.spare.push(ev);
