@@ -609,3 +609,23 @@ fn exit_while_another_thread_issues_ops() {
         assert!(t.n("timed") > 0, "run {i}: {:?} {p:?}", t.by_timing);
     }
 }
+
+#[test]
+fn a_simulated_group_is_not_timed() {
+    // ncclGroupSimulateEnd launches nothing: no event goes into the program's stream,
+    // and its op has no GPU span.
+    let run = Run::new("adv-simulate");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["simulate"]);
+    c.env("HOST_CUDA", cuda())
+        .env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 1);
+    assert_eq!(t.n("off"), 1, "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timed"), Some(0), "{p:?}");
+    let stats = common::read_cuda_stats(&stats_path);
+    assert!(stats["records"].is_multiple_of(3), "anchors only: {stats:?}");
+}
