@@ -629,3 +629,21 @@ fn a_simulated_group_is_not_timed() {
     let stats = common::read_cuda_stats(&stats_path);
     assert!(stats["records"].is_multiple_of(3), "anchors only: {stats:?}");
 }
+
+#[test]
+fn a_driver_loaded_after_the_first_communicator() {
+    // The program's first CUDA use comes after its first communicator: the ops of the
+    // next communicator are timed (the driver is looked up again), the first's not.
+    let run = Run::new("adv-late-cuda");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["late_cuda", &cuda()]);
+    c.env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 4);
+    assert_eq!((t.n("off"), t.n("timed")), (1, 3), "{:?} {p:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0);
+}

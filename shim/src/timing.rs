@@ -177,8 +177,9 @@ struct Flight {
 
 static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
 
-/// Timing starts with the first communicator (the driver is loaded by then), when the
-/// configuration asks for it and the process has a CUDA driver.
+/// Timing starts with the first communicator created while the process has a CUDA
+/// driver (usually the first: the driver is loaded by then), when the configuration
+/// asks for it.
 pub fn start(enabled: bool, budget: f64) {
     if STATE.load(Ordering::Acquire) != IDLE {
         return;
@@ -186,7 +187,11 @@ pub fn start(enabled: bool, budget: f64) {
     let why = if !enabled {
         Some("ZCTA_GPU=off".to_string())
     } else if !cuda::init() {
-        Some("no CUDA driver in the process (libcuda.so.1 not loaded)".to_string())
+        // Asked again at the next communicator: a program may load CUDA after its
+        // first one (the first CUDA call maps the driver). Until then: off, and why.
+        *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some("no CUDA driver in the process (libcuda.so.1 not loaded)".to_string());
+        return;
     } else if FLIGHTS.get().is_none() {
         Some("no writer".to_string())
     } else {
@@ -198,6 +203,7 @@ pub fn start(enabled: bool, budget: f64) {
             STATE.store(OFF, Ordering::Release);
         }
         None => {
+            *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) = None;
             BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
         }
@@ -628,7 +634,10 @@ impl Timer {
                     )
                 }
             }
-            IDLE => "off: no communicator was created".to_string(),
+            IDLE => match WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                Some(why) => format!("off: {why}"),
+                None => "off: no communicator was created".to_string(),
+            },
             _ => format!(
                 "off: {}",
                 WHY_OFF
