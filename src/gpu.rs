@@ -434,7 +434,8 @@ pub struct AttribStats {
     /// Ops captured into a CUDA graph ([`OpRecord::graph_captured`]): their GPU work
     /// runs at the graph's launches, not joined; their GPU columns are NULL.
     pub ops_graph_captured: u64,
-    /// Ops timed with CUDA events whose times never arrived within the hold.
+    /// Launching calls (an ungrouped op, a group) timed with CUDA events whose times
+    /// never arrived within the hold.
     pub ops_timing_lost: u64,
 }
 
@@ -478,6 +479,9 @@ pub struct Attributor {
     kinds_off: VecDeque<(i64, i64)>,
     /// CUDA-event times by external id (ops and groups), with their arrival time.
     timed: HashMap<u64, (i64, i64, i64)>,
+    /// Groups already counted in `ops_timing_lost` (by external id, with when): a
+    /// launching call is counted once, however many ops its group has.
+    lost_groups: HashMap<u64, i64>,
 }
 
 /// How far before its launch call an activity may seem to start (clock reading
@@ -557,6 +561,7 @@ impl Attributor {
             kinds_off_since: None,
             kinds_off: VecDeque::new(),
             timed: HashMap::new(),
+            lost_groups: HashMap::new(),
         }
     }
 
@@ -873,6 +878,7 @@ impl Attributor {
         }
         self.agg.retain(|_, g| g.touched_ns >= old);
         self.timed.retain(|_, t| t.2 >= old);
+        self.lost_groups.retain(|_, t| *t >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
         // The latest switch on stays: it says which stream history counts. A held op
@@ -892,6 +898,7 @@ impl Attributor {
         shrink_map(&mut self.launches);
         shrink_map(&mut self.agg);
         shrink_map(&mut self.timed);
+        shrink_map(&mut self.lost_groups);
         shrink_deque(&mut self.launch_order);
     }
 
@@ -929,7 +936,9 @@ impl Attributor {
             } else if let Some((r, e)) = events {
                 Some(OpGpu::from_events(&rec, r, e))
             } else {
-                self.stats.ops_timing_lost += 1;
+                if rec.group_id.is_none() || self.lost_groups.insert(ext, now).is_none() {
+                    self.stats.ops_timing_lost += 1;
+                }
                 None
             };
             if gpu.as_ref().is_some_and(|g| g.engine == Engine::None) {

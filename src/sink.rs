@@ -517,6 +517,8 @@ pub struct TimingStatus {
     pub captured: Option<u64>,
     pub pool_empty: Option<u64>,
     pub errors: Option<u64>,
+    /// Flights the timer gave up on (each is also an op row without times, which
+    /// is what `process.ops_timing_lost` counts).
     pub lost: Option<u64>,
     pub clock_error_ns: Option<i64>,
     pub drift_ns_per_s: Option<i64>,
@@ -812,7 +814,9 @@ impl Writer {
             if let Some(t) = st.timing {
                 if t.state.starts_with("on") {
                     row.ops_graph_captured = Some(s.ops_graph_captured);
-                    row.ops_timing_lost = Some(s.ops_timing_lost + t.lost.unwrap_or(0));
+                    // Every call the timer gave up on is a row without times, counted
+                    // there (t.lost too would count it twice).
+                    row.ops_timing_lost = Some(s.ops_timing_lost);
                 }
                 row.gpu_timing = Some(t.state);
                 row.ops_timed = t.timed;

@@ -523,8 +523,9 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         })
         .ok()
         .flatten();
+    // ncclGroupSimulateEnd launches nothing: nothing to time.
     let begun = match (rows, outermost) {
-        (true, Some(_)) if timing::on() => {
+        (true, Some(_)) if kind == CallKind::GroupEnd && timing::on() => {
             protect(|| group_stream().map(|s| s.and_then(|s| timing::begin(s, group_selected))))
                 .unwrap_or(Some(Err(Timing::Error)))
         }

@@ -106,8 +106,12 @@ impl Pool {
             if self.made.load(Ordering::Relaxed) as usize >= POOL_MAX {
                 return i;
             }
-            let (Ok(ready), Ok(end)) = (cuda::event_create(), cuda::event_create()) else {
-                COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+            // Not counted in `errors` (which are ops not timed): the pool stays short,
+            // and the ops that find it empty are counted there. Half a pair is given
+            // back, not leaked (under an event limit it may be what an anchor needs).
+            let Ok(ready) = cuda::event_create() else { return i };
+            let Ok(end) = cuda::event_create() else {
+                cuda::event_destroy(ready);
                 return i;
             };
             self.made.fetch_add(1, Ordering::Relaxed);
@@ -164,6 +168,8 @@ struct Flight {
     /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
     ext: u64,
     ctx: usize,
+    /// The stream it was recorded on (its later ops complete after it).
+    stream: usize,
     pair: Pair,
     /// When the launching call started (picks the anchor nearest to it).
     call_ns: i64,
@@ -171,8 +177,9 @@ struct Flight {
 
 static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
 
-/// Timing starts with the first communicator (the driver is loaded by then), when the
-/// configuration asks for it and the process has a CUDA driver.
+/// Timing starts with the first communicator created while the process has a CUDA
+/// driver (usually the first: the driver is loaded by then), when the configuration
+/// asks for it.
 pub fn start(enabled: bool, budget: f64) {
     if STATE.load(Ordering::Acquire) != IDLE {
         return;
@@ -180,7 +187,11 @@ pub fn start(enabled: bool, budget: f64) {
     let why = if !enabled {
         Some("ZCTA_GPU=off".to_string())
     } else if !cuda::init() {
-        Some("no CUDA driver in the process (libcuda.so.1 not loaded)".to_string())
+        // Asked again at the next communicator: a program may load CUDA after its
+        // first one (the first CUDA call maps the driver). Until then: off, and why.
+        *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some("no CUDA driver in the process (libcuda.so.1 not loaded)".to_string());
+        return;
     } else if FLIGHTS.get().is_none() {
         Some("no writer".to_string())
     } else {
@@ -192,6 +203,7 @@ pub fn start(enabled: bool, budget: f64) {
             STATE.store(OFF, Ordering::Release);
         }
         None => {
+            *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) = None;
             BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
         }
@@ -295,6 +307,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let f = Flight {
         ext,
         ctx: b.pool.ctx,
+        stream: b.stream,
         pair: b.pair,
         call_ns: b.call_ns,
     };
@@ -370,7 +383,8 @@ impl Clock {
         }
         let mut best: Option<Anchor> = None;
         for _ in 0..ANCHOR_TRIES {
-            let ev = self.event()?;
+            // Out of events: the best try so far (its event is not leaked).
+            let Some(ev) = self.event() else { break };
             let t0 = now_ns();
             if cuda::record(ev, self.stream).is_err() {
                 self.spare.push(ev);
@@ -425,6 +439,8 @@ pub struct Timer {
     /// consecutive anchors (ns of disagreement per s).
     max_err_ns: i64,
     max_drift_ns_per_s: i64,
+    /// Whether two anchors of a clock were ever compared (else no drift was seen).
+    drift_measured: bool,
     lost: u64,
 }
 
@@ -442,6 +458,7 @@ impl Timer {
             last_budget_ns: 0,
             max_err_ns: 0,
             max_drift_ns_per_s: 0,
+            drift_measured: false,
             lost: 0,
         }
     }
@@ -492,6 +509,7 @@ impl Timer {
                     let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
                     let off = ((a.host_ns - predicted).abs() - prev.err_ns - a.err_ns).max(0);
                     self.max_drift_ns_per_s = self.max_drift_ns_per_s.max((off as f64 / span_s) as i64);
+                    self.drift_measured = true;
                 }
                 clock.anchors.push_back(a);
                 if clock.anchors.len() > ANCHORS_KEPT
@@ -512,15 +530,23 @@ impl Timer {
                 p.give(f.pair);
             }
         };
+        // Streams with an op not done yet: their later ops were launched after it and
+        // are not asked now, so the driver is queried no more than needed; the ops of
+        // other streams are (a stream far behind must not hold them back). Every op
+        // kept goes to the back, so the order is kept.
+        let mut behind: Vec<usize> = Vec::new();
         let n = self.pending.len();
         for _ in 0..n {
             let Some(f) = self.pending.pop_front() else { break };
+            if behind.contains(&f.stream) {
+                self.pending.push_back(f);
+                continue;
+            }
             match cuda::query(f.pair.end) {
                 cuda::NOT_READY if now - f.call_ns < GIVE_UP_NS => {
-                    // The rest were launched later (mostly on the same stream): not
-                    // asked now, so the driver is queried no more than needed.
-                    self.pending.push_front(f);
-                    break;
+                    behind.push(f.stream);
+                    self.pending.push_back(f);
+                    continue;
                 }
                 0 => {}
                 _ => {
@@ -608,7 +634,10 @@ impl Timer {
                     )
                 }
             }
-            IDLE => "off: no communicator was created".to_string(),
+            IDLE => match WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                Some(why) => format!("off: {why}"),
+                None => "off: no communicator was created".to_string(),
+            },
             _ => format!(
                 "off: {}",
                 WHY_OFF
@@ -627,7 +656,9 @@ impl Timer {
             errors: on.then(|| COUNTS.errors.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
-            drift_ns_per_s: (on && self.max_err_ns > 0).then_some(self.max_drift_ns_per_s),
+            // Not measured is not 0: a run shorter than an anchor's renewal has one.
+            drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift_measured)
+                .then_some(self.max_drift_ns_per_s),
         }
     }
 }

@@ -47,7 +47,7 @@ crate::define_table! {
     timing_errors: U64, nullable, default, "driver calls of the timing that failed (the op is then not timed)" => |r, c| r.timing_errors;
     ops_timing_lost: U64, nullable, default, "timed launching calls whose event times never reached the writer (the GPU did not finish them within the hold, or the process ended first)" => |r, c| r.ops_timing_lost;
     gpu_clock_error_ns: I64, nullable, default, "largest error of the CUDA-event clock anchors used to put event times on CLOCK_REALTIME: half the host-time bracket in which the anchor event was recorded and seen complete" => |r, c| r.gpu_clock_error_ns;
-    gpu_clock_drift_ns_per_s: I64, nullable, default, "largest disagreement between the GPU's event timer and CLOCK_REALTIME from one anchor to the next, beyond the anchors' errors, in ns per second (anchors are renewed every 0.5 s and each op uses the nearest)" => |r, c| r.gpu_clock_drift_ns_per_s;
+    gpu_clock_drift_ns_per_s: I64, nullable, default, "largest disagreement between the GPU's event timer and CLOCK_REALTIME from one anchor to the next, beyond the anchors' errors, in ns per second (anchors are renewed every 0.5 s and each op uses the nearest); NULL when no two anchors were compared (a run shorter than that)" => |r, c| r.gpu_clock_drift_ns_per_s;
     write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
 }
 

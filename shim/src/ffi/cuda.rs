@@ -28,6 +28,7 @@ struct Api {
     stream_is_capturing: unsafe extern "C" fn(Handle, *mut c_int) -> Res,
     stream_create: unsafe extern "C" fn(*mut Handle, c_uint) -> Res,
     event_create: unsafe extern "C" fn(*mut Handle, c_uint) -> Res,
+    event_destroy: unsafe extern "C" fn(Handle) -> Res,
     event_record: unsafe extern "C" fn(Handle, Handle) -> Res,
     event_query: unsafe extern "C" fn(Handle) -> Res,
     event_elapsed: unsafe extern "C" fn(*mut f32, Handle, Handle) -> Res,
@@ -64,6 +65,7 @@ fn load() -> Option<Api> {
             stream_is_capturing: func(h, c"cuStreamIsCapturing")?,
             stream_create: func(h, c"cuStreamCreate")?,
             event_create: func(h, c"cuEventCreate")?,
+            event_destroy: func(h, c"cuEventDestroy_v2").or_else(|| func(h, c"cuEventDestroy"))?,
             event_record: func(h, c"cuEventRecord")?,
             event_query: func(h, c"cuEventQuery")?,
             event_elapsed: func(h, c"cuEventElapsedTime_v2").or_else(|| func(h, c"cuEventElapsedTime"))?,
@@ -150,6 +152,15 @@ pub fn event_create() -> Result<usize, i32> {
         0 if !ev.is_null() => Ok(ev as usize),
         0 => Err(-1),
         e => Err(e),
+    }
+}
+
+/// Destroys one of our events that was never recorded (one half of a pair whose other
+/// half could not be made).
+pub fn event_destroy(ev: usize) {
+    if let Some(a) = api() {
+        // SAFETY: ev is one of our events, made by event_create and not in use.
+        unsafe { (a.event_destroy)(ev as Handle) };
     }
 }
 

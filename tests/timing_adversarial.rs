@@ -1,0 +1,649 @@
+//! Per-op CUDA-event timing under hostile conditions, driven on the CPU with the
+//! stand-in driver (tests/fixtures/fake_cuda.c): many threads on many streams, fork
+//! with events in flight, a driver that refuses every record, threads without a
+//! context, a capture on a blocking stream while another thread uses the legacy one,
+//! a drifting GPU clock, a GPU far behind at exit, pauses, budget edge values, wide
+//! groups and failing calls. In each: the program's behaviour is unchanged (exit
+//! status, stdout, nothing on stderr), every process ends within a bound, nothing is
+//! recorded into a capturing stream, no row is lost, and the process row's counts
+//! agree with the ops rows.
+
+mod common;
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{Row, Run, text};
+
+fn cuda() -> String {
+    common::fixtures().libcuda.display().to_string()
+}
+
+/// Runs `c` to its end, killing it (and failing the test) after `limit`.
+fn bounded(mut c: Command, limit: Duration) -> Output {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = c.spawn().expect("spawn host");
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let ro = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = so.read_to_end(&mut b);
+        b
+    });
+    let re = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = se.read_to_end(&mut b);
+        b
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("host did not end within {limit:?} (deadlock?)");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: ro.join().unwrap(),
+        stderr: re.join().unwrap(),
+    }
+}
+
+/// `host ARGS` under the shim with the stand-in driver, bounded by `limit`; asserts
+/// exit 0, `stdout` as the program prints it, an empty stderr. Returns the output and
+/// the driver's counters.
+fn run_driver(
+    run: &Run,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> (Output, HashMap<String, u64>) {
+    let stats = run.scratch("cuda-stats");
+    let mut c = run.host(args);
+    c.env("HOST_CUDA", cuda()).env("FAKE_CUDA_STATS_FILE", &stats);
+    c.envs(env.iter().copied());
+    let out = bounded(c, limit);
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out.stderr));
+    // Every scenario but `threads` ends with "ok".
+    let want = if args[0] == "threads" { "" } else { "ok\n" };
+    assert_eq!(text(&out.stdout), want, "{args:?}");
+    (out, common::read_cuda_stats(&stats))
+}
+
+fn process(run: &Run) -> Row {
+    let mut p = run.rows("process");
+    assert_eq!(p.len(), 1, "{p:?}");
+    p.remove(0)
+}
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// The launching calls of a run (an ungrouped op, or a group: its ops share the
+/// timing), each with its rows.
+fn launching_calls(ops: &[Row]) -> BTreeMap<(u64, u64), Vec<&Row>> {
+    let mut calls: BTreeMap<(u64, u64), Vec<&Row>> = BTreeMap::new();
+    for o in ops {
+        let key = o.u64("group_id").map_or((o.req_u64("op_id"), 0), |g| (0, g));
+        calls.entry(key).or_default().push(o);
+    }
+    for (k, rows) in &calls {
+        let t: Vec<_> = rows.iter().map(|o| o.str("timing")).collect();
+        assert!(
+            t.windows(2).all(|w| w[0] == w[1]),
+            "{k:?}: ops of a group share its timing: {t:?}"
+        );
+        let g: Vec<_> = rows
+            .iter()
+            .map(|o| (o.i64("gpu_ready_ns"), o.i64("gpu_end_ns")))
+            .collect();
+        assert!(g.windows(2).all(|w| w[0] == w[1]), "{k:?}: and its span: {g:?}");
+    }
+    calls
+}
+
+/// How many launching calls have each `timing`, and how many timed ones lack times.
+struct Tally {
+    by_timing: HashMap<String, u64>,
+    timed_without_times: u64,
+}
+
+impl Tally {
+    fn of(ops: &[Row]) -> Tally {
+        let mut by_timing: HashMap<String, u64> = HashMap::new();
+        let mut timed_without_times = 0;
+        for rows in launching_calls(ops).values() {
+            let o = rows[0];
+            let t = o.req_str("timing").to_string();
+            if t == "timed" {
+                match (o.i64("gpu_ready_ns"), o.i64("gpu_end_ns")) {
+                    (Some(r), Some(e)) => {
+                        assert!(e >= r, "end before ready: {o:?}");
+                        assert_eq!(o.str("gpu_source"), Some("events"), "{o:?}");
+                    }
+                    (None, None) => timed_without_times += 1,
+                    other => panic!("half a span {other:?}: {o:?}"),
+                }
+            } else {
+                for col in ["gpu_ready_ns", "gpu_end_ns"] {
+                    assert!(o.is_null(col), "{col} of an op not timed: {o:?}");
+                }
+            }
+            *by_timing.entry(t).or_default() += 1;
+        }
+        Tally {
+            by_timing,
+            timed_without_times,
+        }
+    }
+    fn n(&self, t: &str) -> u64 {
+        self.by_timing.get(t).copied().unwrap_or(0)
+    }
+}
+
+/// The process row's timing counts agree with the ops rows; returns the tally.
+fn counts_agree(run: &Run) -> (Row, Vec<Row>, Tally) {
+    let p = process(run);
+    let ops = run.rows("ops");
+    let t = Tally::of(&ops);
+    assert!(p.req_str("gpu_timing").starts_with("on"), "{p:?}");
+    assert_eq!(
+        p.u64("ops_timed"),
+        Some(t.n("timed")),
+        "ops_timed: {:?}",
+        t.by_timing
+    );
+    assert_eq!(
+        p.u64("timing_pool_empty"),
+        Some(t.n("pool_empty")),
+        "timing_pool_empty: {:?}",
+        t.by_timing
+    );
+    assert_eq!(
+        p.u64("timing_captured"),
+        Some(t.n("graph_capture")),
+        "timing_captured: {:?}",
+        t.by_timing
+    );
+    assert_eq!(
+        p.u64("ops_timing_lost"),
+        Some(t.timed_without_times),
+        "ops_timing_lost: the timed launching calls without times ({:?})",
+        t.by_timing
+    );
+    assert_eq!(p.u64("ops_rows"), Some(ops.len() as u64), "no row lost");
+    (p, ops, t)
+}
+
+#[test]
+fn many_threads_on_many_streams_at_once() {
+    let run = Run::new("adv-threads");
+    let (_, stats) = run_driver(&run, &["threads", "12", "150"], &[("ZCTA_BUDGET", "all")], LIMIT);
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 12 * 150);
+    assert_eq!(t.n("error"), 0, "{:?}", t.by_timing);
+    assert!(t.n("timed") > 0, "{:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0);
+    assert_eq!(stats["records_on_capturing"], 0);
+    assert_eq!(stats["records_failed"], 0);
+    // Each stream is one in-order queue: its timed ops, in call order, never overlap
+    // (the clock anchor is the same for all; allow its error and a little drift).
+    let mut by_stream: HashMap<u64, Vec<&Row>> = HashMap::new();
+    for o in ops.iter().filter(|o| !o.is_null("gpu_end_ns")) {
+        by_stream.entry(o.req_u64("stream")).or_default().push(o);
+    }
+    assert!(!by_stream.is_empty() && by_stream.len() <= 12);
+    for (s, mut v) in by_stream {
+        v.sort_by_key(|o| o.req_i64("api_start_ns"));
+        for w in v.windows(2) {
+            let (e0, r1) = (w[0].req_i64("gpu_end_ns"), w[1].req_i64("gpu_ready_ns"));
+            assert!(
+                r1 >= e0 - 100_000,
+                "stream {s:#x}: ready {r1} before the previous end {e0}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fork_with_events_in_flight() {
+    // The GPU is 2 ms behind per op: the parent has events pending when it forks.
+    let run = Run::new("adv-fork");
+    let (_, stats) = run_driver(
+        &run,
+        &["fork_busy", "40"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "2000000")],
+        LIMIT,
+    );
+    // One process row: the child's rows are none (a fork child does not record).
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 1 + 40 + 3, "the parent's ops only: {}", ops.len());
+    // (The thread's burst may outrun the pool's first pairs: pool_empty, counted.)
+    assert_eq!(t.n("error"), 0, "{:?}", t.by_timing);
+    assert!(t.n("timed") > 0, "{:?}", t.by_timing);
+    assert_eq!(stats["records_on_capturing"], 0);
+}
+
+#[test]
+fn a_driver_that_refuses_every_record() {
+    let run = Run::new("adv-recordfail");
+    let (_, stats) = run_driver(
+        &run,
+        &["streams", "5", "0"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_RECORD_FAIL", "1")],
+        LIMIT,
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 5 + 10 + 2);
+    // Every launching call but the group over two streams tried, and was refused.
+    assert_eq!(t.n("error"), 5 + 5, "{:?}", t.by_timing);
+    assert_eq!(t.n("streams"), 1);
+    assert_eq!(
+        p.u64("timing_errors"),
+        Some(10),
+        "one refused record per op: {p:?}"
+    );
+    assert_eq!(stats["records"], 0);
+    assert!(p.is_null("gpu_clock_error_ns"), "no anchor could be made: {p:?}");
+}
+
+#[test]
+fn threads_without_a_context() {
+    // Only the thread that loaded the driver has the context current: the program's
+    // other threads and the writer have none (the writer makes it current itself).
+    let run = Run::new("adv-noctx");
+    let (_, stats) = run_driver(
+        &run,
+        &["threads", "4", "30"],
+        &[
+            ("ZCTA_BUDGET", "all"),
+            ("FAKE_CUDA_NO_CTX_THREADS", "1"),
+            ("HOST_ITER_GAP_MS", "3"),
+        ],
+        LIMIT,
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 4 * 30);
+    assert_eq!(t.n("error"), 0, "{:?}", t.by_timing);
+    assert!(t.n("timed") > 0, "the writer filled the pool: {:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0, "{p:?}");
+    assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
+    assert_eq!(stats["records_failed"], 0, "{stats:?}");
+}
+
+#[test]
+fn a_blocking_capture_while_another_thread_uses_the_legacy_stream() {
+    let run = Run::new("adv-capture-mt");
+    let iters = 5;
+    let (_, stats) = run_driver(
+        &run,
+        &["capture_mt", &iters.to_string()],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CAPTURE_BLOCKING", "1")],
+        LIMIT,
+    );
+    assert_eq!(stats["records_on_capturing"], 0, "{stats:?}");
+    assert_eq!(stats["captures_invalidated"], 0, "{stats:?}");
+    assert_eq!(stats["unsafe_during_capture"], 0, "{stats:?}");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 1 + 2 * iters + iters + iters);
+    let on = |s: u64| -> Vec<&Row> {
+        let mut v: Vec<&Row> = ops.iter().filter(|o| o.req_u64("stream") == s).collect();
+        v.sort_by_key(|o| o.req_i64("api_start_ns"));
+        v
+    };
+    let legacy = on(0);
+    assert_eq!(legacy.len(), 1 + 2 * iters);
+    // Before and after the capture: timed. During it: the driver will not say whether
+    // the legacy stream is capturing (it would join the capture): not touched.
+    let timing = |v: &[&Row]| {
+        v.iter()
+            .map(|o| o.req_str("timing").to_string())
+            .collect::<Vec<_>>()
+    };
+    let lt = timing(&legacy);
+    assert_eq!(lt[0], "timed");
+    assert!(lt[1..=iters].iter().all(|t| t == "error"), "{lt:?}");
+    assert!(lt[iters + 1..].iter().all(|t| t == "timed"), "{lt:?}");
+    let other = timing(&on(0x5000));
+    assert!(other.iter().all(|t| t == "timed"), "{other:?}");
+    let captured = timing(&on(0x6000));
+    assert!(captured.iter().all(|t| t == "graph_capture"), "{captured:?}");
+    assert_eq!(p.u64("timing_errors"), Some(iters as u64), "{p:?}");
+    assert_eq!(t.timed_without_times, 0);
+}
+
+#[test]
+fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
+    // The GPU clock runs 2 % fast. Each op's stream is idle when it is called, so its
+    // ready event completes when it was recorded, just before the call. The process
+    // row claims anchor errors and a drift; times must lie within what they allow.
+    let run = Run::new("adv-drift");
+    run_driver(
+        &run,
+        &["streams", "60", "20000"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CLOCK_PPM", "20000")],
+        LIMIT,
+    );
+    let (p, ops, _) = counts_agree(&run);
+    let err = p.req_i64("gpu_clock_error_ns");
+    let drift = p.req_i64("gpu_clock_drift_ns_per_s");
+    assert!(drift > 10_000_000, "a 2 % drift is seen: {p:?}");
+    // An op uses the nearest anchor it has; anchors are renewed every 0.5 s (the
+    // writer polls every 20 ms).
+    let allow = err + drift * 6 / 10 + 1_000_000;
+    let mut worst = 0;
+    for o in ops.iter().filter(|o| o.u64("group_id").is_none()) {
+        let off = (o.req_i64("gpu_ready_ns") - o.req_i64("api_start_ns")).abs();
+        worst = worst.max(off);
+    }
+    assert!(
+        worst <= allow,
+        "an op {worst} ns off, the row allows {allow}: {p:?}"
+    );
+}
+
+#[test]
+fn a_short_run_on_a_drifting_clock_claims_no_drift_it_did_not_see() {
+    // Under half a second: one anchor, so no drift can be measured; the row must not
+    // claim 0 while the times are off by 2 % of the time since the anchor.
+    let run = Run::new("adv-drift-short");
+    run_driver(
+        &run,
+        &["streams", "15", "20000"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CLOCK_PPM", "20000")],
+        LIMIT,
+    );
+    let (p, ops, _) = counts_agree(&run);
+    let err = p.req_i64("gpu_clock_error_ns");
+    let worst = ops
+        .iter()
+        .filter(|o| o.u64("group_id").is_none())
+        .map(|o| (o.req_i64("gpu_ready_ns") - o.req_i64("api_start_ns")).abs())
+        .max()
+        .unwrap();
+    if let Some(drift) = p.i64("gpu_clock_drift_ns_per_s") {
+        let allow = err + drift / 2 + 1_000_000;
+        assert!(
+            worst <= allow,
+            "an op {worst} ns off, the row allows {allow}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn a_gpu_far_behind_at_exit() {
+    // Each op takes 1 s of GPU time: none is done when the program exits. The exit is
+    // bounded, every row is written, every timed call is counted lost once.
+    let run = Run::new("adv-behind");
+    let t0 = Instant::now();
+    run_driver(
+        &run,
+        &["threads", "1", "30"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "1000000000")],
+        LIMIT,
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "exit took {:?}",
+        t0.elapsed()
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 30);
+    assert_eq!(t.n("timed"), 30, "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timing_lost"), Some(30), "{p:?}");
+
+    // A group is one launching call, counted once however many ops it has.
+    let run = Run::new("adv-behind-group");
+    run_driver(
+        &run,
+        &["wide_group", "8"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "1000000000")],
+        LIMIT,
+    );
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 16);
+    assert_eq!((t.n("timed"), t.n("streams")), (1, 1), "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timing_lost"), Some(1), "{p:?}");
+}
+
+#[test]
+fn a_slow_stream_does_not_hold_back_the_others() {
+    // 3 s of the program's own work on one stream, one op behind it; then 40 ops on
+    // another, idle stream, 2 ms apart: those are done long before the program ends.
+    let run = Run::new("adv-slow-stream");
+    run_driver(
+        &run,
+        &["slow_stream", "3000", "40", "2000"],
+        &[("ZCTA_BUDGET", "all")],
+        LIMIT,
+    );
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 41);
+    let fast: Vec<&Row> = ops.iter().filter(|o| o.req_u64("stream") == 0x6000).collect();
+    let untimed = fast.iter().filter(|o| o.is_null("gpu_end_ns")).count();
+    assert_eq!(
+        untimed, 0,
+        "ops on the idle stream lost behind the slow one: {:?}",
+        t.by_timing
+    );
+    assert_eq!(t.timed_without_times, 1, "only the op behind 3 s of work");
+}
+
+#[test]
+fn pause_and_resume_around_timed_ops() {
+    // Each op takes 10 ms on the GPU (the paused ones too): the first ops' events
+    // complete while paused, all of them within the exit's wait.
+    let run = Run::new("adv-pause");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["pause"]);
+    c.env("HOST_CUDA", cuda())
+        .env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all")
+        .env("FAKE_CUDA_KERNEL_NS", "10000000");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert!(
+        text(&out.stdout).starts_with("ok prev=1,0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let stats = common::read_cuda_stats(&stats_path);
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 6, "the paused ops have no rows");
+    assert_eq!(t.n("timed"), 6, "{:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0);
+    // Nothing recorded for the paused ops: two per timed op, the rest are anchors.
+    let anchors = stats["records"] - 12;
+    assert!(anchors.is_multiple_of(3), "{stats:?}");
+}
+
+#[test]
+fn budget_edge_values() {
+    // 100 %: the cost model counts each record's stream time as if on the critical
+    // path, so a tight loop of ops can cost more than its wall time: some may still be
+    // left to the budget. The tiny budgets leave most ops untimed.
+    for (v, tiny) in [("100%", false), ("1e-300%", true), ("0.0000001", true)] {
+        let run = Run::new("adv-budget");
+        // Spread over 150 ms: the writer evaluates the budget meanwhile.
+        let (_, _) = run_driver(
+            &run,
+            &["threads", "1", "150"],
+            &[("ZCTA_BUDGET", v), ("HOST_ITER_GAP_MS", "1")],
+            LIMIT,
+        );
+        let (p, ops, t) = counts_agree(&run);
+        assert_eq!(ops.len(), 150, "{v}");
+        assert_eq!(
+            t.n("timed") + t.n("pool_empty") + t.n("budget"),
+            150,
+            "{v}: {:?}",
+            t.by_timing
+        );
+        if tiny {
+            assert!(t.n("budget") > 0, "{v}: {:?} {p:?}", t.by_timing);
+        } else {
+            assert!(t.n("timed") > 0, "{v}: {:?}", t.by_timing);
+        }
+        for o in &ops {
+            let asked = matches!(o.str("timing"), Some("timed" | "budget"));
+            assert_eq!(o.u64("timing_level").is_some(), asked, "{v}: {o:?}");
+            let level = o.u64("timing_level").unwrap_or(0);
+            assert!(level <= u64::from(zcta::budget::MAX_LEVEL), "{v}: {o:?}");
+        }
+    }
+    // Malformed or out of range: one warning, the default budget, and timing goes on.
+    for v in ["0", "0%", "-1%", "nan", "inf", "101%", "1%%"] {
+        let run = Run::new("adv-budget-bad");
+        let mut c = run.host(&["threads", "1", "5"]);
+        c.env("HOST_CUDA", cuda()).env("ZCTA_BUDGET", v);
+        let out = bounded(c, LIMIT);
+        assert!(out.status.success(), "{v}: {out:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{v}: {err}");
+        assert!(err.contains("ZCTA_BUDGET"), "{v}: {err}");
+        let p = process(&run);
+        assert!(
+            p.req_str("gpu_timing").starts_with("on (CUDA events, budget 1% "),
+            "{v}: {p:?}"
+        );
+    }
+}
+
+#[test]
+fn a_group_over_many_streams() {
+    let run = Run::new("adv-wide");
+    let (_, stats) = run_driver(&run, &["wide_group", "64"], &[("ZCTA_BUDGET", "all")], LIMIT);
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 128);
+    assert_eq!(t.n("streams"), 1, "{:?}", t.by_timing);
+    assert_eq!(t.n("timed"), 1, "{:?}", t.by_timing);
+    // One pair for the group on one stream; the rest are anchors.
+    assert!((stats["records"] - 2).is_multiple_of(3), "{stats:?}");
+}
+
+#[test]
+fn calls_that_fail() {
+    // Ops whose NCCL call fails launch nothing: not timed, 'error', no times, and no
+    // driver call failed (timing_errors counts those).
+    let run = Run::new("adv-errors");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["errors"]);
+    c.env("HOST_CUDA", cuda())
+        .env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    let plain = bounded(
+        {
+            let mut c = support::host_plain(&["errors"]);
+            c.env("HOST_CUDA", cuda());
+            c
+        },
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), plain.status.code());
+    assert_eq!(out.stdout, plain.stdout);
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let stats = common::read_cuda_stats(&stats_path);
+    let (p, ops, t) = counts_agree(&run);
+    let failed: Vec<&Row> = ops.iter().filter(|o| o.req_i32("result") != 0).collect();
+    assert_eq!(failed.len(), 4, "{ops:?}");
+    for o in &failed {
+        assert_eq!(o.str("timing"), Some("error"), "{o:?}");
+    }
+    assert_eq!(t.n("timed"), 0);
+    assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
+    assert_eq!(stats["records_failed"], 0);
+}
+
+#[test]
+fn three_events_are_a_pair_and_an_anchor() {
+    // The driver makes three events at most: one pair for the ops and one for the
+    // writer's clock anchor. The pair must be reused once its op is resolved, no
+    // event leaked, and the failed creations are no op's timing error.
+    let run = Run::new("adv-event-limit");
+    let (_, stats) = run_driver(
+        &run,
+        &["streams", "20", "5000"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_EVENT_LIMIT", "3")],
+        LIMIT,
+    );
+    let (p, _, t) = counts_agree(&run);
+    assert!(t.n("timed") > 1, "the pair is reused: {:?} {p:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0, "{p:?}");
+    assert_eq!(
+        p.u64("timing_errors"),
+        Some(t.n("error")),
+        "{:?} {p:?}",
+        t.by_timing
+    );
+    assert!(stats["events_alive"] <= 3, "{stats:?}");
+}
+
+#[test]
+#[ignore = "BUG: an op in another thread's call when the program exits is counted in ops_timed (or timing_pool_empty) but its row is never written, nor counted in records_dropped"]
+fn exit_while_another_thread_issues_ops() {
+    // The program exits while a thread is in the middle of its ops: the exit is
+    // bounded, the process row is written, and what it counts agrees with the rows.
+    // Seen: ops_timed one more than the timed rows, records_dropped 0, every run: the
+    // call in flight at exit pushes its row after the writer's last drain. (A fix:
+    // the exit waits, bounded, for the calls in flight; or the writer counts the
+    // timing outcomes from the rows it writes.)
+    for i in 0..3 {
+        let run = Run::new("adv-exit-busy");
+        run_driver(
+            &run,
+            &["exit_busy", "2000"],
+            &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "5000")],
+            LIMIT,
+        );
+        let (p, ops, t) = counts_agree(&run);
+        assert!(ops.len() >= 2000, "run {i}: {}", ops.len());
+        assert!(t.n("timed") > 0, "run {i}: {:?} {p:?}", t.by_timing);
+    }
+}
+
+#[test]
+fn a_simulated_group_is_not_timed() {
+    // ncclGroupSimulateEnd launches nothing: no event goes into the program's stream,
+    // and its op has no GPU span.
+    let run = Run::new("adv-simulate");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["simulate"]);
+    c.env("HOST_CUDA", cuda())
+        .env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 1);
+    assert_eq!(t.n("off"), 1, "{:?}", t.by_timing);
+    assert_eq!(p.u64("ops_timed"), Some(0), "{p:?}");
+    let stats = common::read_cuda_stats(&stats_path);
+    assert!(stats["records"].is_multiple_of(3), "anchors only: {stats:?}");
+}
+
+#[test]
+fn a_driver_loaded_after_the_first_communicator() {
+    // The program's first CUDA use comes after its first communicator: the ops of the
+    // next communicator are timed (the driver is looked up again), the first's not.
+    let run = Run::new("adv-late-cuda");
+    let stats_path = run.scratch("cuda-stats");
+    let mut c = run.host(&["late_cuda", &cuda()]);
+    c.env("FAKE_CUDA_STATS_FILE", &stats_path)
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 4);
+    assert_eq!((t.n("off"), t.n("timed")), (1, 3), "{:?} {p:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0);
+}
