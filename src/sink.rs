@@ -602,6 +602,42 @@ pub struct Writer {
     /// The `process` row's log, kept open (and locked) until the final row is written.
     process_wal: Option<(PathBuf, StreamWriter<BufWriter<File>>)>,
     error: Option<String>,
+    /// What the timing did per launching call, counted from the op rows received.
+    timing_calls: TimingCalls,
+}
+
+/// Launching calls (an ungrouped op, or a group: its ops share the outcome) by how
+/// their timing went, counted from the rows the writer receives, so the process row
+/// agrees with the ops rows (a call in flight at exit has neither).
+#[derive(Default)]
+struct TimingCalls {
+    timed: u64,
+    pool_empty: u64,
+    captured: u64,
+    /// Groups already counted (their ops may interleave with other threads' rows).
+    recent_groups: std::collections::VecDeque<u64>,
+}
+
+impl TimingCalls {
+    const GROUPS_KEPT: usize = 256;
+
+    fn count(&mut self, r: &crate::record::OpRecord) {
+        if let Some(g) = r.group_id {
+            if self.recent_groups.contains(&g) {
+                return;
+            }
+            if self.recent_groups.len() == Self::GROUPS_KEPT {
+                self.recent_groups.pop_front();
+            }
+            self.recent_groups.push_back(g);
+        }
+        match r.timing.timing {
+            Timing::Timed(_) => self.timed += 1,
+            Timing::PoolEmpty => self.pool_empty += 1,
+            Timing::Captured => self.captured += 1,
+            _ => {}
+        }
+    }
 }
 
 impl Writer {
@@ -619,6 +655,7 @@ impl Writer {
             info,
             process_wal: None,
             error: None,
+            timing_calls: TimingCalls::default(),
         }
     }
 
@@ -673,19 +710,24 @@ impl Writer {
     pub fn handle(&mut self, ev: &Event) -> Result<(), SinkError> {
         let ctx = &self.info.ctx;
         match ev {
-            Event::Op(r) => match &mut self.gpu_pipe {
-                Some(p) if matches!(r.timing.timing, Timing::Timed(_)) || p.src.captured(r.api_start_ns) => {
-                    p.attrib.hold(*r, crate::clock::now_ns());
-                    Ok(())
-                }
-                Some(p) => {
-                    if r.timing.timing == Timing::Captured {
-                        p.attrib.stats.ops_graph_captured += 1;
+            Event::Op(r) => {
+                self.timing_calls.count(r);
+                match &mut self.gpu_pipe {
+                    Some(p)
+                        if matches!(r.timing.timing, Timing::Timed(_)) || p.src.captured(r.api_start_ns) =>
+                    {
+                        p.attrib.hold(*r, crate::clock::now_ns());
+                        Ok(())
                     }
-                    self.ops.append(&OpRow { rec: *r, gpu: None }, ctx)
+                    Some(p) => {
+                        if r.timing.timing == Timing::Captured {
+                            p.attrib.stats.ops_graph_captured += 1;
+                        }
+                        self.ops.append(&OpRow { rec: *r, gpu: None }, ctx)
+                    }
+                    None => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
                 }
-                None => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
-            },
+            }
             Event::Call(r) => self.calls.append(r, ctx),
             Event::Comm(r) => self.comms.append(r, ctx),
         }
@@ -819,9 +861,11 @@ impl Writer {
                     row.ops_timing_lost = Some(s.ops_timing_lost);
                 }
                 row.gpu_timing = Some(t.state);
-                row.ops_timed = t.timed;
-                row.timing_captured = t.captured;
-                row.timing_pool_empty = t.pool_empty;
+                let on = t.timed.is_some();
+                let c = &self.timing_calls;
+                row.ops_timed = on.then_some(c.timed);
+                row.timing_captured = on.then_some(c.captured);
+                row.timing_pool_empty = on.then_some(c.pool_empty);
                 row.timing_errors = t.errors;
                 row.gpu_clock_error_ns = t.clock_error_ns;
                 row.gpu_clock_drift_ns_per_s = t.drift_ns_per_s;
