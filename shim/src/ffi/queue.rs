@@ -12,6 +12,11 @@
 //! the program computes, not inside the next NCCL call. Slots are cache-line aligned
 //! so a record never shares a line with its neighbour; the capacity is rounded up to a
 //! power of two.
+//!
+//! The slots are mapped zeroed and untouched (anonymous `mmap`): the kernel gives a
+//! page of them memory only when the ring first reaches it, so making a large queue
+//! costs nothing up front. For that, a slot stores its sequence number *minus its
+//! index*, which is 0 for every slot of a new queue.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -24,9 +29,78 @@ struct Padded(AtomicUsize);
 
 #[repr(align(64))]
 struct Slot<T> {
-    /// `pos` when free for the push at `pos`; `pos + 1` once that push wrote it.
+    /// `pos` when free for the push at `pos`; `pos + 1` once that push wrote it; minus
+    /// the slot's index (`pos & mask`), so that a new slot holds 0.
     seq: AtomicUsize,
     val: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// The slot array: zeroed pages from an anonymous mapping (all-zero bytes are a valid
+/// new slot: sequence 0, no value), or from the allocator when mapping fails.
+struct Slots<T> {
+    ptr: std::ptr::NonNull<Slot<T>>,
+    len: usize,
+    mapped: bool,
+}
+
+impl<T> Slots<T> {
+    fn zeroed(len: usize) -> Self {
+        let layout = std::alloc::Layout::array::<Slot<T>>(len).expect("queue size fits in memory");
+        // SAFETY: a fresh private anonymous mapping, checked for failure; its pages read
+        // as zero until written. MAP_NORESERVE: untouched slots commit no memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED
+            && let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot<T>>())
+        {
+            return Self {
+                ptr,
+                len,
+                mapped: true,
+            };
+        }
+        // SAFETY: the layout has a non-zero size (a slot holds at least its sequence).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot<T>>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Self {
+            ptr,
+            len,
+            mapped: false,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Slots<T> {
+    type Target = [Slot<T>];
+    fn deref(&self) -> &[Slot<T>] {
+        // SAFETY: `len` zeroed slots live at `ptr` until drop; zero bytes are a valid
+        // `Slot` (an atomic 0 and an uninitialised value).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        // Values are `Copy` (the queue requires it): nothing to drop but the memory.
+        let layout = std::alloc::Layout::array::<Slot<T>>(self.len).expect("as made");
+        if self.mapped {
+            // SAFETY: the mapping made in `zeroed`, with its size; unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), layout.size()) };
+        } else {
+            // SAFETY: allocated in `zeroed` with this layout; freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
 }
 
 struct Inner<T> {
@@ -34,7 +108,7 @@ struct Inner<T> {
     tail: Padded,
     /// Next position to pop (written by the consumer only).
     head: Padded,
-    slots: Box<[Slot<T>]>,
+    slots: Slots<T>,
     mask: usize,
 }
 
@@ -45,6 +119,23 @@ struct Inner<T> {
 unsafe impl<T: Copy + Send> Sync for Inner<T> {}
 // SAFETY: as above.
 unsafe impl<T: Copy + Send> Send for Inner<T> {}
+
+impl<T> Inner<T> {
+    /// The slot at `pos` and its sequence number.
+    #[inline]
+    fn slot(&self, pos: usize) -> (&Slot<T>, usize) {
+        let idx = pos & self.mask;
+        let slot = &self.slots[idx];
+        (slot, slot.seq.load(Ordering::Acquire).wrapping_add(idx))
+    }
+
+    /// Sets the sequence number of the slot at `pos`.
+    #[inline]
+    fn set_seq(&self, slot: &Slot<T>, pos: usize, seq: usize) {
+        slot.seq
+            .store(seq.wrapping_sub(pos & self.mask), Ordering::Release);
+    }
+}
 
 /// The sending side (cloneable, shared by every producing thread).
 pub struct Producer<T>(Arc<Inner<T>>);
@@ -64,12 +155,7 @@ pub struct Consumer<T> {
 /// A queue of at least `capacity` slots (rounded up to a power of two, at least 2).
 pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     let cap = capacity.max(2).next_power_of_two();
-    let slots = (0..cap)
-        .map(|i| Slot {
-            seq: AtomicUsize::new(i),
-            val: UnsafeCell::new(MaybeUninit::uninit()),
-        })
-        .collect();
+    let slots = Slots::zeroed(cap);
     let q = Arc::new(Inner {
         tail: Padded(AtomicUsize::new(0)),
         head: Padded(AtomicUsize::new(0)),
@@ -125,8 +211,7 @@ impl<T: Copy + Send> Producer<T> {
         let q = &*self.0;
         let mut pos = q.tail.0.load(Ordering::Relaxed);
         loop {
-            let slot = &q.slots[pos & q.mask];
-            let seq = slot.seq.load(Ordering::Acquire);
+            let (slot, seq) = q.slot(pos);
             let dif = seq.wrapping_sub(pos) as isize;
             if dif == 0 {
                 match q.tail.0.compare_exchange_weak(
@@ -139,7 +224,7 @@ impl<T: Copy + Send> Producer<T> {
                         // SAFETY: winning the CAS for `pos` gives this thread sole
                         // access to the slot until the store below publishes it.
                         unsafe { (*slot.val.get()).write(v) };
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        q.set_seq(slot, pos, pos.wrapping_add(1));
                         q.prefetch(pos.wrapping_add(1));
                         return Ok(pos);
                     }
@@ -170,14 +255,14 @@ impl<T: Copy + Send> Consumer<T> {
     pub fn try_pop(&self) -> Option<T> {
         let q = &*self.q;
         let pos = q.head.0.load(Ordering::Relaxed);
-        let slot = &q.slots[pos & q.mask];
-        if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+        let (slot, seq) = q.slot(pos);
+        if seq != pos.wrapping_add(1) {
             return None;
         }
         // SAFETY: seq == pos + 1 means the producer of `pos` wrote the value and
         // released it; only this (single) consumer reads it, once.
         let v = unsafe { (*slot.val.get()).assume_init_read() };
-        slot.seq.store(pos.wrapping_add(q.mask + 1), Ordering::Release);
+        q.set_seq(slot, pos, pos.wrapping_add(q.mask + 1));
         q.head.0.store(pos.wrapping_add(1), Ordering::Release);
         Some(v)
     }
@@ -257,6 +342,27 @@ mod tests {
         }
         assert_eq!(c.try_pop(), None);
         assert!(next.iter().all(|&n| n == EACH));
+    }
+
+    /// The memory a queue slot costs once the ring has reached it (the figure the
+    /// settings' documentation gives per `ZCTA_QUEUE_CAPACITY` slot: one record slot
+    /// plus half a plugin slot).
+    #[test]
+    fn slot_sizes() {
+        use zcta::record::{Event, PluginEvent};
+        assert_eq!(size_of::<Slot<Event>>(), 256);
+        assert_eq!(size_of::<Slot<PluginEvent>>(), 384);
+    }
+
+    #[test]
+    fn a_large_queue_is_mapped_untouched() {
+        let (p, c) = bounded::<[u8; 192]>(1 << 22); // 1 GiB of slots
+        assert_eq!(p.capacity(), 1 << 22);
+        for round in 0..3u8 {
+            assert!(p.try_push([round; 192]).is_ok());
+            assert_eq!(c.try_pop(), Some([round; 192]));
+        }
+        assert!(c.is_empty());
     }
 
     #[test]
