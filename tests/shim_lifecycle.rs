@@ -590,3 +590,60 @@ fn the_largest_queue_costs_nothing_up_front() {
         );
     }
 }
+
+/// A burst of ops from many threads through the smallest queue drops ops, never a
+/// communicator: every thread's comms row and its CommInitRank and CommDestroy calls
+/// rows are written (op records leave part of the queue to them), so every ops row
+/// joins its communicator; and `zcta summary` and `zcta report` say how many records
+/// were dropped.
+#[test]
+fn a_burst_drops_ops_but_keeps_every_communicator() {
+    const THREADS: u64 = 32;
+    const ITERS: u64 = 3000;
+    let run = Run::new("burst");
+    let out = run
+        .host(&["threads", &THREADS.to_string(), &ITERS.to_string()])
+        .env("ZCTA_QUEUE_CAPACITY", "1024")
+        .output()
+        .unwrap();
+    support::assert_ok(&out, &["threads"]);
+    let p = run.rows("process");
+    let dropped = p[0].req_u64("records_dropped");
+    assert!(dropped > 0, "the burst overflowed the queue: {:?}", p[0]);
+    let comms = run.rows("comms");
+    let calls = run.rows("calls");
+    let ops = run.rows("ops");
+    let ids: std::collections::HashSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
+    let orphans = ops
+        .iter()
+        .filter(|o| !o.u64("comm_id").is_some_and(|c| ids.contains(&c)))
+        .count();
+    let n = |k: &str| calls.iter().filter(|c| c.str("call") == Some(k)).count() as u64;
+    assert_eq!(
+        (comms.len() as u64, n("CommInitRank"), n("CommDestroy"), orphans),
+        (THREADS, THREADS, THREADS, 0),
+        "comms rows, CommInitRank and CommDestroy calls rows, ops rows without their comms row ({} ops rows, {dropped} dropped)",
+        ops.len()
+    );
+    let zcta = |cmd: &str| {
+        let o = clean_cmd(env!("CARGO_BIN_EXE_zcta"))
+            .arg(cmd)
+            .arg(run.dir())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "zcta {cmd}: {o:?}");
+        text(&o.stdout)
+    };
+    let summary = zcta("summary");
+    assert!(
+        summary.contains(&format!(
+            "dropped  {dropped:>10} records (process.records_dropped) in 1 of 1 processes"
+        )),
+        "{summary}"
+    );
+    let report = zcta("report");
+    assert!(
+        report.contains(&format!("{dropped} records dropped")) && report.contains("process.records_dropped"),
+        "{report}"
+    );
+}

@@ -249,19 +249,26 @@ impl Recorder {
     }
 
     /// Hands a record to the writer. Never blocks: when the queue is full the record
-    /// is dropped and counted.
+    /// is dropped and counted. Op and group records leave the last
+    /// [`RESERVE_SHARE`]th of the queue to communicator and registration records,
+    /// which are therefore kept through a burst of ops the writer cannot keep up with.
     #[inline]
     pub fn emit(&self, ev: Event) {
-        self.send(&self.tx, ev);
+        let reserve = if ev.is_lifecycle() {
+            0
+        } else {
+            reserve_of(&self.tx)
+        };
+        self.send(&self.tx, ev, reserve);
     }
 
     #[inline]
-    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T) {
+    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, reserve: usize) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match tx.try_push(ev) {
+        match tx.try_push_leaving(ev, reserve) {
             Ok(pos) => {
                 // The queue's length reads the writer's position too (a cache line it
                 // keeps writing): look at every 64th position of this queue only.
@@ -275,6 +282,15 @@ impl Recorder {
             }
         }
     }
+}
+
+/// Share of each queue kept for lifecycle records: capacity / this.
+pub const RESERVE_SHARE: usize = 8;
+
+/// The slots of `tx` that op records leave free.
+#[inline]
+fn reserve_of<T: Copy + Send>(tx: &Producer<T>) -> usize {
+    tx.capacity() / RESERVE_SHARE
 }
 
 /// Asks the writer to run a round now (e.g. to refill the event pools).
@@ -302,7 +318,8 @@ pub fn note_plugin_comm() {
 #[inline]
 pub fn emit_plugin(ev: PluginEvent) {
     if let Some(r) = recorder() {
-        r.send(&r.ptx, ev);
+        let reserve = if ev.is_lifecycle() { 0 } else { reserve_of(&r.ptx) };
+        r.send(&r.ptx, ev, reserve);
     }
 }
 

@@ -185,6 +185,20 @@ impl<T: Copy + Send> Inner<T> {
     /// push writes it. A read prefetch (`prefetcht0`: `_MM_HINT_ET0` needs the
     /// `prfchw` target feature, which the x86-64 baseline lacks): the line arrives
     /// shared and the write still upgrades it, but no longer misses every cache.
+    /// As [`Self::prefetch`], the line holding the slot's sequence number only.
+    #[inline]
+    fn prefetch_seq(&self, pos: usize) {
+        let slot: *const Slot<T> = &self.slots[pos & self.mask];
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
+            // SAFETY: a prefetch is a hint that never faults; the address is a slot's.
+            unsafe { _mm_prefetch::<_MM_HINT_ET0>(slot.cast::<i8>()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = slot;
+    }
+
     #[inline]
     fn prefetch(&self, pos: usize) {
         let slot: *const Slot<T> = &self.slots[pos & self.mask];
@@ -208,11 +222,31 @@ impl<T: Copy + Send> Producer<T> {
     /// gives it back when the queue is full. Never blocks.
     #[inline]
     pub fn try_push(&self, v: T) -> Result<usize, T> {
+        self.try_push_leaving(v, 0)
+    }
+
+    /// As [`Self::try_push`], but refuses `v` unless at least `reserve` more slots
+    /// stay free after it (`reserve` < capacity): records pushed with a smaller
+    /// reserve still find room when these are refused.
+    #[inline]
+    pub fn try_push_leaving(&self, v: T, reserve: usize) -> Result<usize, T> {
         let q = &*self.0;
         let mut pos = q.tail.0.load(Ordering::Relaxed);
         loop {
             let (slot, seq) = q.slot(pos);
             let dif = seq.wrapping_sub(pos) as isize;
+            // The slot `reserve` positions ahead is free for its push once the record
+            // a lap before it was taken: then fewer than capacity - reserve are queued.
+            if dif == 0
+                && reserve > 0
+                && (q
+                    .slot(pos.wrapping_add(reserve))
+                    .1
+                    .wrapping_sub(pos.wrapping_add(reserve)) as isize)
+                    < 0
+            {
+                return Err(v);
+            }
             if dif == 0 {
                 match q.tail.0.compare_exchange_weak(
                     pos,
@@ -226,6 +260,9 @@ impl<T: Copy + Send> Producer<T> {
                         unsafe { (*slot.val.get()).write(v) };
                         q.set_seq(slot, pos, pos.wrapping_add(1));
                         q.prefetch(pos.wrapping_add(1));
+                        if reserve > 0 {
+                            q.prefetch_seq(pos.wrapping_add(1 + reserve));
+                        }
                         return Ok(pos);
                     }
                     Err(now) => pos = now,
@@ -302,6 +339,27 @@ mod tests {
             }
             assert_eq!(c.try_pop(), None);
             assert!(c.is_empty() && p.len() == Some(0));
+        }
+    }
+
+    #[test]
+    fn a_reserve_stays_for_the_records_that_may_use_it() {
+        let (p, c) = bounded::<u64>(8);
+        for round in 0..100u64 {
+            for i in 0..6 {
+                assert!(p.try_push_leaving(round * 10 + i, 2).is_ok(), "{round} {i}");
+            }
+            assert_eq!(p.try_push_leaving(99, 2), Err(99), "6 of 8 used: 2 stay free");
+            assert!(p.try_push(round * 10 + 6).is_ok());
+            assert!(p.try_push(round * 10 + 7).is_ok());
+            assert_eq!(p.try_push(99), Err(99));
+            for i in 0..8 {
+                assert_eq!(c.try_pop(), Some(round * 10 + i));
+            }
+            // One taken, one more with a reserve fits again.
+            assert!(p.try_push_leaving(1, 7).is_ok());
+            assert_eq!(p.try_push_leaving(2, 7), Err(2));
+            assert_eq!(c.try_pop(), Some(1));
         }
     }
 
