@@ -325,3 +325,88 @@ fn kill_with_rolled_segments() {
         "no gap, no duplicate"
     );
 }
+
+/// How old the newest recovered ops row is when a looping host (one AllReduce per
+/// millisecond) is SIGKILLed after `run_for`: the crash window. Returns the age in ns
+/// (kill time minus the newest row's `api_end_ns`) and the rows recovered.
+fn crash_window(name: &str, env: &[(&str, &str)], run_for: Duration) -> (i64, usize) {
+    let run = Run::new(name);
+    let (child, _) = start_loop_with(&run, env);
+    std::thread::sleep(run_for);
+    let t_kill = kill(child);
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let ops = run.rows("ops");
+    let newest = ops
+        .iter()
+        .map(|o| o.req_i64("api_end_ns"))
+        .max()
+        .expect("ops rows recovered");
+    (t_kill - newest, ops.len())
+}
+
+fn libcuda() -> String {
+    common::fixtures().libcuda.display().to_string()
+}
+
+fn libcupti() -> String {
+    common::fixtures().libcupti.display().to_string()
+}
+
+/// The newest ops row recovered after a SIGKILL of the slowest of three runs; each
+/// age is printed.
+fn worst_window(name: &str, env: &[(&str, &str)]) -> i64 {
+    (0..3)
+        .map(|i| {
+            let (age, n) = crash_window(&format!("{name}{i}"), env, Duration::from_millis(2500));
+            eprintln!(
+                "{name}: newest recovered ops row {:.3} s old ({n} rows)",
+                age as f64 / 1e9
+            );
+            age
+        })
+        .max()
+        .unwrap()
+}
+
+/// `ZCTA_FLUSH_MS` and `ZCTA_GPU_HOLD_MS` at their defaults.
+const FLUSH: i64 = SEC / 2;
+const HOLD: i64 = SEC;
+/// The writer's round (20 ms), the stand-in GPU's work, and a loaded machine.
+const SLACK: i64 = 3 * SEC / 10;
+
+/// Default GPU mode (every op timed with CUDA events: `ZCTA_BUDGET=all`, the stand-in
+/// driver): an op row waits for its events only, so after a SIGKILL nothing older than
+/// the flush interval plus the writer's round is lost (measured: 0.45-0.47 s).
+#[test]
+fn crash_window_with_cuda_events() {
+    let age = worst_window(
+        "window-events",
+        &[("HOST_CUDA", &libcuda()), ("ZCTA_BUDGET", "all")],
+    );
+    assert!(
+        age <= FLUSH + SLACK,
+        "newest recovered ops row {:.3} s before the kill",
+        age as f64 / 1e9
+    );
+}
+
+/// Deep mode (CUPTI, the stand-in libcupti): an op row waits the GPU hold for CUPTI's
+/// records, then up to the flush interval (measured: 1.47-1.49 s).
+#[test]
+fn crash_window_in_deep_mode() {
+    let age = worst_window(
+        "window-deep",
+        &[
+            ("HOST_CUDA", &libcuda()),
+            ("HOST_CUPTI", &libcupti()),
+            ("ZCTA_GPU", "deep"),
+            ("ZCTA_BUDGET", "all"),
+        ],
+    );
+    assert!(
+        age <= HOLD + FLUSH + SLACK,
+        "newest recovered ops row {:.3} s before the kill",
+        age as f64 / 1e9
+    );
+}
