@@ -7,6 +7,7 @@
 mod common;
 mod support;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
@@ -408,5 +409,85 @@ fn crash_window_in_deep_mode() {
         age <= HOLD + FLUSH + SLACK,
         "newest recovered ops row {:.3} s before the kill",
         age as f64 / 1e9
+    );
+}
+
+/// A disk that fills up during the run (the stand-in disk of `FAKE_DISK_BYTES`,
+/// preloaded next to the shim; without a limit this run peaks at 4 MB, 3.9 MB of them
+/// the ops log): the host behaves as without the shim; the `ops` log, which claimed
+/// its disk first, keeps most of its rows (it is logged in slices: what did not fit
+/// is lost, never what came before) while the other tables run out of room; the
+/// `process` row counts the rows each table lost, and its final row, with no room
+/// for its file, goes into its log. After `zcta recover` everything is readable and
+/// the process row says `error`, with the count.
+#[test]
+fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
+    const ITERS: u64 = 1500;
+    // Ops rows per iteration of `host ops` on one rank.
+    const OPS_PER_ITER: u64 = 11;
+    let run = Run::new("full");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &ITERS.to_string()]);
+    let preload = format!(
+        "{} {}",
+        common::shim_path().display(),
+        common::fixtures().libdisk.display()
+    );
+    cmd.env("LD_PRELOAD", preload).env("FAKE_DISK_BYTES", "3500000");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    for line in text(&out.stderr).lines() {
+        assert!(line.starts_with("zcta: "), "{}", text(&out.stderr));
+    }
+
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let p = run.rows("process");
+    assert_eq!(p.len(), 1);
+    let p = &p[0];
+    assert_eq!(p.str("end_reason"), Some("error"), "{p:?}");
+    let errors = p.req_str("write_errors");
+    assert!(errors.contains("No space left on device"), "{errors}");
+    // "rows not written: ops N, calls M, ..." names each table that lost rows.
+    let lost: BTreeMap<String, u64> = errors
+        .split("rows not written: ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_else(|| panic!("no per-table count in {errors:?}"))
+        .split(", ")
+        .map(|part| {
+            let (table, n) = part.split_once(' ').unwrap();
+            (table.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    assert!(lost.get("calls").is_some_and(|&n| n > 0), "{errors}");
+    // The rows not written and those the hot path no longer made once the ops table
+    // was full.
+    let dropped = p.req_u64("records_dropped");
+    assert!(dropped >= lost.values().sum::<u64>(), "{dropped} {errors}");
+
+    let ops = run.rows("ops");
+    let made = ITERS * OPS_PER_ITER;
+    assert_eq!(p.u64("ops_rows"), Some(ops.len() as u64));
+    assert!(
+        ops.len() as u64 >= made / 2,
+        "{} of {made} ops rows kept ({errors})",
+        ops.len()
+    );
+    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
+    cs.sort_unstable();
+    assert_eq!(
+        cs,
+        (0..cs.len() as u64).collect::<Vec<_>>(),
+        "the first ops, no gap"
+    );
+    assert!(ops.len() as u64 + lost.get("ops").copied().unwrap_or(0) <= made);
+    let s = zcta(&[Path::new("summary"), &run.dir()]);
+    assert!(
+        text(&s.stdout).contains(&format!("dropped  {dropped:>10} records")),
+        "{}",
+        text(&s.stdout)
     );
 }

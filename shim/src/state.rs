@@ -173,7 +173,11 @@ fn activate() -> Option<Recorder> {
     // preallocated for them close to the main queue's.
     let (ptx, prx) = queue::bounded((cfg.queue_capacity / 2).max(1024));
     let ctl = WriterControl::new();
-    let mut writer = Writer::new(info, cfg.policy);
+    let policy = zcta::sink::SinkPolicy {
+        reserve: Some(ffi::sys::reserve_space),
+        ..cfg.policy
+    };
+    let mut writer = Writer::new(info, policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
     let gpu_policy = zcta::sink::GpuPolicy {
         stream_history: cfg.cupti && crate::gpu::stream_kinds_enabled(),
