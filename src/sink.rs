@@ -1282,6 +1282,9 @@ pub trait RecordSource<T> {
     fn next(&self) -> Option<T>;
     /// Whether no record is queued (a snapshot).
     fn is_empty(&self) -> bool;
+    /// Housekeeping once per writer round (the shim's queue maps in the memory of
+    /// the slots its producers write next).
+    fn maintain(&self) {}
 }
 
 impl<T> RecordSource<T> for crossbeam_channel::Receiver<T> {
@@ -1310,6 +1313,8 @@ pub fn run_writer(
         }
     };
     loop {
+        rx.maintain();
+        prx.maintain();
         let stopping = ctl.stop_requested();
         // A bounded batch from each queue, so tick() runs under sustained load.
         let limit = if stopping { usize::MAX } else { 65536 };

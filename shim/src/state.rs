@@ -168,10 +168,11 @@ fn activate() -> Option<Recorder> {
         },
         row,
     };
-    let (tx, rx) = queue::bounded(cfg.queue_capacity);
+    let (tx, rx) = queue::bounded_reserving(cfg.queue_capacity, cfg.queue_capacity / RESERVE_SHARE);
     // Plugin records are larger (up to 344 B): half as many slots keeps the memory
     // preallocated for them close to the main queue's.
-    let (ptx, prx) = queue::bounded((cfg.queue_capacity / 2).max(1024));
+    let plugin_capacity = (cfg.queue_capacity / 2).max(1024);
+    let (ptx, prx) = queue::bounded_reserving(plugin_capacity, plugin_capacity / RESERVE_SHARE);
     let ctl = WriterControl::new();
     let policy = zcta::sink::SinkPolicy {
         reserve: Some(ffi::sys::reserve_space),
@@ -258,21 +259,22 @@ impl Recorder {
     /// which are therefore kept through a burst of ops the writer cannot keep up with.
     #[inline]
     pub fn emit(&self, ev: Event) {
-        let reserve = if ev.is_lifecycle() {
-            0
-        } else {
-            reserve_of(&self.tx)
-        };
-        self.send(&self.tx, ev, reserve);
+        let lifecycle = ev.is_lifecycle();
+        self.send(&self.tx, ev, lifecycle);
     }
 
     #[inline]
-    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, reserve: usize) {
+    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, lifecycle: bool) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match tx.try_push_leaving(ev, reserve) {
+        let pushed = if lifecycle {
+            tx.try_push(ev)
+        } else {
+            tx.try_push_leaving_reserve(ev)
+        };
+        match pushed {
             Ok(pos) => {
                 // The queue's length reads the writer's position too (a cache line it
                 // keeps writing): look at every 64th position of this queue only.
@@ -290,12 +292,6 @@ impl Recorder {
 
 /// Share of each queue kept for lifecycle records: capacity / this.
 pub const RESERVE_SHARE: usize = 8;
-
-/// The slots of `tx` that op records leave free.
-#[inline]
-fn reserve_of<T: Copy + Send>(tx: &Producer<T>) -> usize {
-    tx.capacity() / RESERVE_SHARE
-}
 
 /// Asks the writer to run a round now (e.g. to refill the event pools).
 pub fn wake_writer() {
@@ -322,8 +318,8 @@ pub fn note_plugin_comm() {
 #[inline]
 pub fn emit_plugin(ev: PluginEvent) {
     if let Some(r) = recorder() {
-        let reserve = if ev.is_lifecycle() { 0 } else { reserve_of(&r.ptx) };
-        r.send(&r.ptx, ev, reserve);
+        let lifecycle = ev.is_lifecycle();
+        r.send(&r.ptx, ev, lifecycle);
     }
 }
 
