@@ -8,7 +8,7 @@
 //! | `ZCTA_RUN_ID` | derived | run directory name |
 //! | `ZCTA_NCCL_LIB` | the mapped libnccl | library to forward to |
 //! | `ZCTA_FLUSH_MS` | `500` | longest time a record waits before reaching the log |
-//! | `ZCTA_QUEUE_CAPACITY` | `32768` | bounded queue length (records dropped and counted beyond) |
+//! | `ZCTA_QUEUE_CAPACITY` | `32768` | bounded queue length, 1024 … 4194304 (records dropped and counted beyond) |
 //! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit (100 ms or more) |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
@@ -26,6 +26,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::sink::{GpuPolicy, SinkPolicy};
+
+/// Largest `ZCTA_QUEUE_CAPACITY`. The queues' memory is mapped untouched, so a large
+/// capacity costs nothing at the first NCCL call; a slot takes memory once the ring
+/// first reaches it: its record rounded up to cache lines plus half a plugin-queue
+/// slot (see `shim/src/ffi/queue.rs`), so a process that made that many records holds
+/// about 1.9 GB at this maximum.
+pub const QUEUE_CAPACITY_MAX: u64 = 4 << 20;
 
 /// Reads one environment variable (injected in tests).
 pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -91,7 +98,7 @@ impl Config {
             }
         };
         let flush_ms = num("ZCTA_FLUSH_MS", 500, 10, 1_500);
-        let queue_capacity = num("ZCTA_QUEUE_CAPACITY", 32_768, 1_024, 16 << 20) as usize;
+        let queue_capacity = num("ZCTA_QUEUE_CAPACITY", 32_768, 1_024, QUEUE_CAPACITY_MAX) as usize;
         // Closing every table takes the writer some time: a shorter wait loses rows.
         let exit_ms = num("ZCTA_EXIT_TIMEOUT_MS", 5_000, 100, 600_000);
         let segment_rows = num("ZCTA_SEGMENT_ROWS", 4 << 20, 1, u64::MAX);
@@ -532,6 +539,19 @@ mod tests {
         let c = Config::from_env(&env(&[("ZCTA_SAMPLE", "1s/10s")]));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         assert_eq!(c.gpu.sampling.map(|s| s.every), Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn queue_capacity_is_bounded() {
+        let c = Config::from_env(&env(&[("ZCTA_QUEUE_CAPACITY", "4194304")]));
+        assert_eq!((c.queue_capacity, c.warnings.len()), (4 << 20, 0));
+        let c = Config::from_env(&env(&[("ZCTA_QUEUE_CAPACITY", "16777216")]));
+        assert_eq!(c.queue_capacity, 32_768);
+        assert!(
+            c.warnings[0].starts_with("ZCTA_QUEUE_CAPACITY"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

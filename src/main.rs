@@ -724,6 +724,37 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Re
 
 /// The GPU side (CUPTI): whether capture ran in each process, and per op which
 /// engine moved the bytes and how long the GPU work took.
+/// What the processes could not write (`process.records_dropped`).
+fn dropped_view(procs: &TableData) -> anyhow::Result<()> {
+    let (mut total, mut known, mut unknown, mut with) = (0u64, 0usize, 0usize, 0usize);
+    for b in &procs.batches {
+        let Some(d) = u64s(b, "records_dropped") else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if d.is_null(i) {
+                unknown += 1;
+            } else {
+                known += 1;
+                total += d.value(i);
+                with += usize::from(d.value(i) > 0);
+            }
+        }
+    }
+    if known + unknown == 0 {
+        return Ok(());
+    }
+    let unknown = if unknown > 0 {
+        format!(", unknown for {unknown} killed (recovered) processes")
+    } else {
+        String::new()
+    };
+    outln!(
+        "  dropped  {total:>10} records (process.records_dropped) in {with} of {known} processes{unknown}"
+    );
+    Ok(())
+}
+
 fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
     outln!("\n  GPU (CUPTI)");
     for b in &procs.batches {
@@ -840,6 +871,9 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     }
     for s in reader::shared_pids(run)? {
         eprintln!("zcta: warning: {s}");
+    }
+    if let Some(procs) = kept.get("process") {
+        dropped_view(procs)?;
     }
     if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
         nccl_view(ops, nops, procs)?;

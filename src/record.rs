@@ -334,6 +334,23 @@ pub enum Event {
     Comm(CommRecord),
 }
 
+impl Event {
+    /// A communicator's or a registration's record (its `comms` row, and the `calls`
+    /// rows of communicator creation, destruction and buffer or window registration):
+    /// what later rows depend on, so it may use the part of the queue that op and
+    /// group records leave free.
+    pub fn is_lifecycle(&self) -> bool {
+        match self {
+            Event::Op(_) => false,
+            Event::Comm(_) => true,
+            Event::Call(c) => !matches!(
+                c.call,
+                CallKind::GroupStart | CallKind::GroupEnd | CallKind::GroupSimulateEnd
+            ),
+        }
+    }
+}
+
 /// What travels through the second queue: NCCL's profiler-plugin events. Separate so
 /// that a flood of proxy events can neither crowd out `ops` rows nor make every
 /// queue slot (copied on the NCCL hot path) as large as a proxy record.
@@ -346,4 +363,12 @@ pub enum PluginEvent {
     NcclOp(NcclOpRecord),
     Proxy(ProxyRecord),
     NcclComm(NcclCommRecord),
+}
+
+impl PluginEvent {
+    /// A communicator as NCCL's plugin saw it (joins NCCL's commHash to `comm_id`):
+    /// may use the part of the plugin queue that op and proxy events leave free.
+    pub fn is_lifecycle(&self) -> bool {
+        matches!(self, PluginEvent::NcclComm(_))
+    }
 }

@@ -7,7 +7,9 @@
 //! `<stem>.parquet` atomically, and the log and any `_<stem>.parquet.tmp` are deleted.
 //! A log is deleted without rows only when it is provably empty (see [`read_log`]);
 //! one that cannot be decoded is kept and reported. `process` rows recovered this way
-//! get `end_reason = killed`. Idempotent.
+//! get `end_reason = killed`, unless the log ends with the process's final row (it
+//! could not write its `process` file: the disk was full), which is kept as it is.
+//! Idempotent.
 
 use std::fs::{self, File};
 use std::io::{BufReader, Read};
@@ -247,6 +249,23 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
 
 fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), String> {
     let schema = tables::schema_of(table).ok_or("unknown table")?;
+    // A process that could not write its final `process` file (the disk was full)
+    // appended its final row to the log: that row is the process's, as it wrote it.
+    if table == ProcessTable::NAME
+        && let Some(last) = batches.iter().rev().find(|b| b.num_rows() > 0)
+    {
+        let last = align(last, &schema)?;
+        let ended = last
+            .column_by_name("end_reason")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .is_some_and(|r| r.value(last.num_rows() - 1) != "running");
+        if ended {
+            let row = last.slice(last.num_rows() - 1, 1);
+            let info = tables::table(table).ok_or("unknown table")?;
+            let r: Result<(), SinkError> = (info.write)(path, &[row]);
+            return r.map_err(|e| e.to_string());
+        }
+    }
     let mut aligned = Vec::with_capacity(batches.len());
     for b in batches {
         let mut b = align(b, &schema)?;

@@ -18,6 +18,19 @@
 //!
 //! The `_` prefix makes pyarrow/pandas dataset discovery skip leftovers, and
 //! `*.parquet` globs (DuckDB) never match them.
+//!
+//! # A full disk
+//! The `ops` log is opened first and claims disk ahead of itself ([`OPS_RESERVE`],
+//! renewed as it grows, with `fallocate` keeping its size), so when the disk fills up
+//! the other tables run out of room first and `ops` goes on. Logs are written in
+//! slices of [`LOG_SLICE_ROWS`] rows: a write without room loses that slice and the
+//! rows after it, never those before. A table whose log cannot be written stops alone,
+//! counting the rows it could not take (only a full `ops` table stops recording); a
+//! Parquet file that cannot be written is given up and its log kept for
+//! `zcta recover`. The `process` row says `error`, counts the lost rows in
+//! `records_dropped` and per table in `write_errors`; when its own file has no room, it
+//! goes into its log (disk claimed at the start, [`PROCESS_RESERVE`]), where
+//! `zcta recover` finds it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter};
@@ -94,7 +107,43 @@ pub struct SinkPolicy {
     pub segment_age: Duration,
     /// Parquet row-group size.
     pub row_group_rows: usize,
+    /// Claims disk blocks for a file beyond its end without changing its size (the
+    /// shim's `fallocate(FALLOC_FL_KEEP_SIZE)`); `None`: nothing is reserved.
+    pub reserve: Option<ReserveFn>,
 }
+
+/// `reserve(file, offset, len)`: claims `len` bytes of disk from `offset` for `file`,
+/// its size unchanged; whether the blocks were claimed.
+pub type ReserveFn = fn(&File, u64, u64) -> bool;
+
+/// Disk claimed ahead of the `ops` log (renewed while it grows, as much of it as the
+/// disk has room for): when the disk fills up, the other tables run out of room
+/// first and the `ops` log goes on into this.
+pub const OPS_RESERVE: u64 = 8 << 20;
+
+/// Rows per write to a log: a write the disk has no room for loses at most this many
+/// rows of those being logged (and those after them).
+const LOG_SLICE_ROWS: usize = 4096;
+
+/// The least disk claimed at once ahead of the `ops` log.
+const MIN_RESERVE: u64 = 64 << 10;
+
+/// Claims up to `want` bytes from `offset` for `file`, halving what it asks for while
+/// the disk has no room for it; returns what was claimed.
+fn claim(reserve: ReserveFn, file: &File, offset: u64, want: u64) -> u64 {
+    let mut len = want;
+    while len >= MIN_RESERVE {
+        if reserve(file, offset, len) {
+            return len;
+        }
+        len /= 2;
+    }
+    0
+}
+
+/// Disk claimed by the `process` row's log when it is made, for the final row when
+/// the disk is full at the end.
+pub const PROCESS_RESERVE: u64 = 256 << 10;
 
 /// Parquet row-group size of the sink's files (`SinkPolicy::row_group_rows`' default, and
 /// the size [`write_parquet_file`] writes).
@@ -108,6 +157,7 @@ impl Default for SinkPolicy {
             segment_rows: 4 * 1024 * 1024,
             segment_age: Duration::from_secs(300),
             row_group_rows: ROW_GROUP_ROWS,
+            reserve: None,
         }
     }
 }
@@ -179,11 +229,37 @@ pub fn final_path_for_wal(wal: &Path) -> Option<PathBuf> {
 struct Segment {
     wal: StreamWriter<BufWriter<File>>,
     wal_path: PathBuf,
-    pq: ArrowWriter<File>,
+    /// `None` once writing the Parquet file failed (the disk is full): the segment's
+    /// rows stay in its log, which is then left for `zcta recover`.
+    pq: Option<ArrowWriter<File>>,
     tmp_path: PathBuf,
     final_path: PathBuf,
     rows: u64,
     opened: Instant,
+    /// End of the disk claimed for the log (0: none).
+    reserved: u64,
+    /// Rows whose batch is complete in the log.
+    logged: u64,
+}
+
+impl Segment {
+    /// Gives the Parquet file up (its rows are in the log): frees its disk.
+    fn drop_parquet(&mut self) {
+        if self.pq.take().is_some() {
+            let _ = fs::remove_file(&self.tmp_path);
+        }
+    }
+
+    /// Leaves the log on disk for `zcta recover` (its claimed disk beyond the end is
+    /// given back) and removes the Parquet file.
+    fn keep_log(mut self) {
+        self.drop_parquet();
+        let _ = self.wal.flush();
+        let f = self.wal.get_ref().get_ref();
+        if let Ok(m) = f.metadata() {
+            let _ = f.set_len(m.len());
+        }
+    }
 }
 
 /// The crash-safe writer of one table for one process.
@@ -200,6 +276,16 @@ pub struct DatasetWriter<T: Table> {
     unencoded: Vec<RecordBatch>,
     rows_written: u64,
     last_cut: Instant,
+    /// Disk to claim ahead of this table's log ([`OPS_RESERVE`] for `ops`).
+    reserve_bytes: u64,
+    /// The first write error; the table takes no more rows after it.
+    failed: Option<String>,
+    /// Rows that did not reach the log (the table failed, or their batch was torn).
+    lost: u64,
+    /// Whether some rows stay in logs for `zcta recover` (their Parquet file failed).
+    logs_kept: bool,
+    /// The first failed Parquet write, until the writer has reported it.
+    notice: Option<SinkError>,
 }
 
 impl<T: Table> DatasetWriter<T> {
@@ -217,19 +303,65 @@ impl<T: Table> DatasetWriter<T> {
             unencoded: Vec::new(),
             rows_written: 0,
             last_cut: Instant::now(),
+            reserve_bytes: 0,
+            failed: None,
+            lost: 0,
+            logs_kept: false,
+            notice: None,
         }
     }
 
-    /// Rows appended so far (pending ones included).
+    /// Claims `bytes` of disk ahead of this table's log (with the policy's `reserve`).
+    pub fn with_reserve(mut self, bytes: u64) -> Self {
+        self.reserve_bytes = bytes;
+        self
+    }
+
+    /// Rows written to the log so far, plus those pending.
     pub fn rows(&self) -> u64 {
         self.rows_written + self.builder.len() as u64
     }
 
+    /// Rows that did not reach the log.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// The first write error of this table.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Whether rows of this table wait in logs for `zcta recover`.
+    pub fn logs_kept(&self) -> bool {
+        self.logs_kept
+    }
+
+    /// The table's first failed Parquet write (its rows stayed in the log), once.
+    pub fn take_notice(&mut self) -> Option<SinkError> {
+        self.notice.take()
+    }
+
+    /// Opens the first segment now, so its log claims its disk before other tables'
+    /// logs take any.
+    pub fn open_now(&mut self) -> Result<(), SinkError> {
+        if self.segment.is_none() && self.failed.is_none() {
+            let r = self.open_segment().map(|seg| self.segment = Some(seg));
+            return self.guard(r);
+        }
+        Ok(())
+    }
+
     #[inline]
     pub fn append(&mut self, row: &T::Row, ctx: &Ctx) -> Result<(), SinkError> {
+        if self.failed.is_some() {
+            self.lost += 1;
+            return Ok(());
+        }
         self.builder.append(row, ctx);
         if self.builder.len() >= self.policy.batch_rows {
-            self.cut()?;
+            let r = self.cut();
+            return self.guard(r);
         }
         Ok(())
     }
@@ -237,8 +369,9 @@ impl<T: Table> DatasetWriter<T> {
     /// Durability first: if the flush interval has passed, cuts the pending rows into
     /// the log. Cheap; [`Writer::tick`] does it for every table before any encoding.
     pub fn tick_log(&mut self, now: Instant) -> Result<(), SinkError> {
-        if now.duration_since(self.last_cut) >= self.policy.flush_interval {
-            self.cut_log()?;
+        if self.failed.is_none() && now.duration_since(self.last_cut) >= self.policy.flush_interval {
+            let r = self.cut_log();
+            return self.guard(r);
         }
         Ok(())
     }
@@ -246,13 +379,46 @@ impl<T: Table> DatasetWriter<T> {
     /// Then the expensive part: encodes logged batches into Parquet and rolls a full
     /// or old segment.
     pub fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError> {
-        self.encode()?;
-        if let Some(seg) = &self.segment
-            && now.duration_since(seg.opened) >= self.policy.segment_age
-        {
-            self.roll()?;
+        if self.failed.is_some() {
+            return Ok(());
         }
-        Ok(())
+        let r = self.encode().and_then(|()| {
+            if let Some(seg) = &self.segment
+                && now.duration_since(seg.opened) >= self.policy.segment_age
+            {
+                self.roll()?;
+            }
+            Ok(())
+        });
+        self.guard(r)
+    }
+
+    /// A write error stops the table: its pending rows are lost, its open segment's
+    /// log stays for `zcta recover` (what reached it is kept), and the disk held by
+    /// the Parquet file being written is given back. Returns the error the first time.
+    fn guard(&mut self, r: Result<(), SinkError>) -> Result<(), SinkError> {
+        let Err(e) = r else { return Ok(()) };
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        self.failed = Some(e.to_string());
+        self.lost += self.builder.len() as u64;
+        let _ = self.builder.finish(&self.schema);
+        self.unencoded.clear();
+        if let Some(seg) = self.segment.take() {
+            if seg.logged > 0 {
+                seg.keep_log();
+                self.logs_kept = true;
+            } else {
+                // Nothing complete in it (its rows are counted as lost): no file left
+                // that `zcta recover` could not read.
+                let (wal, tmp) = (seg.wal_path.clone(), seg.tmp_path.clone());
+                drop(seg);
+                let _ = fs::remove_file(tmp);
+                let _ = fs::remove_file(wal);
+            }
+        }
+        Err(e)
     }
 
     /// Writes pending rows to the log (flushed to the kernel) and the Parquet writer.
@@ -272,17 +438,61 @@ impl<T: Table> DatasetWriter<T> {
             .builder
             .finish(&self.schema)
             .map_err(|e| SinkError::arrow(&self.dir, e))?;
+        let n = batch.num_rows() as u64;
         if self.segment.is_none() {
-            self.segment = Some(self.open_segment()?);
+            match self.open_segment() {
+                Ok(seg) => self.segment = Some(seg),
+                Err(e) => {
+                    self.lost += n;
+                    return Err(e);
+                }
+            }
         }
         let seg = self.segment.as_mut().expect("segment opened above");
-        seg.wal
-            .write(&batch)
-            .map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
-        seg.wal.flush().map_err(|e| SinkError::arrow(&seg.wal_path, e))?;
-        self.rows_written += batch.num_rows() as u64;
-        self.unencoded.push(batch);
-        Ok(())
+        // In slices, each flushed: when the disk fills up, the slices logged before
+        // stay complete in the log; a slice whose write or flush failed is torn at the
+        // log's end (`zcta recover` drops it), so it and the rest are lost.
+        let per_row = batch.get_array_memory_size() as u64 / n.max(1);
+        let mut done = 0;
+        let mut res = Ok(());
+        while done < batch.num_rows() {
+            let len = LOG_SLICE_ROWS.min(batch.num_rows() - done);
+            let part = batch.slice(done, len);
+            if self.reserve_bytes > 0
+                && let Some(reserve) = self.policy.reserve
+            {
+                // Room for the slice (its size in memory bounds its size in the log) and
+                // a quarter of the reserve after it, claimed before it is written.
+                let f = seg.wal.get_ref().get_ref();
+                if let Ok(m) = f.metadata() {
+                    let need = m.len() + per_row * len as u64 + self.reserve_bytes / 4;
+                    if need > seg.reserved {
+                        let from = seg.reserved.max(m.len());
+                        seg.reserved = from + claim(reserve, f, from, self.reserve_bytes.max(need - from));
+                    }
+                }
+            }
+            let logged = seg
+                .wal
+                .write(&part)
+                .and_then(|()| seg.wal.flush())
+                .map_err(|e| SinkError::arrow(&seg.wal_path, e));
+            if let Err(e) = logged {
+                res = Err(e);
+                break;
+            }
+            done += len;
+        }
+        let logged = done as u64;
+        self.lost += n - logged;
+        self.rows_written += logged;
+        seg.logged += logged;
+        if logged == n {
+            self.unencoded.push(batch);
+        } else if logged > 0 {
+            self.unencoded.push(batch.slice(0, done));
+        }
+        res
     }
 
     /// Encodes logged batches into the segment's Parquet writer; rolls when full.
@@ -298,17 +508,36 @@ impl<T: Table> DatasetWriter<T> {
         Ok(())
     }
 
+    /// A Parquet write that fails (the disk is full) gives the segment's Parquet file
+    /// up: its rows are in the log, which stays for `zcta recover`; the table goes on
+    /// logging. The error is returned once, to be reported.
     fn encode_pending(&mut self) -> Result<(), SinkError> {
         let Some(seg) = self.segment.as_mut() else {
             return Ok(());
         };
+        let mut failed = None;
         for batch in self.unencoded.drain(..) {
-            seg.pq
-                .write(&batch)
-                .map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
             seg.rows += batch.num_rows() as u64;
+            if let Some(pq) = &mut seg.pq
+                && let Err(e) = pq.write(&batch)
+            {
+                failed = Some(SinkError::parquet(&seg.tmp_path, e));
+                seg.drop_parquet();
+            }
+        }
+        if let Some(e) = failed {
+            self.parquet_failed(e);
         }
         Ok(())
+    }
+
+    /// Notes a failed Parquet write (its rows are logged): kept for the writer to
+    /// report, the first time.
+    fn parquet_failed(&mut self, e: SinkError) {
+        if !self.logs_kept {
+            self.notice = Some(e);
+        }
+        self.logs_kept = true;
     }
 
     fn open_segment(&mut self) -> Result<Segment, SinkError> {
@@ -324,30 +553,78 @@ impl<T: Table> DatasetWriter<T> {
         // from another host on a shared file system. A file system without locks
         // just means no such protection.
         let _ = wal_file.try_lock();
+        let mut reserved = 0;
+        if self.reserve_bytes > 0
+            && let Some(reserve) = self.policy.reserve
+        {
+            reserved = claim(reserve, &wal_file, 0, self.reserve_bytes);
+        }
         let wal = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, wal_file), &self.schema)
-            .map_err(|e| SinkError::arrow(&wal_path, e))?;
-        let tmp = File::create(&tmp_path).map_err(|e| SinkError::io(&tmp_path, e))?;
-        let pq = ArrowWriter::try_new(tmp, self.schema.clone(), Some(self.props.clone()))
-            .map_err(|e| SinkError::parquet(&tmp_path, e))?;
-        Ok(Segment {
+            .map_err(|e| SinkError::arrow(&wal_path, e));
+        let wal = match wal {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = fs::remove_file(&wal_path);
+                return Err(e);
+            }
+        };
+        // The Parquet file is the second copy: without it (no room), the log alone
+        // keeps the rows, for `zcta recover`.
+        let pq = File::create(&tmp_path)
+            .map_err(|e| SinkError::io(&tmp_path, e))
+            .and_then(|tmp| {
+                ArrowWriter::try_new(tmp, self.schema.clone(), Some(self.props.clone()))
+                    .map_err(|e| SinkError::parquet(&tmp_path, e))
+            });
+        let mut seg = Segment {
             wal,
             wal_path,
-            pq,
+            pq: None,
             tmp_path,
             final_path,
             rows: 0,
             opened: Instant::now(),
-        })
+            reserved,
+            logged: 0,
+        };
+        match pq {
+            Ok(pq) => seg.pq = Some(pq),
+            Err(e) => {
+                let _ = fs::remove_file(&seg.tmp_path);
+                self.parquet_failed(e);
+            }
+        }
+        Ok(seg)
     }
 
     /// Closes the open segment: Parquet footer, rename into place, delete the log.
     /// Logged batches not yet encoded are encoded first.
+    /// A segment whose Parquet file failed keeps its log instead, for `zcta recover`.
+    /// A segment without rows (opened early by [`Self::open_now`]) leaves no file.
     pub fn roll(&mut self) -> Result<(), SinkError> {
         self.encode_pending()?;
-        let Some(seg) = self.segment.take() else {
+        let Some(mut seg) = self.segment.take() else {
             return Ok(());
         };
-        seg.pq.close().map_err(|e| SinkError::parquet(&seg.tmp_path, e))?;
+        if seg.rows == 0 {
+            drop(seg.pq.take());
+            let _ = fs::remove_file(&seg.tmp_path);
+            drop(seg.wal);
+            // Its number goes to the next segment: segments stay consecutive.
+            self.next_segment -= 1;
+            return fs::remove_file(&seg.wal_path).map_err(|e| SinkError::io(&seg.wal_path, e));
+        }
+        let Some(pq) = seg.pq.take() else {
+            seg.keep_log();
+            return Ok(());
+        };
+        if let Err(e) = pq.close() {
+            let _ = fs::remove_file(&seg.tmp_path);
+            let e = SinkError::parquet(&seg.tmp_path, e);
+            seg.keep_log();
+            self.parquet_failed(e);
+            return Ok(());
+        }
         fs::rename(&seg.tmp_path, &seg.final_path).map_err(|e| SinkError::io(&seg.final_path, e))?;
         drop(seg.wal);
         fs::remove_file(&seg.wal_path).map_err(|e| SinkError::io(&seg.wal_path, e))
@@ -355,8 +632,11 @@ impl<T: Table> DatasetWriter<T> {
 
     /// Writes everything pending and closes the segment.
     pub fn close(&mut self) -> Result<(), SinkError> {
-        self.cut()?;
-        self.roll()
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        let r = self.cut().and_then(|()| self.roll());
+        self.guard(r)
     }
 }
 
@@ -604,6 +884,7 @@ pub struct Writer {
     error: Option<String>,
     /// What the timing did per launching call, counted from the op rows received.
     timing_calls: TimingCalls,
+    reserve: Option<ReserveFn>,
 }
 
 /// Launching calls (an ungrouped op, or a group: its ops share the outcome) by how
@@ -643,7 +924,7 @@ impl TimingCalls {
 impl Writer {
     pub fn new(info: ProcessInfo, policy: SinkPolicy) -> Self {
         Self {
-            ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
+            ops: DatasetWriter::new(&info.run_dir, &info.prefix, policy).with_reserve(OPS_RESERVE),
             gpu: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             gpu_pipe: None,
             calls: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
@@ -656,6 +937,7 @@ impl Writer {
             process_wal: None,
             error: None,
             timing_calls: TimingCalls::default(),
+            reserve: policy.reserve,
         }
     }
 
@@ -676,11 +958,19 @@ impl Writer {
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&wal_path, e))?;
         let f = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
         let _ = f.try_lock();
+        // Room for the final row, should the disk be full at the end.
+        if let Some(reserve) = self.reserve {
+            reserve(&f, 0, PROCESS_RESERVE);
+        }
         let mut w = StreamWriter::try_new(BufWriter::new(f), &ProcessTable::schema())
             .map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.write(&batch).map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.flush().map_err(|e| SinkError::arrow(&wal_path, e))?;
         self.process_wal = Some((wal_path, w));
+        // The ops log is opened next, before any other table's, and claims its disk.
+        if self.reserve.is_some() {
+            self.ops.open_now()?;
+        }
         Ok(())
     }
 
@@ -780,15 +1070,16 @@ impl Writer {
         }
         p.attrib.release(t, last, &mut p.ops);
         let ctx = &self.info.ctx;
+        // Every row is handed on: a table that fails counts the rows it cannot write.
         let mut res = Ok(());
         for r in p.rows.drain(..) {
-            if res.is_ok() {
-                res = self.gpu.append(&r, ctx);
+            if let Err(e) = self.gpu.append(&r, ctx) {
+                res = res.and(Err(e));
             }
         }
         for o in p.ops.drain(..) {
-            if res.is_ok() {
-                res = self.ops.append(&o, ctx);
+            if let Err(e) = self.ops.append(&o, ctx) {
+                res = res.and(Err(e));
             }
         }
         res
@@ -796,28 +1087,86 @@ impl Writer {
 
     /// Every table's log first (durability), then the Parquet encoding and rolls, so
     /// no table's log waits behind another table's compression or file system calls.
+    /// A table that fails stops alone ([`DatasetWriter`]); the first error is returned
+    /// after every table had its turn.
     pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
+        let mut first = None;
         for t in self.datasets() {
-            t.tick_log(now)?;
+            if let Err(e) = t.tick_log(now) {
+                first.get_or_insert(e);
+            }
         }
         for t in self.datasets() {
-            t.tick_encode(now)?;
+            if let Err(e) = t.tick_encode(now) {
+                first.get_or_insert(e);
+            }
+            if let Some(e) = t.take_notice() {
+                first.get_or_insert(e);
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Whether the `ops` table failed (then recording stops).
+    pub fn ops_failed(&self) -> bool {
+        self.ops.failed().is_some()
+    }
+
+    /// Rows that reached no log, per table, and the tables whose rows wait in logs
+    /// for `zcta recover`, as the `process.write_errors` note says them.
+    fn losses(&mut self) -> (u64, Option<String>) {
+        let mut lost = Vec::new();
+        let mut kept = Vec::new();
+        let mut total = 0;
+        for t in self.datasets() {
+            if t.lost() > 0 || t.failed() {
+                lost.push(format!("{} {}", t.name(), t.lost()));
+                total += t.lost();
+            }
+            if t.logs_kept() {
+                kept.push(t.name());
+            }
+        }
+        let mut note = Vec::new();
+        if !lost.is_empty() {
+            note.push(format!("rows not written: {}", lost.join(", ")));
+        }
+        if !kept.is_empty() {
+            note.push(format!(
+                "rows left in write-ahead logs for `zcta recover`: {}",
+                kept.join(", ")
+            ));
+        }
+        (total, (!note.is_empty()).then(|| note.join("; ")))
     }
 
     /// Closes every table and writes the final `process` row.
+    /// Any write error makes `end_reason` `error`, and the rows it cost are counted in
+    /// `records_dropped` (per table in `write_errors`).
     pub fn finish(&mut self, reason: &str, dropped: u64) -> Result<(), SinkError> {
         let mut first_err = self.pump_gpu(Instant::now(), true).err();
         for t in self.datasets() {
             if let Err(e) = t.close() {
                 first_err.get_or_insert(e);
             }
+            if let Some(e) = t.take_notice() {
+                first_err.get_or_insert(e);
+            }
         }
         if let Some(e) = first_err {
             self.note_error(&e);
         }
-        self.write_process_row(reason, dropped)
+        let (lost, note) = self.losses();
+        if let Some(note) = note {
+            let first = self.error.take().unwrap_or_default();
+            self.error = Some(if first.is_empty() {
+                note
+            } else {
+                format!("{first}; {note}")
+            });
+        }
+        let reason = if self.error.is_some() { "error" } else { reason };
+        self.write_process_row(reason, dropped + lost)
     }
 
     fn note_error(&mut self, e: &SinkError) {
@@ -871,7 +1220,18 @@ impl Writer {
                 row.gpu_clock_drift_ns_per_s = t.drift_ns_per_s;
             }
         }
-        write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx)?;
+        if let Err(e) = write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx) {
+            // No room for the file: the final row goes into the row's log, into the
+            // disk it claimed at the start; `zcta recover` takes it from there.
+            let path = self.process_final_path();
+            let _ = fs::remove_file(tmp_path_for(&path));
+            if let Some((_, log)) = &mut self.process_wal
+                && let Ok(batch) = process_batch(&row, &self.info.ctx)
+            {
+                let _ = log.write(&batch).and_then(|()| log.flush());
+            }
+            return Err(e);
+        }
         if let Some((wal, log)) = self.process_wal.take() {
             drop(log);
             fs::remove_file(&wal).map_err(|e| SinkError::io(&wal, e))?;
@@ -885,9 +1245,29 @@ trait Dataset {
     fn tick_log(&mut self, now: Instant) -> Result<(), SinkError>;
     fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError>;
     fn close(&mut self) -> Result<(), SinkError>;
+    fn take_notice(&mut self) -> Option<SinkError>;
+    fn name(&self) -> &'static str;
+    fn lost(&self) -> u64;
+    fn failed(&self) -> bool;
+    fn logs_kept(&self) -> bool;
 }
 
 impl<T: Table> Dataset for DatasetWriter<T> {
+    fn take_notice(&mut self) -> Option<SinkError> {
+        DatasetWriter::take_notice(self)
+    }
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+    fn lost(&self) -> u64 {
+        self.lost
+    }
+    fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+    fn logs_kept(&self) -> bool {
+        self.logs_kept
+    }
     fn tick_log(&mut self, now: Instant) -> Result<(), SinkError> {
         DatasetWriter::tick_log(self, now)
     }
@@ -950,6 +1330,9 @@ pub trait RecordSource<T> {
     fn next(&self) -> Option<T>;
     /// Whether no record is queued (a snapshot).
     fn is_empty(&self) -> bool;
+    /// Housekeeping once per writer round (the shim's queue maps in the memory of
+    /// the slots its producers write next).
+    fn maintain(&self) {}
 }
 
 impl<T> RecordSource<T> for crossbeam_channel::Receiver<T> {
@@ -978,20 +1361,18 @@ pub fn run_writer(
         }
     };
     loop {
+        rx.maintain();
+        prx.maintain();
         let stopping = ctl.stop_requested();
         // A bounded batch from each queue, so tick() runs under sustained load.
         let limit = if stopping { usize::MAX } else { 65536 };
         let n = drain(&rx, limit, &mut failed, &mut writer, &ctl, Writer::handle)
             + drain(&prx, limit, &mut failed, &mut writer, &ctl, Writer::handle_plugin);
         if !failed && let Err(e) = writer.pump_gpu(Instant::now(), false) {
-            writer.note_error(&e);
-            report_failure(&ctl, &e);
-            failed = true;
+            write_error(&mut writer, &ctl, &e, &mut failed);
         }
         if !failed && let Err(e) = writer.tick(Instant::now()) {
-            writer.note_error(&e);
-            report_failure(&ctl, &e);
-            failed = true;
+            write_error(&mut writer, &ctl, &e, &mut failed);
         }
         if stopping && rx.is_empty() && prx.is_empty() {
             break;
@@ -1037,12 +1418,24 @@ fn drain<T>(
         if *failed {
             ctl.dropped.fetch_add(1, Ordering::Relaxed);
         } else if let Err(e) = handle(writer, &ev) {
-            writer.note_error(&e);
-            report_failure(ctl, &e);
-            *failed = true;
+            write_error(writer, ctl, &e, failed);
         }
     }
     n
+}
+
+/// A table could not be written: noted for the `process` row. Only the `ops` table's
+/// failure stops recording; another table stops alone (its rows are counted).
+fn write_error(writer: &mut Writer, ctl: &WriterControl, e: &SinkError, failed: &mut bool) {
+    writer.note_error(e);
+    if writer.ops_failed() {
+        report_failure(ctl, e);
+        *failed = true;
+    } else if !ctl.failed.load(Ordering::Relaxed) {
+        crate::warn(format_args!(
+            "cannot write {e}; recording goes on (process.write_errors says what was not written)"
+        ));
+    }
 }
 
 fn report_failure(ctl: &WriterControl, e: &SinkError) {

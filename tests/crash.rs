@@ -7,6 +7,7 @@
 mod common;
 mod support;
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
@@ -323,5 +324,170 @@ fn kill_with_rolled_segments() {
         cs,
         (0..cs.len() as u64).collect::<Vec<_>>(),
         "no gap, no duplicate"
+    );
+}
+
+/// How old the newest recovered ops row is when a looping host (one AllReduce per
+/// millisecond) is SIGKILLed after `run_for`: the crash window. Returns the age in ns
+/// (kill time minus the newest row's `api_end_ns`) and the rows recovered.
+fn crash_window(name: &str, env: &[(&str, &str)], run_for: Duration) -> (i64, usize) {
+    let run = Run::new(name);
+    let (child, _) = start_loop_with(&run, env);
+    std::thread::sleep(run_for);
+    let t_kill = kill(child);
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let ops = run.rows("ops");
+    let newest = ops
+        .iter()
+        .map(|o| o.req_i64("api_end_ns"))
+        .max()
+        .expect("ops rows recovered");
+    (t_kill - newest, ops.len())
+}
+
+fn libcuda() -> String {
+    common::fixtures().libcuda.display().to_string()
+}
+
+fn libcupti() -> String {
+    common::fixtures().libcupti.display().to_string()
+}
+
+/// The newest ops row recovered after a SIGKILL of the slowest of three runs; each
+/// age is printed.
+fn worst_window(name: &str, env: &[(&str, &str)]) -> i64 {
+    (0..3)
+        .map(|i| {
+            let (age, n) = crash_window(&format!("{name}{i}"), env, Duration::from_millis(2500));
+            eprintln!(
+                "{name}: newest recovered ops row {:.3} s old ({n} rows)",
+                age as f64 / 1e9
+            );
+            age
+        })
+        .max()
+        .unwrap()
+}
+
+/// `ZCTA_FLUSH_MS` and `ZCTA_GPU_HOLD_MS` at their defaults.
+const FLUSH: i64 = SEC / 2;
+const HOLD: i64 = SEC;
+/// The writer's round (20 ms), the stand-in GPU's work, and a loaded machine.
+const SLACK: i64 = 3 * SEC / 10;
+
+/// Default GPU mode (every op timed with CUDA events: `ZCTA_BUDGET=all`, the stand-in
+/// driver): an op row waits for its events only, so after a SIGKILL nothing older than
+/// the flush interval plus the writer's round is lost (measured: 0.45-0.47 s).
+#[test]
+fn crash_window_with_cuda_events() {
+    let age = worst_window(
+        "window-events",
+        &[("HOST_CUDA", &libcuda()), ("ZCTA_BUDGET", "all")],
+    );
+    assert!(
+        age <= FLUSH + SLACK,
+        "newest recovered ops row {:.3} s before the kill",
+        age as f64 / 1e9
+    );
+}
+
+/// Deep mode (CUPTI, the stand-in libcupti): an op row waits the GPU hold for CUPTI's
+/// records, then up to the flush interval (measured: 1.47-1.49 s).
+#[test]
+fn crash_window_in_deep_mode() {
+    let age = worst_window(
+        "window-deep",
+        &[
+            ("HOST_CUDA", &libcuda()),
+            ("HOST_CUPTI", &libcupti()),
+            ("ZCTA_GPU", "deep"),
+            ("ZCTA_BUDGET", "all"),
+        ],
+    );
+    assert!(
+        age <= HOLD + FLUSH + SLACK,
+        "newest recovered ops row {:.3} s before the kill",
+        age as f64 / 1e9
+    );
+}
+
+/// A disk that fills up during the run (the stand-in disk of `FAKE_DISK_BYTES`,
+/// preloaded next to the shim; without a limit this run peaks at 4 MB, 3.9 MB of them
+/// the ops log): the host behaves as without the shim; the `ops` log, which claimed
+/// its disk first, keeps most of its rows (it is logged in slices: what did not fit
+/// is lost, never what came before) while the other tables run out of room; the
+/// `process` row counts the rows each table lost, and its final row, with no room
+/// for its file, goes into its log. After `zcta recover` everything is readable and
+/// the process row says `error`, with the count.
+#[test]
+fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
+    const ITERS: u64 = 1500;
+    // Ops rows per iteration of `host ops` on one rank.
+    const OPS_PER_ITER: u64 = 11;
+    let run = Run::new("full");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &ITERS.to_string()]);
+    let preload = format!(
+        "{} {}",
+        common::shim_path().display(),
+        common::fixtures().libdisk.display()
+    );
+    cmd.env("LD_PRELOAD", preload).env("FAKE_DISK_BYTES", "3500000");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    for line in text(&out.stderr).lines() {
+        assert!(line.starts_with("zcta: "), "{}", text(&out.stderr));
+    }
+
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let p = run.rows("process");
+    assert_eq!(p.len(), 1);
+    let p = &p[0];
+    assert_eq!(p.str("end_reason"), Some("error"), "{p:?}");
+    let errors = p.req_str("write_errors");
+    assert!(errors.contains("No space left on device"), "{errors}");
+    // "rows not written: ops N, calls M, ..." names each table that lost rows.
+    let lost: BTreeMap<String, u64> = errors
+        .split("rows not written: ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_else(|| panic!("no per-table count in {errors:?}"))
+        .split(", ")
+        .map(|part| {
+            let (table, n) = part.split_once(' ').unwrap();
+            (table.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    assert!(lost.get("calls").is_some_and(|&n| n > 0), "{errors}");
+    // The rows not written and those the hot path no longer made once the ops table
+    // was full.
+    let dropped = p.req_u64("records_dropped");
+    assert!(dropped >= lost.values().sum::<u64>(), "{dropped} {errors}");
+
+    let ops = run.rows("ops");
+    let made = ITERS * OPS_PER_ITER;
+    assert_eq!(p.u64("ops_rows"), Some(ops.len() as u64));
+    assert!(
+        ops.len() as u64 >= made / 2,
+        "{} of {made} ops rows kept ({errors})",
+        ops.len()
+    );
+    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
+    cs.sort_unstable();
+    assert_eq!(
+        cs,
+        (0..cs.len() as u64).collect::<Vec<_>>(),
+        "the first ops, no gap"
+    );
+    assert!(ops.len() as u64 + lost.get("ops").copied().unwrap_or(0) <= made);
+    let s = zcta(&[Path::new("summary"), &run.dir()]);
+    assert!(
+        text(&s.stdout).contains(&format!("dropped  {dropped:>10} records")),
+        "{}",
+        text(&s.stdout)
     );
 }

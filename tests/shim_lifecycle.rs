@@ -513,3 +513,137 @@ fn fork_child_of_a_process_without_nccl_records() {
     // Thread ids are cached per thread; the child's only thread is its own.
     assert!(ops.iter().all(|o| o.i32("tid") == Some(kpid)));
 }
+
+/// Starts `host loop` under the shim with `env` and times its first NCCL call (the
+/// communicator creation that starts recording, after which the host prints
+/// "started"); returns that time (None: not within `limit`) and the process's resident
+/// memory then, in bytes. The process is killed before returning.
+fn first_call(
+    run: &Run,
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> (Option<std::time::Duration>, u64) {
+    use std::io::{BufRead, BufReader};
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut cmd = run.host(&["loop", idf.to_str().unwrap()]);
+    cmd.envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let t0 = std::time::Instant::now();
+    let mut child = cmd.spawn().expect("spawn host loop");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let started = match rx.recv_timeout(limit) {
+        Ok(line) => {
+            assert_eq!(line, "started\n");
+            Some(t0.elapsed())
+        }
+        Err(_) => None,
+    };
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let _ = child.kill();
+    let _ = child.wait();
+    (started, rss_kb * 1024)
+}
+
+/// The largest `ZCTA_QUEUE_CAPACITY` allowed costs nothing up front: the first NCCL
+/// call returns as fast, and the process holds no more memory, than with the default
+/// capacity (the queues' slots take memory only once records reach them). A value
+/// above the maximum (16777216 was allowed once, and made the first call block for
+/// 12 s while 7.4 GB were filled in) gets the default.
+#[test]
+fn the_largest_queue_costs_nothing_up_front() {
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+    let run = Run::new("queue-default");
+    let (t, base_rss) = first_call(&run, &[], LIMIT);
+    let base = t.expect("first call with the default queue");
+    let max = zcta::config::QUEUE_CAPACITY_MAX.to_string();
+    for cap in [max.as_str(), "16777216"] {
+        let run = Run::new("queue-max");
+        let (t, rss) = first_call(&run, &[("ZCTA_QUEUE_CAPACITY", cap)], LIMIT);
+        let t = t.unwrap_or_else(|| panic!("ZCTA_QUEUE_CAPACITY={cap}: first call not done in {LIMIT:?}"));
+        eprintln!(
+            "ZCTA_QUEUE_CAPACITY={cap}: started after {t:?} (default {base:?}), {} MB resident (default {} MB)",
+            rss >> 20,
+            base_rss >> 20
+        );
+        assert!(
+            t < base + std::time::Duration::from_millis(500),
+            "ZCTA_QUEUE_CAPACITY={cap}: started after {t:?}, {base:?} with the default"
+        );
+        assert!(
+            rss < base_rss + (32 << 20),
+            "ZCTA_QUEUE_CAPACITY={cap}: {} MB resident, {} MB with the default",
+            rss >> 20,
+            base_rss >> 20
+        );
+    }
+}
+
+/// A burst of ops from many threads through the smallest queue drops ops, never a
+/// communicator: every thread's comms row and its CommInitRank and CommDestroy calls
+/// rows are written (op records leave part of the queue to them), so every ops row
+/// joins its communicator; and `zcta summary` and `zcta report` say how many records
+/// were dropped.
+#[test]
+fn a_burst_drops_ops_but_keeps_every_communicator() {
+    const THREADS: u64 = 32;
+    const ITERS: u64 = 3000;
+    let run = Run::new("burst");
+    let out = run
+        .host(&["threads", &THREADS.to_string(), &ITERS.to_string()])
+        .env("ZCTA_QUEUE_CAPACITY", "1024")
+        .output()
+        .unwrap();
+    support::assert_ok(&out, &["threads"]);
+    let p = run.rows("process");
+    let dropped = p[0].req_u64("records_dropped");
+    assert!(dropped > 0, "the burst overflowed the queue: {:?}", p[0]);
+    let comms = run.rows("comms");
+    let calls = run.rows("calls");
+    let ops = run.rows("ops");
+    let ids: std::collections::HashSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
+    let orphans = ops
+        .iter()
+        .filter(|o| !o.u64("comm_id").is_some_and(|c| ids.contains(&c)))
+        .count();
+    let n = |k: &str| calls.iter().filter(|c| c.str("call") == Some(k)).count() as u64;
+    assert_eq!(
+        (comms.len() as u64, n("CommInitRank"), n("CommDestroy"), orphans),
+        (THREADS, THREADS, THREADS, 0),
+        "comms rows, CommInitRank and CommDestroy calls rows, ops rows without their comms row ({} ops rows, {dropped} dropped)",
+        ops.len()
+    );
+    let zcta = |cmd: &str| {
+        let o = clean_cmd(env!("CARGO_BIN_EXE_zcta"))
+            .arg(cmd)
+            .arg(run.dir())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "zcta {cmd}: {o:?}");
+        text(&o.stdout)
+    };
+    let summary = zcta("summary");
+    assert!(
+        summary.contains(&format!(
+            "dropped  {dropped:>10} records (process.records_dropped) in 1 of 1 processes"
+        )),
+        "{summary}"
+    );
+    let report = zcta("report");
+    assert!(
+        report.contains(&format!("{dropped} records dropped")) && report.contains("process.records_dropped"),
+        "{report}"
+    );
+}

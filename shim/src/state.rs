@@ -168,12 +168,17 @@ fn activate() -> Option<Recorder> {
         },
         row,
     };
-    let (tx, rx) = queue::bounded(cfg.queue_capacity);
+    let (tx, rx) = queue::bounded_reserving(cfg.queue_capacity, cfg.queue_capacity / RESERVE_SHARE);
     // Plugin records are larger (up to 344 B): half as many slots keeps the memory
     // preallocated for them close to the main queue's.
-    let (ptx, prx) = queue::bounded((cfg.queue_capacity / 2).max(1024));
+    let plugin_capacity = (cfg.queue_capacity / 2).max(1024);
+    let (ptx, prx) = queue::bounded_reserving(plugin_capacity, plugin_capacity / RESERVE_SHARE);
     let ctl = WriterControl::new();
-    let mut writer = Writer::new(info, cfg.policy);
+    let policy = zcta::sink::SinkPolicy {
+        reserve: Some(ffi::sys::reserve_space),
+        ..cfg.policy
+    };
+    let mut writer = Writer::new(info, policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
     let gpu_policy = zcta::sink::GpuPolicy {
         stream_history: cfg.cupti && crate::gpu::stream_kinds_enabled(),
@@ -249,19 +254,27 @@ impl Recorder {
     }
 
     /// Hands a record to the writer. Never blocks: when the queue is full the record
-    /// is dropped and counted.
+    /// is dropped and counted. Op and group records leave the last
+    /// [`RESERVE_SHARE`]th of the queue to communicator and registration records,
+    /// which are therefore kept through a burst of ops the writer cannot keep up with.
     #[inline]
     pub fn emit(&self, ev: Event) {
-        self.send(&self.tx, ev);
+        let lifecycle = ev.is_lifecycle();
+        self.send(&self.tx, ev, lifecycle);
     }
 
     #[inline]
-    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T) {
+    fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, lifecycle: bool) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        match tx.try_push(ev) {
+        let pushed = if lifecycle {
+            tx.try_push(ev)
+        } else {
+            tx.try_push_leaving_reserve(ev)
+        };
+        match pushed {
             Ok(pos) => {
                 // The queue's length reads the writer's position too (a cache line it
                 // keeps writing): look at every 64th position of this queue only.
@@ -276,6 +289,9 @@ impl Recorder {
         }
     }
 }
+
+/// Share of each queue kept for lifecycle records: capacity / this.
+pub const RESERVE_SHARE: usize = 8;
 
 /// Asks the writer to run a round now (e.g. to refill the event pools).
 pub fn wake_writer() {
@@ -302,7 +318,8 @@ pub fn note_plugin_comm() {
 #[inline]
 pub fn emit_plugin(ev: PluginEvent) {
     if let Some(r) = recorder() {
-        r.send(&r.ptx, ev);
+        let lifecycle = ev.is_lifecycle();
+        r.send(&r.ptx, ev, lifecycle);
     }
 }
 

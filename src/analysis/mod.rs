@@ -91,6 +91,9 @@ pub struct ProcView {
     pub profiler_plugin: Option<String>,
     /// NCCL initialised our profiler plugin for at least one communicator.
     pub plugin_active: bool,
+    /// `process.records_dropped`: records not written (`None`: unknown, a killed
+    /// process).
+    pub records_dropped: Option<u64>,
 }
 
 /// A registered memory window (`ncclCommWindowRegister` that succeeded).
@@ -209,6 +212,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                 plugin_active: opt_str(col::<StringArray>(b, "profiler_plugin"), r).as_deref()
                     == Some("zcta")
                     && opt_u64(col::<UInt64Array>(b, "plugin_comms"), r).unwrap_or(0) > 0,
+                records_dropped: opt_u64(col::<UInt64Array>(b, "records_dropped"), r),
             });
         }
     }

@@ -86,6 +86,44 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// Records the processes could not write (`process.records_dropped`): every figure of
+/// the report counts only the rows that were written.
+fn dropped_finding(run: &Run) -> Option<Finding> {
+    let dropped: Vec<(i32, u64)> = run
+        .procs
+        .iter()
+        .filter_map(|p| p.records_dropped.filter(|&n| n > 0).map(|n| (p.pid, n)))
+        .collect();
+    if dropped.is_empty() {
+        return None;
+    }
+    let total: u64 = dropped.iter().map(|d| d.1).sum();
+    let per: Vec<String> = dropped
+        .iter()
+        .take(8)
+        .map(|(pid, n)| format!("pid {pid}: {n}"))
+        .collect();
+    let more = if dropped.len() > 8 {
+        format!(" and {} more processes", dropped.len() - 8)
+    } else {
+        String::new()
+    };
+    let unknown = run.procs.iter().filter(|p| p.records_dropped.is_none()).count();
+    let unknown = if unknown > 0 {
+        format!("; unknown for {unknown} killed processes")
+    } else {
+        String::new()
+    };
+    Some(Finding {
+        title: format!("{total} records dropped: the counts above miss those ops and calls"),
+        evidence: format!(
+            "process.records_dropped: {}{more}{unknown}; ops and group calls are dropped first, communicator and registration rows only when the queue's reserve is full too",
+            per.join(", ")
+        ),
+        fix: "the writer did not keep up with the calls (or stopped: process.write_errors, end_reason): raise ZCTA_QUEUE_CAPACITY (up to 4194304, about 448 bytes per slot), or write to a faster file system".into(),
+    })
+}
+
 fn env_is(run: &Run, key: &str, val: &str) -> Vec<i32> {
     run.procs
         .iter()
@@ -412,6 +450,9 @@ impl Builder {
 
     fn findings(&self, run: &Run, stats: &ScanStats) -> Vec<Finding> {
         let mut out = Vec::new();
+        if let Some(f) = dropped_finding(run) {
+            out.push(f);
+        }
         // A process has a GPU side when its CUDA-event timing or (deep mode, or files
         // from before the timing existed) CUPTI was on.
         let gpu_off: std::collections::BTreeSet<String> = run

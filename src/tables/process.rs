@@ -19,7 +19,7 @@ crate::define_table! {
     clock: Utf8, required, default, "clock of every *_ns column: CLOCK_REALTIME (ns since the UNIX epoch)" => |r, c| Some(r.clock.as_str());
     start_ns: I64, required, default, "activation time (first NCCL call)" => |r, c| Some(r.start_ns);
     end_ns: I64, nullable, default, "time the writer finished; NULL when the process died before (row recovered from the log)" => |r, c| r.end_ns;
-    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), error (recording stopped early: the writer failed or the shim hit an internal error; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`). A write error while closing files at exit keeps exit/_exit and fills write_errors" => |r, c| Some(r.end_reason.as_str());
+    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), error (a table could not be written, e.g. a full disk, or the shim hit an internal error and stopped recording; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
     env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES and launcher variables at activation" => |r, c| Some(r.env_json.as_str());
     ops_rows: U64, required, default, "ops rows this process wrote (for a killed process: the rows recovered)" => |r, c| Some(r.ops_rows);
     calls_rows: U64, required, default, "calls rows, likewise" => |r, c| Some(r.calls_rows);
@@ -48,7 +48,7 @@ crate::define_table! {
     ops_timing_lost: U64, nullable, default, "timed launching calls whose event times never reached the writer (the GPU did not finish them within the hold, or the process ended first)" => |r, c| r.ops_timing_lost;
     gpu_clock_error_ns: I64, nullable, default, "largest error of the CUDA-event clock anchors used to put event times on CLOCK_REALTIME: half the host-time bracket in which the anchor event was recorded and seen complete" => |r, c| r.gpu_clock_error_ns;
     gpu_clock_drift_ns_per_s: I64, nullable, default, "largest disagreement between the GPU's event timer and CLOCK_REALTIME from one anchor to the next, beyond the anchors' errors, in ns per second (anchors are renewed every 0.5 s and each op uses the nearest); NULL when no two anchors were compared (a run shorter than that)" => |r, c| r.gpu_clock_drift_ns_per_s;
-    write_errors: Utf8, nullable, default, "first write error, with the path" => |r, c| r.write_errors.as_deref();
+    write_errors: Utf8, nullable, default, "first write error, with the path; then `rows not written: TABLE N, ...` (rows each table lost, counted in records_dropped) and `rows left in write-ahead logs for `zcta recover`: TABLE, ...` (tables whose Parquet file could not be written)" => |r, c| r.write_errors.as_deref();
 }
 
 /// The `process` row (built by the writer, not on the hot path).

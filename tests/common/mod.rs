@@ -57,6 +57,10 @@ pub struct Fixtures {
     /// The stand-in CUDA driver `libcuda.so.1`, in its own folder `cuda/` so nothing
     /// finds it unless a test asks (`HOST_CUDA`).
     pub libcuda: PathBuf,
+    /// `libfakedisk.so`, for `LD_PRELOAD` next to the shim: a disk of
+    /// `FAKE_DISK_BYTES` bytes (writes past it fail with ENOSPC;
+    /// `tests/fixtures/fake_disk.c`).
+    pub libdisk: PathBuf,
 }
 
 impl Fixtures {
@@ -66,7 +70,8 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 9] = [
+    "fake_disk.c",
     "fake_cupti.c",
     "fake_cuda.c",
     "nccl_min.h",
@@ -168,6 +173,7 @@ fn paths_in(dir: &Path) -> Fixtures {
         libglue: dir.join("libglue.so"),
         libcupti: dir.join("cupti").join("libcupti.so.13"),
         libcuda: dir.join("cuda").join("libcuda.so.1"),
+        libdisk: dir.join("libfakedisk.so"),
     }
 }
 
@@ -177,6 +183,7 @@ fn is_complete(fx: &Fixtures) -> bool {
         && fx.libglue.is_file()
         && fx.libcupti.is_file()
         && fx.libcuda.is_file()
+        && fx.libdisk.is_file()
 }
 
 fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
@@ -184,7 +191,17 @@ fn compile_into(cc: &OsString, src: &Path, out: &Path) -> Result<(), String> {
     lib_dir_arg.push(out);
     fs::create_dir_all(out.join("cupti")).map_err(|e| format!("creating cupti/: {e}"))?;
     fs::create_dir_all(out.join("cuda")).map_err(|e| format!("creating cuda/: {e}"))?;
-    let steps: [(&str, Vec<OsString>); 5] = [
+    let steps: [(&str, Vec<OsString>); 6] = [
+        (
+            "libfakedisk.so",
+            vec![
+                "-shared".into(),
+                "-o".into(),
+                out.join("libfakedisk.so").into(),
+                src.join("fake_disk.c").into(),
+                "-ldl".into(),
+            ],
+        ),
         (
             "libcupti.so.13",
             vec![

@@ -12,6 +12,19 @@
 //! the program computes, not inside the next NCCL call. Slots are cache-line aligned
 //! so a record never shares a line with its neighbour; the capacity is rounded up to a
 //! power of two.
+//!
+//! The slots are mapped zeroed and untouched (anonymous `mmap`): the kernel gives a
+//! page of them memory only when the ring first reaches it, so making a large queue
+//! costs nothing up front. For that, a slot stores its sequence number *minus its
+//! index*, which is 0 for every slot of a new queue. During the ring's first round the
+//! consumer maps in the 8 MiB ahead of the tail each round (`MADV_POPULATE_WRITE`),
+//! so producers that do not outrun it take no page fault, and the mapping asks for
+//! huge pages, so those that do take one fault per 2 MiB.
+//!
+//! Op records can leave a reserve of the slots to others ([`bounded_reserving`]):
+//! they compare the tail with a limit computed from the consumer's position, read
+//! again only when the tail reaches it, so the check touches no line the consumer
+//! keeps writing.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
@@ -24,9 +37,84 @@ struct Padded(AtomicUsize);
 
 #[repr(align(64))]
 struct Slot<T> {
-    /// `pos` when free for the push at `pos`; `pos + 1` once that push wrote it.
+    /// `pos` when free for the push at `pos`; `pos + 1` once that push wrote it; minus
+    /// the slot's index (`pos & mask`), so that a new slot holds 0.
     seq: AtomicUsize,
     val: UnsafeCell<MaybeUninit<T>>,
+}
+
+/// The slot array: zeroed pages from an anonymous mapping (all-zero bytes are a valid
+/// new slot: sequence 0, no value), or from the allocator when mapping fails.
+struct Slots<T> {
+    ptr: std::ptr::NonNull<Slot<T>>,
+    len: usize,
+    mapped: bool,
+}
+
+impl<T> Slots<T> {
+    fn zeroed(len: usize) -> Self {
+        let layout = std::alloc::Layout::array::<Slot<T>>(len).expect("queue size fits in memory");
+        // SAFETY: a fresh private anonymous mapping, checked for failure; its pages read
+        // as zero until written. MAP_NORESERVE: untouched slots commit no memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED
+            && let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot<T>>())
+        {
+            // Huge pages where the system allows them (transparent huge pages in
+            // `madvise` mode): a first touch of the ring maps in 2 MiB at once, not
+            // 4 KiB, so producers that outrun `populate_ahead` take 512 times fewer
+            // page faults. Only a hint: without it, 4 KiB pages.
+            // SAFETY: the mapping just made, with its length.
+            unsafe { libc::madvise(p, layout.size(), libc::MADV_HUGEPAGE) };
+            return Self {
+                ptr,
+                len,
+                mapped: true,
+            };
+        }
+        // SAFETY: the layout has a non-zero size (a slot holds at least its sequence).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot<T>>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Self {
+            ptr,
+            len,
+            mapped: false,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Slots<T> {
+    type Target = [Slot<T>];
+    fn deref(&self) -> &[Slot<T>] {
+        // SAFETY: `len` zeroed slots live at `ptr` until drop; zero bytes are a valid
+        // `Slot` (an atomic 0 and an uninitialised value).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        // Values are `Copy` (the queue requires it): nothing to drop but the memory.
+        let layout = std::alloc::Layout::array::<Slot<T>>(self.len).expect("as made");
+        if self.mapped {
+            // SAFETY: the mapping made in `zeroed`, with its size; unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), layout.size()) };
+        } else {
+            // SAFETY: allocated in `zeroed` with this layout; freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
 }
 
 struct Inner<T> {
@@ -34,9 +122,21 @@ struct Inner<T> {
     tail: Padded,
     /// Next position to pop (written by the consumer only).
     head: Padded,
-    slots: Box<[Slot<T>]>,
+    /// Positions below this may take a push that leaves the reserve free
+    /// ([`Producer::try_push_leaving_reserve`]): `head + capacity - reserve` for some
+    /// past `head`, renewed when the tail reaches it (rarely: read-mostly).
+    limit: Padded,
+    slots: Slots<T>,
     mask: usize,
+    reserve: usize,
+    /// Slots from index 0 whose memory is mapped in (the consumer maps in those ahead
+    /// of the tail, so producers do not take the page faults; all of them once the
+    /// ring has gone round).
+    populated: AtomicUsize,
 }
+
+/// Memory of slots mapped in ahead of the tail.
+const POPULATE_AHEAD_BYTES: usize = 8 << 20;
 
 // SAFETY: a slot's value is written only by the producer that won its position (the
 // compare-and-swap on `tail`) and read only by the single consumer after the
@@ -45,6 +145,23 @@ struct Inner<T> {
 unsafe impl<T: Copy + Send> Sync for Inner<T> {}
 // SAFETY: as above.
 unsafe impl<T: Copy + Send> Send for Inner<T> {}
+
+impl<T> Inner<T> {
+    /// The slot at `pos` and its sequence number.
+    #[inline]
+    fn slot(&self, pos: usize) -> (&Slot<T>, usize) {
+        let idx = pos & self.mask;
+        let slot = &self.slots[idx];
+        (slot, slot.seq.load(Ordering::Acquire).wrapping_add(idx))
+    }
+
+    /// Sets the sequence number of the slot at `pos`.
+    #[inline]
+    fn set_seq(&self, slot: &Slot<T>, pos: usize, seq: usize) {
+        slot.seq
+            .store(seq.wrapping_sub(pos & self.mask), Ordering::Release);
+    }
+}
 
 /// The sending side (cloneable, shared by every producing thread).
 pub struct Producer<T>(Arc<Inner<T>>);
@@ -63,19 +180,27 @@ pub struct Consumer<T> {
 
 /// A queue of at least `capacity` slots (rounded up to a power of two, at least 2).
 pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+    bounded_reserving(capacity, 0)
+}
+
+/// As [`bounded`], keeping `reserve` slots (less than the capacity) for the records
+/// pushed with [`Producer::try_push`] when those pushed with
+/// [`Producer::try_push_leaving_reserve`] fill the rest.
+pub fn bounded_reserving<T: Copy + Send>(capacity: usize, reserve: usize) -> (Producer<T>, Consumer<T>) {
     let cap = capacity.max(2).next_power_of_two();
-    let slots = (0..cap)
-        .map(|i| Slot {
-            seq: AtomicUsize::new(i),
-            val: UnsafeCell::new(MaybeUninit::uninit()),
-        })
-        .collect();
+    let reserve = reserve.min(cap - 1);
+    let slots = Slots::zeroed(cap);
+    let populated = if slots.mapped { 0 } else { cap };
     let q = Arc::new(Inner {
         tail: Padded(AtomicUsize::new(0)),
         head: Padded(AtomicUsize::new(0)),
+        limit: Padded(AtomicUsize::new(cap - reserve)),
         slots,
         mask: cap - 1,
+        reserve,
+        populated: AtomicUsize::new(populated),
     });
+    q.populate_ahead(0);
     (
         Producer(Arc::clone(&q)),
         Consumer {
@@ -93,6 +218,37 @@ impl<T: Copy + Send> Inner<T> {
         let tail = self.tail.0.load(Ordering::Acquire);
         let head = self.head.0.load(Ordering::Acquire);
         (self.tail.0.load(Ordering::Acquire) == tail).then(|| tail.wrapping_sub(head))
+    }
+
+    /// Maps in the memory of the slots up to [`POPULATE_AHEAD_BYTES`] past the
+    /// position `tail` (during the ring's first round; the consumer's thread, or the
+    /// one making the queue). `MADV_POPULATE_WRITE`, else a write of no change to one
+    /// slot per page.
+    fn populate_ahead(&self, tail: usize) {
+        let len = self.mask + 1;
+        let from = self.populated.load(Ordering::Relaxed);
+        if from >= len {
+            return;
+        }
+        let size = size_of::<Slot<T>>();
+        let to = tail.saturating_add(POPULATE_AHEAD_BYTES / size).min(len);
+        if to <= from {
+            return;
+        }
+        const PAGE: usize = 4096;
+        let base = self.slots.ptr.as_ptr().cast::<u8>();
+        let start = from * size / PAGE * PAGE;
+        let end = (to * size).div_ceil(PAGE) * PAGE;
+        // SAFETY: a page-aligned range inside the slots' own mapping (whole pages:
+        // the mapping's length is rounded up to pages); populating changes no byte.
+        let done =
+            unsafe { libc::madvise(base.add(start).cast(), end - start, libc::MADV_POPULATE_WRITE) == 0 };
+        if !done {
+            for i in (from..to).step_by((PAGE / size).max(1)) {
+                self.slots[i].seq.fetch_add(0, Ordering::Relaxed);
+            }
+        }
+        self.populated.store(to, Ordering::Relaxed);
     }
 
     /// Asks the CPU to bring the slot at `pos` into this core's cache before the next
@@ -125,8 +281,7 @@ impl<T: Copy + Send> Producer<T> {
         let q = &*self.0;
         let mut pos = q.tail.0.load(Ordering::Relaxed);
         loop {
-            let slot = &q.slots[pos & q.mask];
-            let seq = slot.seq.load(Ordering::Acquire);
+            let (slot, seq) = q.slot(pos);
             let dif = seq.wrapping_sub(pos) as isize;
             if dif == 0 {
                 match q.tail.0.compare_exchange_weak(
@@ -139,7 +294,7 @@ impl<T: Copy + Send> Producer<T> {
                         // SAFETY: winning the CAS for `pos` gives this thread sole
                         // access to the slot until the store below publishes it.
                         unsafe { (*slot.val.get()).write(v) };
-                        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+                        q.set_seq(slot, pos, pos.wrapping_add(1));
                         q.prefetch(pos.wrapping_add(1));
                         return Ok(pos);
                     }
@@ -151,6 +306,31 @@ impl<T: Copy + Send> Producer<T> {
                 pos = q.tail.0.load(Ordering::Relaxed); // another producer took it
             }
         }
+    }
+
+    /// As [`Self::try_push`], but refuses `v` when it would leave fewer than the
+    /// queue's reserve of slots free ([`bounded_reserving`]), so that records pushed
+    /// with [`Self::try_push`] still find room. Producers racing each other can each
+    /// pass the check once, so the reserve is kept to within their number. Reads the
+    /// consumer's position only when the tail reaches the last limit it gave.
+    #[inline]
+    pub fn try_push_leaving_reserve(&self, v: T) -> Result<usize, T> {
+        let q = &*self.0;
+        if q.reserve > 0 {
+            let pos = q.tail.0.load(Ordering::Relaxed);
+            if pos.wrapping_sub(q.limit.0.load(Ordering::Relaxed)) as isize >= 0 {
+                let limit = q
+                    .head
+                    .0
+                    .load(Ordering::Acquire)
+                    .wrapping_add(q.mask + 1 - q.reserve);
+                if pos.wrapping_sub(limit) as isize >= 0 {
+                    return Err(v);
+                }
+                q.limit.0.store(limit, Ordering::Relaxed);
+            }
+        }
+        self.try_push(v)
     }
 
     /// Records in the queue (a snapshot; reads the consumer's position too); None when
@@ -170,14 +350,14 @@ impl<T: Copy + Send> Consumer<T> {
     pub fn try_pop(&self) -> Option<T> {
         let q = &*self.q;
         let pos = q.head.0.load(Ordering::Relaxed);
-        let slot = &q.slots[pos & q.mask];
-        if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+        let (slot, seq) = q.slot(pos);
+        if seq != pos.wrapping_add(1) {
             return None;
         }
         // SAFETY: seq == pos + 1 means the producer of `pos` wrote the value and
         // released it; only this (single) consumer reads it, once.
         let v = unsafe { (*slot.val.get()).assume_init_read() };
-        slot.seq.store(pos.wrapping_add(q.mask + 1), Ordering::Release);
+        q.set_seq(slot, pos, pos.wrapping_add(q.mask + 1));
         q.head.0.store(pos.wrapping_add(1), Ordering::Release);
         Some(v)
     }
@@ -190,9 +370,21 @@ impl<T: Copy + Send> Consumer<T> {
     }
 }
 
+impl<T: Copy + Send> Consumer<T> {
+    /// Maps in the memory of the slots the producers will write next (during the
+    /// ring's first round), so that they do not take those page faults.
+    pub fn populate(&self) {
+        let q = &*self.q;
+        q.populate_ahead(q.tail.0.load(Ordering::Relaxed));
+    }
+}
+
 impl<T: Copy + Send> zcta::sink::RecordSource<T> for Consumer<T> {
     fn next(&self) -> Option<T> {
         self.try_pop()
+    }
+    fn maintain(&self) {
+        self.populate();
     }
     fn is_empty(&self) -> bool {
         Consumer::is_empty(self)
@@ -217,6 +409,48 @@ mod tests {
             }
             assert_eq!(c.try_pop(), None);
             assert!(c.is_empty() && p.len() == Some(0));
+        }
+    }
+
+    #[test]
+    fn a_reserve_stays_for_the_records_that_may_use_it() {
+        let (p, c) = bounded_reserving::<u64>(8, 2);
+        for round in 0..100u64 {
+            for i in 0..6 {
+                assert!(p.try_push_leaving_reserve(round * 10 + i).is_ok(), "{round} {i}");
+            }
+            assert_eq!(
+                p.try_push_leaving_reserve(99),
+                Err(99),
+                "6 of 8 used: 2 stay free"
+            );
+            assert!(p.try_push(round * 10 + 6).is_ok());
+            assert!(p.try_push(round * 10 + 7).is_ok());
+            assert_eq!(p.try_push(99), Err(99));
+            for i in 0..8 {
+                assert_eq!(c.try_pop(), Some(round * 10 + i));
+            }
+        }
+        // One taken from a full queue makes room for one with the reserve kept.
+        for i in 0..8 {
+            assert!(p.try_push(i).is_ok());
+        }
+        for _ in 0..3 {
+            c.try_pop();
+        }
+        assert!(p.try_push_leaving_reserve(8).is_ok());
+        assert_eq!(p.try_push_leaving_reserve(9), Err(9));
+    }
+
+    #[test]
+    fn populating_ahead_keeps_every_record() {
+        let (p, c) = bounded::<[u64; 8]>(1 << 20); // 64 MiB of slots
+        for i in 0..(3u64 << 20) {
+            if i % 1000 == 0 {
+                c.populate();
+            }
+            assert!(p.try_push([i; 8]).is_ok());
+            assert_eq!(c.try_pop(), Some([i; 8]));
         }
     }
 
@@ -257,6 +491,27 @@ mod tests {
         }
         assert_eq!(c.try_pop(), None);
         assert!(next.iter().all(|&n| n == EACH));
+    }
+
+    /// The memory a queue slot costs once the ring has reached it (the figure the
+    /// settings' documentation gives per `ZCTA_QUEUE_CAPACITY` slot: one record slot
+    /// plus half a plugin slot).
+    #[test]
+    fn slot_sizes() {
+        use zcta::record::{Event, PluginEvent};
+        assert_eq!(size_of::<Slot<Event>>(), 256);
+        assert_eq!(size_of::<Slot<PluginEvent>>(), 384);
+    }
+
+    #[test]
+    fn a_large_queue_is_mapped_untouched() {
+        let (p, c) = bounded::<[u8; 192]>(1 << 22); // 1 GiB of slots
+        assert_eq!(p.capacity(), 1 << 22);
+        for round in 0..3u8 {
+            assert!(p.try_push([round; 192]).is_ok());
+            assert_eq!(c.try_pop(), Some([round; 192]));
+        }
+        assert!(c.is_empty());
     }
 
     #[test]

@@ -87,6 +87,30 @@ pub fn block_all_signals() {
     }
 }
 
+/// Claims `len` bytes of disk for `file` from `offset` without changing its size
+/// (`fallocate(FALLOC_FL_KEEP_SIZE)`): later writes into them cannot fail for want
+/// of room. Whether the disk was claimed (not on a full disk; never again once the
+/// file system said it cannot).
+pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return false;
+    };
+    // SAFETY: a valid open file descriptor (borrowed for the call); no memory passed.
+    if unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, len) } == 0 {
+        return true;
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
+        UNSUPPORTED.store(true, Ordering::Relaxed);
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
