@@ -793,9 +793,8 @@ pub struct GpuStatus {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimingStatus {
     pub state: String,
-    pub timed: Option<u64>,
-    pub captured: Option<u64>,
-    pub pool_empty: Option<u64>,
+    /// Timing ran; the writer counts what it did per call from the ops rows.
+    pub on: bool,
     pub errors: Option<u64>,
     /// Flights the timer gave up on (each is also an op row without times, which
     /// is what `process.ops_timing_lost` counts).
@@ -1210,7 +1209,7 @@ impl Writer {
                     row.ops_timing_lost = Some(s.ops_timing_lost);
                 }
                 row.gpu_timing = Some(t.state);
-                let on = t.timed.is_some();
+                let on = t.on;
                 let c = &self.timing_calls;
                 row.ops_timed = on.then_some(c.timed);
                 row.timing_captured = on.then_some(c.captured);

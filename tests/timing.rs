@@ -153,15 +153,32 @@ fn the_work_ahead_on_the_stream_is_queue_not_transfer() {
     ops.sort_by_key(|o| o.req_i64("api_start_ns"));
     assert!(ops.len() >= 30, "{ops:?}");
     assert!(ops.iter().all(|o| o.str("timing") == Some("timed")), "{ops:?}");
+    // Each op takes its 5 ms (more where the host was descheduled between its two
+    // records on a loaded machine: the stand-in GPU then idles until the launch).
+    let mut tight = 0;
     for o in &ops {
         let d = o.req_i64("gpu_end_ns") - o.req_i64("gpu_ready_ns");
-        assert!((5_000_000..6_000_000).contains(&d), "{d}");
+        assert!((5_000_000..60_000_000).contains(&d), "{d}");
+        tight += usize::from(d < 6_000_000);
     }
-    // Each op's stream became free when the one before it ended.
+    assert!(
+        tight * 10 >= ops.len() * 9,
+        "{tight} of {} ops near 5 ms",
+        ops.len()
+    );
+    // Each op's stream became free when the one before it ended: never before it, and
+    // right then while the host ran ahead of the GPU.
+    let mut at_end = 0;
     for w in ops.windows(2) {
         let gap = w[1].req_i64("gpu_ready_ns") - w[0].req_i64("gpu_end_ns");
-        assert!(gap.abs() < 1_000_000, "ready {gap} ns after the previous end");
+        assert!(gap > -1_000_000, "ready {gap} ns after the previous end");
+        at_end += usize::from(gap < 1_000_000);
     }
+    assert!(
+        at_end * 10 >= (ops.len() - 1) * 9,
+        "{at_end} of {} readies at the previous end",
+        ops.len() - 1
+    );
     // And the report attributes every op's window to measured phases: init, queue,
     // barrier (one rank: 0), transfer. (A one-rank collective has no NCCL events: its
     // launch is taken as the call's return.)
@@ -293,7 +310,11 @@ fn the_budget_times_the_same_nested_subset_on_every_rank() {
     assert!(timed > 0);
     // Which ops a level times is a function of (comm_id, seq) alone, so every rank at
     // that level times the same ones, and a sparser level's ops are a subset.
-    for o in &coll {
+    // (An op that found the event pool empty was selected but not timed: no level.)
+    for o in coll
+        .iter()
+        .filter(|o| matches!(o.str("timing"), Some("timed" | "budget")))
+    {
         let level = o.u64("timing_level").expect("asked") as u8;
         let key = zcta::budget::coll_key(o.req_u64("comm_id"), o.req_u64("seq"));
         let want = zcta::budget::selected(key, level);

@@ -66,16 +66,12 @@ const BUDGET_EVERY_NS: i64 = 250_000_000;
 /// An op whose events have not completed this long after its call is given up.
 const GIVE_UP_NS: i64 = 30_000_000_000;
 
+/// Driver calls of the timing that failed (the writer counts the other outcomes per
+/// call from the ops rows).
 struct Counts {
-    timed: AtomicU64,
-    captured: AtomicU64,
-    pool_empty: AtomicU64,
     errors: AtomicU64,
 }
 static COUNTS: Counts = Counts {
-    timed: AtomicU64::new(0),
-    captured: AtomicU64::new(0),
-    pool_empty: AtomicU64::new(0),
     errors: AtomicU64::new(0),
 };
 
@@ -248,7 +244,6 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
     match cuda::capturing(stream) {
         Ok(false) => {}
         Ok(true) => {
-            COUNTS.captured.fetch_add(1, Ordering::Relaxed);
             return Err(Timing::Captured);
         }
         Err(_) => {
@@ -265,7 +260,6 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
         return Err(Timing::Error);
     };
     let Ok(pair) = pool.rx.try_recv() else {
-        COUNTS.pool_empty.fetch_add(1, Ordering::Relaxed);
         crate::state::wake_writer();
         return Err(Timing::PoolEmpty);
     };
@@ -313,13 +307,11 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     };
     if FLIGHTS.get().is_none_or(|q| q.try_push(f).is_err()) {
         b.pool.give(b.pair);
-        COUNTS.pool_empty.fetch_add(1, Ordering::Relaxed);
         return Timing::PoolEmpty;
     }
     let now = now_ns();
     let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
     let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
-    COUNTS.timed.fetch_add(1, Ordering::Relaxed);
     over_budget(cost, now);
     Timing::Timed(b.level)
 }
@@ -650,9 +642,7 @@ impl Timer {
         let on = state.starts_with("on");
         TimingStatus {
             state,
-            timed: on.then(|| COUNTS.timed.load(Ordering::Relaxed)),
-            captured: on.then(|| COUNTS.captured.load(Ordering::Relaxed)),
-            pool_empty: on.then(|| COUNTS.pool_empty.load(Ordering::Relaxed)),
+            on,
             errors: on.then(|| COUNTS.errors.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
