@@ -243,9 +243,7 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
     let t0 = now_ns();
     match cuda::capturing(stream) {
         Ok(false) => {}
-        Ok(true) => {
-            return Err(Timing::Captured);
-        }
+        Ok(true) => return Err(Timing::Captured),
         Err(_) => {
             COUNTS.errors.fetch_add(1, Ordering::Relaxed);
             return Err(Timing::Error);
