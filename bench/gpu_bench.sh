@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU benchmark (2 GPUs, torch, NCCL 2.28; 378 s on the 2×H200 with its five
-# default configurations, eighth session, unpinned): is zcta
+# default configurations, 2026-11-30, unpinned): is zcta
 # cheap enough to leave on, and right?
 #
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
@@ -118,7 +118,7 @@ fi
 python3 "$here/gpu_bench_report.py" "$work" "$runs" | tee "$out/bench.md" || status=1
 echo "wall: $(($(date +%s) - t0)) s"
 tar czf "$out/bench.tgz" -C "$work" logs res
-# Round 0's run directories (~1 MB each: 60 bytes per op on disk, eighth session), so the
+# Round 0's run directories (~1 MB each: 60 bytes per op on disk, 2026-11-30), so the
 # rows can be read again off the GPU machine (the device returns files up to 16 MiB).
 (cd "$runs" 2>/dev/null && ls -d -- *-0 >/dev/null 2>&1) && tar czf "$out/runs0.tgz" -C "$runs" $(cd "$runs" && ls -d -- *-0)
 exit $status

@@ -1,6 +1,6 @@
 """Shared pieces of the examples' NCCL timing loops (paths.py, stress.py) and the GPU
 tests: rank setup, buffers in NCCL symmetric windows (the copy-engine recipe of
-shared/REFERENCE.md), CUDA-event timing of one op at a time, and nccl-tests bandwidth.
+docs/doctor.md), CUDA-event timing of one op at a time, and nccl-tests bandwidth.
 torch is imported where it is used, so the arithmetic can be tested without it.
 """
 
@@ -16,7 +16,7 @@ import statistics
 # synchronise, one rank's host took longer per torch all_to_all (~60-90 us in the call
 # alone) than the GPU per iteration, the GPU went idle before the launch, and 10 of 240
 # event pairs (8 of that rank's 30 torch all_to_all) timed host enqueue too, 80-210 us
-# around a 55 us op (tests/gpu/cupti.sh, default mode, 2xH200, eighth session).
+# around a 55 us op (tests/gpu/cupti.sh, CUPTI mode, 2xH200, 2026-11-30).
 SLEEP_CYCLES = 1_000_000
 
 # nccl-tests bus-bandwidth factors, n = ranks.

@@ -540,7 +540,7 @@ impl Builder {
                     pids(&env_is(run, "NCCL_CTA_POLICY", "2")),
                     r.join("; ")
                 ),
-                fix: "allocate both buffers from NCCL's allocator (torch.cuda.MemPool(backend.mem_allocator)), register them with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), and issue on a non-default stream (docs/dev/cupti.md; shared/REFERENCE.md recipe)".into(),
+                fix: "allocate both buffers from NCCL's allocator (torch.cuda.MemPool(backend.mem_allocator)), register them with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC), and issue on a non-default stream (docs/dev/cupti.md; docs/doctor.md, the copy-engine conditions)".into(),
             });
         }
         if self.not_ce_capable > 0 {
