@@ -11,25 +11,28 @@
 //! denser rank and its barrier across ranks stays measurable. Each rank picks its own
 //! level from its own measured cost ([`Controller`]).
 
-use crate::hash::StableHasher;
-
 /// Highest level: 1 op in 65,536 (beyond that the op rate is absurd).
 pub const MAX_LEVEL: u8 = 16;
 
+/// splitmix64's finaliser: every input bit moves every output bit. The keys are
+/// computed on the hot path of every op once the level is above 0, so they mix a few
+/// words rather than hash bytes; stable across builds and hosts like `comm_id`.
+const fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 /// Key of a collective: its communicator and index on it.
 pub fn coll_key(comm_id: u64, seq: u64) -> u64 {
-    StableHasher::new().bytes(b"c").u64(comm_id).u64(seq).finish()
+    mix(mix(comm_id ^ 0x636f_6c6c) ^ seq)
 }
 
 /// Key of a Send and of the Recv it matches: the same on both ranks.
 pub fn p2p_key(comm_id: u64, sender: i32, receiver: i32, seq: u64) -> u64 {
-    StableHasher::new()
-        .bytes(b"p")
-        .u64(comm_id)
-        .i64(i64::from(sender))
-        .i64(i64::from(receiver))
-        .u64(seq)
-        .finish()
+    let ranks = (u64::from(sender as u32) << 32) | u64::from(receiver as u32);
+    mix(mix(mix(comm_id ^ 0x0070_3270) ^ ranks) ^ seq)
 }
 
 /// Whether an op with this key is timed at `level`.
