@@ -2,13 +2,13 @@
 # Host cost of the shim per NCCL call, against a no-op stand-in libnccl, and memory
 # growth over many calls. Alternates plain and shim runs; prints medians.
 # usage: bench/host_cost.sh [CALLS (default 10000000)] [REPEATS (default 5)]
-# Needs: cargo build --release (target/release/libzcta_prof.so), a C compiler.
+# Needs: cargo build --release --workspace (target/release/libzcta_prof.so), a C compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-10000000}
 reps=${2:-5}
 shim=$PWD/target/release/libzcta_prof.so
-[ -f "$shim" ] || { echo "build first: cargo build --release"; exit 2; }
+[ -f "$shim" ] || { echo "build first: cargo build --release --workspace"; exit 2; }
 fx=$(mktemp -d)
 trap 'rm -rf "$fx"' EXIT
 tests/fixtures/build.sh "$fx"

@@ -18,7 +18,7 @@ pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
     match cand {
         Some(p) if p.is_file() => Ok(std::fs::canonicalize(&p).unwrap_or(p)),
         Some(p) => Err(format!(
-            "{}: no such file (build it with `cargo build --release`, or pass --shim / set ZCTA_SHIM)",
+            "{}: no such file (build it with `cargo build --release --workspace`, or pass --shim / set ZCTA_SHIM)",
             p.display()
         )),
         None => Err("cannot tell where libzcta_prof.so is: pass --shim or set ZCTA_SHIM".into()),

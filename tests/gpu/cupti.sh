@@ -3,7 +3,7 @@
 # paths_job.py on the five data paths of shared/REFERENCE.md, plus a torch.profiler
 # run and a run with sampled detail (ZCTA_SAMPLE), each under the shim; verify_gpu.py checks every run. Builds nothing: expects
 # the shim in SHIM_DIR (default .carry), e.g. after
-#   cargo build --release && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
+#   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
 # usage: [MODES=default,ce,...] tests/gpu/cupti.sh [SHIM_DIR] ; everything (logs, run directories) is packed
 # into $OUT/cupti.tgz (default ./gpu-out)
 set -u

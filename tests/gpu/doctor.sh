@@ -2,7 +2,7 @@
 # `zcta doctor` on the GPU machine: the plain report, --json, and --probe on each data
 # path, checking the exit status of each (and so that the probe saw what the doctor
 # predicted). Builds nothing: the binaries come in CARRY_DIR, e.g.
-#   cargo build --release && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
+#   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
 # usage: [QUICK=1] tests/gpu/doctor.sh CARRY_DIR ; logs go to $OUT (or ./gpu-out/doctor)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)

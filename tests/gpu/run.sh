@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU end-to-end checks of zcta-prof on a machine with >= 2 GPUs, torch and NCCL.
 # Builds nothing: expects the shim (and the zcta CLI) built beforehand, e.g. with
-#   cargo build --release && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
+#   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
 # usage: tests/gpu/run.sh [SHIM_DIR (default .carry)] ; logs go to $OUT (or ./gpu-out)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
