@@ -84,10 +84,10 @@ fn take_op_timing(timing: Timing) -> OpTiming {
 /// The budget's key of an op about to be issued: the same on every rank of it
 /// ([`budget`]); from its op id when the communicator is not known (then only this
 /// rank can tell which ops it timed).
-fn op_key(kind: OpKind, a: &OpArgs, op_id: u64, seq_ahead: u64) -> u64 {
-    let key = comms::get(a.comm).and_then(|st| {
+fn op_key(kind: OpKind, comm: usize, peer: Option<i32>, op_id: u64, seq_ahead: u64) -> u64 {
+    let key = comms::get(comm).and_then(|st| {
         let comm_id = st.comm_id?;
-        Some(match (kind, a.peer) {
+        Some(match (kind, peer) {
             (OpKind::Send, Some(p)) => {
                 budget::p2p_key(comm_id, st.rank()?, p, st.peek_p2p_seq(true, p) + seq_ahead)
             }
@@ -310,7 +310,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let begun = launching.then(|| {
         protect(|| {
             timing::begin(a.stream, |level| {
-                budget::selected(op_key(kind, &a, op_id, 0), level)
+                budget::selected(op_key(kind, a.comm, a.peer, op_id, 0), level)
             })
         })
         .unwrap_or(Err(Timing::Error))
@@ -461,18 +461,8 @@ fn group_selected(level: u8) -> bool {
                 };
                 let ahead = seen.iter().filter(|c| **c == counter).count() as u64;
                 seen.push(counter);
-                let a = OpArgs {
-                    comm: r.comm_ptr as usize,
-                    count: r.count,
-                    dtype: r.dtype,
-                    sendbuff: r.sendbuff,
-                    recvbuff: r.recvbuff,
-                    stream: r.stream,
-                    root: r.root,
-                    peer: r.peer,
-                    redop: r.redop,
-                };
-                budget::selected(op_key(x.op, &a, r.op_id, ahead), level)
+                let key = op_key(x.op, r.comm_ptr as usize, x.peer, r.op_id, ahead);
+                budget::selected(key, level)
             })
         })
         .unwrap_or(false)
