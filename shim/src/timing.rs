@@ -453,8 +453,8 @@ impl Timer {
         }
     }
 
-    /// One round (writer thread). `drain`: at the end, wait up to a bound for the
-    /// events still pending.
+    /// One round (writer thread): refill the pools, renew stale anchors, resolve the
+    /// events that completed, re-evaluate the budget.
     pub fn poll(&mut self, out: &mut Vec<GpuItem>) {
         if STATE.load(Ordering::Acquire) != ON {
             return;
