@@ -46,7 +46,10 @@ rounds=${ROUNDS:-3}
 blocks=${AB_BLOCKS:-16}
 read -r -a configs <<<"${CONFIGS:-plain zcta ready kernelch profiler}"
 export BENCH_RANK_CPUS=${BENCH_RANK_CPUS-0-7:8-15}
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
+export NCCL_NVLS_ENABLE=0
+# These runs measure CUPTI, which only deep mode uses (bench/always_on.sh and
+# tests/gpu/events.sh measure the default, CUDA events).
+export ZCTA_GPU=${ZCTA_GPU:-deep} PYTHONUNBUFFERED=1   # NVLink multicast is forbidden on the test host
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] && [ -x "$bin/zcta" ] || { echo "missing $shim or $bin/zcta"; exit 2; }
 # The environment configuration $1 adds, one assignment per line; fails for an unknown one.

@@ -17,7 +17,10 @@ root=$(cd "$here/.." && pwd)
 bin=$(cd "${1:-$root/.carry}" && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0
+# These runs measure CUPTI, which only deep mode uses (bench/always_on.sh and
+# tests/gpu/events.sh measure the default, CUDA events).
+export ZCTA_GPU=${ZCTA_GPU:-deep} PYTHONUNBUFFERED=1
 source "$here/knob_settings.sh"
 pin=()
 cpus=${PIN_CPUS-2-5}

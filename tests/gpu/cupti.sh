@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU-capture checks (CUPTI) on a machine with 2 GPUs, torch and NCCL 2.28:
-# paths_job.py on the five data paths of shared/REFERENCE.md, plus a torch.profiler
+# paths_job.py on the five data paths (paths_job.py says how each is forced), plus a torch.profiler
 # run and a run with sampled detail (ZCTA_SAMPLE), each under the shim; verify_gpu.py checks every run. Builds nothing: expects
 # the shim in SHIM_DIR (default .carry), e.g. after
 #   cargo build --release --workspace && mkdir -p .carry && cp target/release/{libzcta_prof.so,zcta} .carry/
@@ -12,7 +12,10 @@ root=$(cd "$here/../.." && pwd)
 bin=$(cd "${1:-$root/.carry}" && pwd)
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0   # NVLink multicast is forbidden on the shared test host
+export NCCL_NVLS_ENABLE=0
+# These runs measure CUPTI, which only deep mode uses (bench/always_on.sh and
+# tests/gpu/events.sh measure the default, CUDA events).
+export ZCTA_GPU=${ZCTA_GPU:-deep}   # NVLink multicast is forbidden on the shared test host
 export PYTHONUNBUFFERED=1
 # The accuracy check compares the op's time on its stream (from gpu_ready_ns) with CUDA
 # events: CUPTI's event and stream-wait records are on here (off by default).
