@@ -68,12 +68,7 @@ const GIVE_UP_NS: i64 = 30_000_000_000;
 
 /// Driver calls of the timing that failed (the writer counts the other outcomes per
 /// call from the ops rows).
-struct Counts {
-    errors: AtomicU64,
-}
-static COUNTS: Counts = Counts {
-    errors: AtomicU64::new(0),
-};
+static ERRORS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pair {
@@ -245,7 +240,7 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
         Ok(false) => {}
         Ok(true) => return Err(Timing::Captured),
         Err(_) => {
-            COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+            ERRORS.fetch_add(1, Ordering::Relaxed);
             return Err(Timing::Error);
         }
     }
@@ -254,7 +249,7 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
         return Err(Timing::Skipped(level));
     }
     let Some(pool) = cuda::stream_ctx(stream).ok().and_then(pool_for) else {
-        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
     };
     let Ok(pair) = pool.rx.try_recv() else {
@@ -267,7 +262,7 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
     }
     if cuda::record(pair.ready, stream).is_err() {
         pool.give(pair);
-        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
     }
     Ok(Begun {
@@ -293,7 +288,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     }
     if cuda::record(b.pair.end, b.stream).is_err() {
         b.pool.give(b.pair);
-        COUNTS.errors.fetch_add(1, Ordering::Relaxed);
+        ERRORS.fetch_add(1, Ordering::Relaxed);
         return Timing::Error;
     }
     let f = Flight {
@@ -641,7 +636,7 @@ impl Timer {
         TimingStatus {
             state,
             on,
-            errors: on.then(|| COUNTS.errors.load(Ordering::Relaxed)),
+            errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
             // Not measured is not 0: a run shorter than an anchor's renewal has one.
