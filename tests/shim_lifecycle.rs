@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Output};
 
-use support::{Run, clean_cmd, host_plain, preload, text};
+use support::{Row, Run, clean_cmd, host_plain, preload, text};
 
 /// Functions the shim itself calls on the real library to learn about communicators
 /// (version, rank, size, device). Every other counter must be the same with and
@@ -397,18 +397,24 @@ fn unwritable_output_warns_once_and_changes_nothing() {
     );
 }
 
+/// `threads THREADS ITERS` with `ZCTA_QUEUE_CAPACITY=1024`, checked to succeed
+/// untouched; returns the process rows.
+fn threads_with_the_smallest_queue(run: &Run, threads: u64, iters: u64) -> Vec<Row> {
+    let out = run
+        .host(&["threads", &threads.to_string(), &iters.to_string()])
+        .env("ZCTA_QUEUE_CAPACITY", "1024")
+        .output()
+        .unwrap();
+    support::assert_ok(&out, &["threads"]);
+    run.rows("process")
+}
+
 #[test]
 fn queue_overflow_is_counted_never_silent() {
     const THREADS: u64 = 8;
     const ITERS: u64 = 5000;
     let run = Run::new("overflow");
-    let out = run
-        .host(&["threads", &THREADS.to_string(), &ITERS.to_string()])
-        .env("ZCTA_QUEUE_CAPACITY", "1024")
-        .output()
-        .unwrap();
-    support::assert_ok(&out, &["threads"]);
-    let p = run.rows("process");
+    let p = threads_with_the_smallest_queue(&run, THREADS, ITERS);
     assert_eq!(p.len(), 1);
     let p = &p[0];
     let (ops, calls, comms) = (
@@ -601,13 +607,7 @@ fn a_burst_drops_ops_but_keeps_every_communicator() {
     const THREADS: u64 = 32;
     const ITERS: u64 = 3000;
     let run = Run::new("burst");
-    let out = run
-        .host(&["threads", &THREADS.to_string(), &ITERS.to_string()])
-        .env("ZCTA_QUEUE_CAPACITY", "1024")
-        .output()
-        .unwrap();
-    support::assert_ok(&out, &["threads"]);
-    let p = run.rows("process");
+    let p = threads_with_the_smallest_queue(&run, THREADS, ITERS);
     let dropped = p[0].req_u64("records_dropped");
     assert!(dropped > 0, "the burst overflowed the queue: {:?}", p[0]);
     let comms = run.rows("comms");
