@@ -16,7 +16,11 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   allows a rank to send to itself;
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
-Writes DIR/<config>-<round>.json.
+With --ab (zcta's configurations), every repetition also measures each loop with
+recording paused (`zcta_set_recording(0)`: the shim forwards, NCCL generates no
+profiler events) right before or after the recording one, alternating: the ratio of
+the two, per repetition, is an in-process A/B that the spread between processes
+does not blur. Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -44,11 +48,14 @@ MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us
             "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us"]
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--config", required=True, choices=["plain", "default", "deep", "profiler", "off"])
+ap.add_argument("--config", required=True,
+                choices=["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
+                         "all", "tiny"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=7)
 ap.add_argument("--measures", default=",".join(MEASURES))
+ap.add_argument("--ab", action="store_true")
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -150,17 +157,32 @@ if args.config == "profiler":
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+import ctypes  # noqa: E402
+
+set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None) if args.ab else None
+if set_recording is not None:
+    set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
 res = {m: [] for m in wanted}
+paused = {m: [] for m in wanted}
 with prof:
-    for _ in range(args.reps):
+    for rep in range(args.reps):
         for m in wanted:
             fn, k, scale = work[m]
-            res[m].append(per_item(fn, k) * scale)
+            if set_recording is None:
+                res[m].append(per_item(fn, k) * scale)
+                continue
+            for on in ((False, True) if rep % 2 == 0 else (True, False)):
+                set_recording(int(on))
+                (res if on else paused)[m].append(per_item(fn, k) * scale)
+            set_recording(1)
 me.destroy()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 (out / f"{args.config}-{args.round}.json").write_text(
     json.dumps({"config": args.config, "round": args.round, "reps": res,
-                "median": {m: statistics.median(v) for m, v in res.items()}}))
+                "median": {m: statistics.median(v) for m, v in res.items()},
+                **({"paused": paused,
+                    "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted}}
+                   if set_recording is not None else {})}))
 print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
 dist.destroy_process_group()

@@ -4,7 +4,9 @@
 # one process per configuration, ROUNDS rounds, the order rotated every round
 # (bench/always_on.py says what each process measures). Prints the table last.
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
-# Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"), MEASURES.
+# Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
+# noplugin, disabled, all, tiny: see below), MEASURES, AB=1 (in-process A/B against paused
+# recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$(cd "${1:-$root/.carry}" && pwd)
@@ -24,10 +26,22 @@ for ((r = 0; r < rounds; r++)); do
       default) env_args=(LD_PRELOAD="$bin/libzcta_prof.so") ;;
       deep) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=deep) ;;
       off) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off) ;;
+      # Decomposition: host rows only (NCCL asked for no events), NCCL never loads our
+      # plugin, the shim loaded but off.
+      nomask) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_MASK=0) ;;
+      noplugin) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_PLUGIN=0) ;;
+      disabled) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_ENABLE=0) ;;
+      # The budget's two ends: every op timed (with NCCL's events), almost none.
+      all) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=all) ;;
+      tiny) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=0.001%) ;;
     esac
-    timeout "${PROC_TIMEOUT:-150}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
+    ab=()
+    case $c in plain | profiler | disabled) ;; *) [ "${AB:-0}" = 1 ] && ab=(--ab) ;; esac
+    pin=()
+    [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
+    timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
       python3 "$root/bench/always_on.py" --config "$c" --round "$r" --out "$out/json" \
-      --reps "${REPS:-7}" ${measures:+--measures "$measures"} >>"$out/always_on.log" 2>&1 ||
+      --reps "${REPS:-7}" ${measures:+--measures "$measures"} "${ab[@]}" >>"$out/always_on.log" 2>&1 ||
       echo "round $r $c failed (see $out/always_on.log)"
   done
 done

@@ -11,16 +11,39 @@ import sys
 from pathlib import Path
 
 
-def load(d):
+CONFIGS = ["plain", "default", "deep", "all", "tiny", "off", "nomask", "noplugin", "disabled", "profiler"]
+
+
+def load(d, key="median"):
     runs = {}
     for f in sorted(Path(d).glob("*.json")):
         j = json.loads(f.read_text())
-        runs.setdefault(j["config"], {})[j["round"]] = j["median"]
+        if key in j:
+            runs.setdefault(j["config"], {})[j["round"]] = j[key]
     return runs
 
 
+def ab_table(d):
+    """In-process A/B: per measure and configuration, the median over rounds of each
+    process's median ratio recording / paused, [min, max] over rounds."""
+    ab = load(d, "ab")
+    if not ab:
+        return ""
+    configs = [c for c in CONFIGS if c in ab]
+    measures = sorted({m for c in ab.values() for r in c.values() for m in r})
+    lines = ["in-process A/B (recording / paused, same process)",
+             "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for m in measures:
+        cells = []
+        for c in configs:
+            v = [r[m] for r in ab[c].values() if m in r]
+            cells.append(f"**{statistics.median(v):.3f}×** [{min(v):.3f}, {max(v):.3f}]" if v else "—")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table(runs):
-    configs = [c for c in ["plain", "default", "deep", "off", "profiler"] if c in runs]
+    configs = [c for c in CONFIGS if c in runs]
     measures = sorted({m for c in runs.values() for r in c.values() for m in r})
     lines = ["| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     for m in measures:
@@ -58,7 +81,9 @@ def timing(runs_dir):
         p = ds.dataset(files).to_table().to_pylist()[0]
         o = ds.dataset(ops).to_table(columns=["timing", "timing_level"]).to_pandas()
         levels = o["timing_level"].dropna().astype(int)
-        out.append(f"{d.name}: {len(o)} ops, timing {dict(o['timing'].value_counts())}, "
+        nops = list((d / "nccl_ops").glob("*.parquet"))
+        n_nccl = ds.dataset(nops).count_rows() if nops else 0
+        out.append(f"{d.name}: {len(o)} ops, {n_nccl} NCCL events, timing {dict(o['timing'].value_counts())}, "
                    f"levels {sorted(set(levels))}, gpu_timing={p.get('gpu_timing')!r}, "
                    f"clock error {p.get('gpu_clock_error_ns')} ns, drift {p.get('gpu_clock_drift_ns_per_s')} ns/s")
     return "\n".join(out)
@@ -68,4 +93,5 @@ if __name__ == "__main__":
     runs = load(sys.argv[1])
     if len(sys.argv) > 2:
         print(timing(sys.argv[2]))
+    print(ab_table(sys.argv[1]))
     print(table(runs))

@@ -88,6 +88,16 @@ impl Timing {
         }
     }
 
+    /// Whether the launching call's stream was capturing a CUDA graph, as the timing
+    /// checked before anything else (`None`: not checked).
+    pub fn graph_capture(self) -> Option<bool> {
+        match self {
+            Timing::Captured => Some(true),
+            Timing::Timed(_) | Timing::Skipped(_) | Timing::PoolEmpty => Some(false),
+            Timing::Off | Timing::Error | Timing::Streams => None,
+        }
+    }
+
     /// Budget level of a timed or skipped op.
     pub fn level(self) -> Option<u8> {
         match self {

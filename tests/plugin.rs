@@ -413,3 +413,65 @@ fn plugin_only_load_records_nothing() {
     assert_eq!(stdout_field(&out, "mask"), 0, "no events asked for");
     assert!(!run.dir().exists(), "nothing written");
 }
+
+#[test]
+fn nccl_events_follow_the_budget() {
+    // With a CUDA driver the default times ops under the budget, and NCCL is asked for
+    // its events for the ops the budget selects only: a budget far below what timing
+    // costs raises the level until most ops are skipped, and those have no events.
+    let run = Run::new("plugin-follow");
+    let cuda = common::fixtures().libcuda.display().to_string();
+    let outs = two_ranks(
+        &run,
+        300,
+        &[
+            ("HOST_CUDA", cuda.as_str()),
+            ("ZCTA_BUDGET", "0.001%"),
+            ("HOST_ITER_GAP_MS", "0"),
+        ],
+    );
+    for out in &outs {
+        assert!(stdout_field(out, "events") > 0);
+    }
+    let ops = ops_by_id(&run);
+    let mut events: BTreeMap<(i32, u64), usize> = BTreeMap::new();
+    for e in run.rows("nccl_ops") {
+        let id = e
+            .u64("op_id")
+            .unwrap_or_else(|| panic!("unjoined plugin event {e:?}"));
+        *events.entry((e.req_i32("pid"), id)).or_default() += 1;
+    }
+    let (mut with, mut without) = (0, 0);
+    for (key, o) in &ops {
+        let Some(level) = o.u64("timing_level") else {
+            continue;
+        };
+        let (comm, seq, rank) = (o.req_u64("comm_id"), o.req_u64("seq"), o.req_i32("rank"));
+        let k = match o.req_str("op") {
+            "Send" => zcta::budget::p2p_key(comm, rank, o.req_i32("peer"), seq),
+            "Recv" => zcta::budget::p2p_key(comm, o.req_i32("peer"), rank, seq),
+            _ => zcta::budget::coll_key(comm, seq),
+        };
+        let selected = zcta::budget::selected(k, level as u8);
+        let n = events.get(key).copied().unwrap_or(0);
+        assert_eq!(n > 0, selected, "events {n} for {o:?}");
+        if selected {
+            with += 1;
+        } else {
+            without += 1;
+        }
+    }
+    assert!(
+        without > ops.len() / 2,
+        "the level went up: {without} of {} skipped",
+        ops.len()
+    );
+    assert!(with > 0, "some ops were selected");
+    // The budget applies only while ops are timed.
+    let procs = run.rows("process");
+    assert!(
+        procs
+            .iter()
+            .all(|p| p.str("gpu_timing").is_some_and(|s| s.starts_with("on")))
+    );
+}

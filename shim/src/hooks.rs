@@ -239,6 +239,8 @@ struct Pending {
     peer: Option<i32>,
     /// Its communicator when NCCL accepted the call.
     comm: Option<Arc<CommState>>,
+    /// The budget selected it (at its group's level, [`group_level`]).
+    selected: bool,
 }
 
 thread_local! {
@@ -262,14 +264,21 @@ fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
         return;
     };
     st.next_call_seq();
-    file_op(kind, a.peer, Some(st), nccl::accepted(rc), None);
+    file_op(kind, a.peer, Some(st), nccl::accepted(rc), None, false);
 }
 
 /// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
 /// (`None` while paused). Inside a group it waits for the group's end, counted in the
 /// GroupEnd's n_ops when it has a row; otherwise it takes its sequence number now and
 /// its row is written.
-fn file_op(kind: OpKind, peer: Option<i32>, comm: Option<Arc<CommState>>, ok: bool, rec: Option<OpRecord>) {
+fn file_op(
+    kind: OpKind,
+    peer: Option<i32>,
+    comm: Option<Arc<CommState>>,
+    ok: bool,
+    rec: Option<OpRecord>,
+    selected: bool,
+) {
     let comm = comm.filter(|_| ok);
     if current_group().is_some() {
         if rec.is_some() {
@@ -280,6 +289,7 @@ fn file_op(kind: OpKind, peer: Option<i32>, comm: Option<Arc<CommState>>, ok: bo
             op: kind,
             peer,
             comm,
+            selected,
         };
         // Fails only while the thread is exiting: nothing to attach the op to then.
         let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
@@ -307,13 +317,20 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id
     // and is timed instead.
     let launching = current_group().is_none();
-    let begun = launching.then(|| {
-        protect(|| {
-            timing::begin(a.stream, |level| {
-                budget::selected(op_key(kind, a.comm, a.peer, op_id, 0), level)
-            })
-        })
-        .unwrap_or(Err(Timing::Error))
+    // The budget's choice: a selected op is timed (when it launches) and NCCL
+    // generates its profiler events; the others have their host row only.
+    let pick = if timing::on() {
+        protect(|| pick_op(kind, &a, op_id, launching))
+    } else {
+        None
+    };
+    if let Some(p) = pick {
+        ffi::plugin::follow_op(p.selected);
+    }
+    let begun = launching.then(|| match pick {
+        Some(p) => protect(|| timing::begin(a.stream, p)).unwrap_or(Err(Timing::Error)),
+        None if timing::on() => Err(Timing::Error),
+        None => Err(Timing::Off),
     });
     let t0 = now_ns();
     let marked = launching && gpu::begin(op_id, t0);
@@ -330,7 +347,9 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     };
     gpu::end(marked);
     let _ = CURRENT_OP.try_with(|c| c.set(0));
-    let graph_captured = take_graph_captured();
+    // NCCL's API events say it for the ops the budget selected (the only ones NCCL
+    // generates events for in events mode); the timing's capture check for the rest.
+    let graph_captured = take_graph_captured().or(timing.graph_capture());
     let op_timing = if launching {
         take_op_timing(timing)
     } else {
@@ -378,7 +397,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             graph_captured,
             timing: op_timing,
         };
-        file_op(kind, a.peer, st, ok, Some(rec));
+        file_op(kind, a.peer, st, ok, Some(rec), pick.is_some_and(|p| p.selected));
     });
     drop(g);
     rc
@@ -392,7 +411,10 @@ fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
     let ops = PENDING
         .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
         .unwrap_or_default();
-    for Pending { rec, op, peer, comm } in ops {
+    for Pending {
+        rec, op, peer, comm, ..
+    } in ops
+    {
         let seq = match &comm {
             Some(st) if ran => Some(next_seq(op, peer, st)),
             _ => None,
@@ -400,6 +422,7 @@ fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
         if let Some(mut rec) = rec.filter(|_| rows) {
             rec.seq = seq;
             rec.gpu_marked = marked;
+            rec.graph_captured = rec.graph_captured.or(timing.timing.graph_capture());
             rec.timing = timing;
             state::emit(Event::Op(rec));
         }
@@ -441,31 +464,88 @@ fn group_stream() -> Option<Result<u64, Timing>> {
         .flatten()
 }
 
-/// Whether the open group is timed at `level`: when any of its ops is selected, with
-/// the sequence numbers they will take (so that the rank of each op's peer, whose
-/// group holds the same op, times it too).
-fn group_selected(level: u8) -> bool {
-    if level == 0 {
-        return true;
+/// The budget's choice for an op about to be issued: for a launching call at the
+/// level now; inside a group at the level its first op saw, with the sequence numbers
+/// its ops will take (so that the rank of each op's peer, whose group holds the same
+/// op, selects it too).
+fn pick_op(kind: OpKind, a: &OpArgs, op_id: u64, launching: bool) -> timing::Pick {
+    let (level, ahead) = if launching {
+        (timing::level(), 0)
+    } else {
+        (group_level(), pending_ahead(kind, a.comm, a.peer))
+    };
+    let selected = budget::selected(op_key(kind, a.comm, a.peer, op_id, ahead), level);
+    timing::Pick {
+        level,
+        selected,
+        extra_ns: if selected {
+            timing::NCCL_EVENTS_NS_PER_OP
+        } else {
+            0
+        },
     }
+}
+
+/// Ops of the open group ahead of one about to be issued on the same counter
+/// (communicator, and peer and direction for Send/Recv).
+fn pending_ahead(kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
+    let counter = |op: OpKind, comm: usize, peer: Option<i32>| match op {
+        OpKind::Send | OpKind::Recv => (comm, op, peer),
+        _ => (comm, OpKind::AllReduce, None),
+    };
+    let me = counter(kind, comm, peer);
     PENDING
         .try_with(|p| {
-            let p = p.borrow();
-            // Ops of the group ahead of this one on the same counter (comm, kind, peer).
-            let mut seen: Vec<(usize, OpKind, Option<i32>)> = Vec::new();
-            p.iter().any(|x| {
-                let Some(r) = &x.rec else { return false };
-                let counter = match x.op {
-                    OpKind::Send | OpKind::Recv => (r.comm_ptr as usize, x.op, x.peer),
-                    _ => (r.comm_ptr as usize, OpKind::AllReduce, None),
-                };
-                let ahead = seen.iter().filter(|c| **c == counter).count() as u64;
-                seen.push(counter);
-                let key = op_key(x.op, r.comm_ptr as usize, x.peer, r.op_id, ahead);
-                budget::selected(key, level)
+            p.borrow()
+                .iter()
+                .filter(|x| {
+                    x.rec
+                        .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+thread_local! {
+    /// The budget's level when the open outermost group's first op was issued.
+    static GROUP_LEVEL: Cell<Option<u8>> = const { Cell::new(None) };
+}
+
+/// The level the open group's ops are selected at: the one its first op saw.
+fn group_level() -> u8 {
+    GROUP_LEVEL
+        .try_with(|c| {
+            c.get().unwrap_or_else(|| {
+                let l = timing::level();
+                c.set(Some(l));
+                l
             })
         })
-        .unwrap_or(false)
+        .unwrap_or_else(|_| timing::level())
+}
+
+/// The open group's choice at its end: selected when any of its ops was; what NCCL's
+/// events for those ops cost goes to the budget with the group's events.
+fn group_pick() -> timing::Pick {
+    let level = GROUP_LEVEL
+        .try_with(|c| c.replace(None))
+        .ok()
+        .flatten()
+        .unwrap_or_else(timing::level);
+    let n = PENDING
+        .try_with(|p| {
+            p.borrow()
+                .iter()
+                .filter(|x| x.rec.is_some() && x.selected)
+                .count() as u64
+        })
+        .unwrap_or(0);
+    timing::Pick {
+        level,
+        selected: n > 0,
+        extra_ns: n * timing::NCCL_EVENTS_NS_PER_OP,
+    }
 }
 
 /// `ncclGroupStart`.
@@ -482,6 +562,7 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
                     return (d > 0).then_some(id);
                 }
                 if d == 0 {
+                    let _ = GROUP_LEVEL.try_with(|c| c.set(None));
                     let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
                     gr.set((1, id, 0));
                     Some(id)
@@ -516,7 +597,7 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
     // ncclGroupSimulateEnd launches nothing: nothing to time.
     let begun = match (rows, outermost) {
         (true, Some(_)) if kind == CallKind::GroupEnd && timing::on() => {
-            protect(|| group_stream().map(|s| s.and_then(|s| timing::begin(s, group_selected))))
+            protect(|| group_stream().map(|s| s.and_then(|s| timing::begin(s, group_pick()))))
                 .unwrap_or(Some(Err(Timing::Error)))
         }
         _ => None,
@@ -654,8 +735,8 @@ pub fn comm_init(
     // After the call: creating the communicator initialised CUDA, so the driver is
     // mapped by now even in a program that had not used CUDA before.
     if let Some(r) = state::recorder() {
-        let (events, budget) = (r.events, r.budget);
-        protect(|| crate::timing::start(events, budget));
+        let (events, budget, follow) = (r.events, r.budget, r.follow_nccl);
+        protect(|| crate::timing::start(events, budget, follow));
     }
     protect(|| {
         let (comm_id, parent_id) = pre.unwrap_or((None, None));

@@ -48,6 +48,9 @@ pub struct Recorder {
     pub events: bool,
     /// ZCTA_BUDGET as a share of wall time.
     pub budget: f64,
+    /// Events mode: NCCL's profiler events follow the budget (deep mode takes them
+    /// for every op).
+    pub follow_nccl: bool,
 }
 
 /// The recorder, if recording is on. Activates it on first use.
@@ -230,6 +233,7 @@ fn activate() -> Option<Recorder> {
         },
         events: cfg.gpu_mode != zcta::config::GpuMode::Off,
         budget: cfg.budget,
+        follow_nccl: cfg.gpu_mode == zcta::config::GpuMode::Events,
     })
 }
 

@@ -51,6 +51,11 @@ const BURST_NS: u64 = 50_000;
 /// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
 /// were always on the critical path.
 const GPU_NS_PER_RECORD: u64 = 1_330;
+/// What NCCL's profiler events (generated for the budget's ops only,
+/// [`crate::ffi::plugin::follow_op`]) cost per op on an H200: a send/recv group to
+/// itself took 1.27 µs longer with them than without (bench/always_on.sh, configs
+/// `off` and `nomask`, docs/PERFORMANCE.md), 0.64 µs for each of its two ops.
+pub const NCCL_EVENTS_NS_PER_OP: u64 = 640;
 /// Event pairs the writer keeps ready per context, and the most it makes.
 const POOL_READY: usize = 256;
 const POOL_MAX: usize = 4096;
@@ -171,7 +176,7 @@ static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
 /// Timing starts with the first communicator created while the process has a CUDA
 /// driver (usually the first: the driver is loaded by then), when the configuration
 /// asks for it.
-pub fn start(enabled: bool, budget: f64) {
+pub fn start(enabled: bool, budget: f64, follow_nccl: bool) {
     if STATE.load(Ordering::Acquire) != IDLE {
         return;
     }
@@ -197,6 +202,8 @@ pub fn start(enabled: bool, budget: f64) {
             *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) = None;
             BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
+            // Every op selected anyway under ZCTA_BUDGET=all.
+            crate::ffi::plugin::set_follow(follow_nccl && budget.is_finite());
         }
     }
 }
@@ -216,6 +223,22 @@ pub fn on() -> bool {
     STATE.load(Ordering::Relaxed) == ON
 }
 
+/// The budget's level now: 1 op in 2^level is selected (hot path).
+#[inline]
+pub fn level() -> u8 {
+    LEVEL.load(Ordering::Relaxed)
+}
+
+/// What the budget decided for a launching call: its `level` (the one its op keys
+/// were tested at), whether it is `selected` (any of its ops), and what else its
+/// selection costs beyond its events (NCCL's events for its selected ops).
+#[derive(Clone, Copy, Debug)]
+pub struct Pick {
+    pub level: u8,
+    pub selected: bool,
+    pub extra_ns: u64,
+}
+
 /// Events recorded before an op's launching call; handed to [`end`].
 pub struct Begun {
     pool: Arc<Pool>,
@@ -227,10 +250,10 @@ pub struct Begun {
 }
 
 /// Before the launching call on `stream`: records the op's ready event, unless the
-/// stream is capturing, the op is not `selected` at the budget's level, or no event is
+/// stream is capturing, the budget did not select the call (`pick`), or no event is
 /// free. `Err` says why the op is not timed (hot path).
 #[inline]
-pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Timing> {
+pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
     if !on() {
         return Err(Timing::Off);
     }
@@ -244,8 +267,8 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
             return Err(Timing::Error);
         }
     }
-    let level = LEVEL.load(Ordering::Relaxed);
-    if !selected(level) {
+    let level = pick.level;
+    if !pick.selected {
         return Err(Timing::Skipped(level));
     }
     let Some(pool) = cuda::stream_ctx(stream).ok().and_then(pool_for) else {
@@ -270,7 +293,7 @@ pub fn begin(stream: u64, selected: impl FnOnce(u8) -> bool) -> Result<Begun, Ti
         pair,
         stream,
         level,
-        cost_ns: (now_ns() - t0).max(0) as u64,
+        cost_ns: (now_ns() - t0).max(0) as u64 + pick.extra_ns,
         call_ns: t0,
     })
 }

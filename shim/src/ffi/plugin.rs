@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
 use crate::plugin::{self, Start};
 use crate::state::protect;
@@ -218,6 +218,45 @@ pub fn sync_nccl_events() {
         unsafe { AtomicI32::from_ptr(p) }.store(want, Ordering::SeqCst);
         if wanted_mask() == want {
             return;
+        }
+    }
+}
+
+/// Whether NCCL's events follow the budget (events mode with a CUDA driver): NCCL
+/// generates them only for the ops the budget selects ([`follow_op`]).
+static FOLLOW: AtomicBool = AtomicBool::new(false);
+
+/// From the start of timing on, NCCL's events are asked for the budget's ops only.
+pub fn set_follow(on: bool) {
+    FOLLOW.store(on, Ordering::SeqCst);
+    sync_nccl_events();
+}
+
+/// Before the real call of an op (hot path): asks NCCL for its events when the budget
+/// `selected` the op, and for none otherwise. NCCL 2.28.9 reads the global mask when
+/// an op is enqueued (`ncclProfilerStartGroupApiEvent`, at every task append) and keeps
+/// that snapshot in the task: its API, KernelLaunch, Coll/P2p and proxy events follow
+/// it. The mask is one int per process, so with threads that issue ops concurrently an
+/// op can take another thread's choice (then it has NCCL's events without being timed,
+/// or is timed without them); nothing else depends on it.
+#[inline]
+pub fn follow_op(selected: bool) {
+    if !FOLLOW.load(Ordering::Relaxed) {
+        return;
+    }
+    let p = NCCL_MASK.load(Ordering::Relaxed);
+    if p.is_null() {
+        return;
+    }
+    let want = if selected { wanted_mask() } else { 0 };
+    // SAFETY: as in `sync_nccl_events`.
+    let m = unsafe { AtomicI32::from_ptr(p) };
+    if m.load(Ordering::Relaxed) != want {
+        m.store(want, Ordering::SeqCst);
+        // A pause from another thread between our read of the state and the store
+        // must not leave the events on.
+        if want != 0 && wanted_mask() == 0 {
+            m.store(0, Ordering::SeqCst);
         }
     }
 }
