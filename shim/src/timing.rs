@@ -68,6 +68,12 @@ const POOL_FIRST: usize = 32;
 const ANCHOR_EVERY_NS: i64 = 500_000_000;
 /// The budget is re-evaluated this often.
 const BUDGET_EVERY_NS: i64 = 250_000_000;
+/// The writer's rounds come as often as records arrive (every few µs under load); the
+/// driver is asked at most this often — its calls take the driver's locks that the
+/// program's launches take too — and sooner only when the hot path found a pool low.
+const POLL_EVERY_NS: i64 = 1_000_000;
+/// Set by the hot path when a pool runs low or dry: the next round refills at once.
+static REFILL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// An op whose events have not completed this long after its call is given up.
 const GIVE_UP_NS: i64 = 30_000_000_000;
 
@@ -276,11 +282,13 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
         return Err(Timing::Error);
     };
     let Ok(pair) = pool.rx.try_recv() else {
+        REFILL.store(true, Ordering::Relaxed);
         crate::state::wake_writer();
         return Err(Timing::PoolEmpty);
     };
     if pool.rx.len() == POOL_LOW {
-        // Running low: the writer refills (it would within its poll interval anyway).
+        // Running low: the writer refills at its next round.
+        REFILL.store(true, Ordering::Relaxed);
         crate::state::wake_writer();
     }
     if cuda::record(pair.ready, stream).is_err() {
@@ -443,6 +451,8 @@ pub struct Timer {
     relaxed: bool,
     ctl: Option<Controller>,
     last_budget_ns: i64,
+    /// When the driver was last asked ([`POLL_EVERY_NS`]).
+    last_poll_ns: i64,
     /// Largest half-bracket of an anchor used, and largest drift seen between
     /// consecutive anchors (ns of disagreement per s).
     max_err_ns: i64,
@@ -464,6 +474,7 @@ impl Timer {
             relaxed: false,
             ctl: None,
             last_budget_ns: 0,
+            last_poll_ns: 0,
             max_err_ns: 0,
             max_drift_ns_per_s: 0,
             drift_measured: false,
@@ -487,6 +498,10 @@ impl Timer {
             self.pending.push_back(f);
         }
         let now = now_ns();
+        if now - self.last_poll_ns < POLL_EVERY_NS && !REFILL.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        self.last_poll_ns = now;
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for p in &pools {
             let clock = self.clocks.entry(p.ctx).or_default();
@@ -617,6 +632,7 @@ impl Timer {
     pub fn finish(&mut self, wait_ns: i64, out: &mut Vec<GpuItem>) {
         let until = now_ns() + wait_ns;
         loop {
+            self.last_poll_ns = 0;
             self.poll(out);
             if self.pending.is_empty() || now_ns() >= until {
                 break;
