@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
@@ -19,12 +20,38 @@ pub struct CommState {
     device: AtomicI32,
     coll_seq: AtomicU64,
     call_seq: AtomicU64,
-    p2p_seq: Mutex<HashMap<(bool, i32), u64>>,
+    p2p_seq: Mutex<HashMap<(bool, i32), u64, BuildHasherDefault<PeerHasher>>>,
     split_index: AtomicU64,
     shrink_index: AtomicU64,
 }
 
 const UNKNOWN: i32 = i32::MIN;
+
+/// The hasher of the per-peer counters, which every Send/Recv looks up (twice when
+/// timing picks it): a (direction, peer) key needs no DoS-resistant SipHash.
+#[derive(Default)]
+pub struct PeerHasher(u64);
+
+impl Hasher for PeerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u8(b);
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.write_u64(u64::from(v as u32));
+    }
+    fn write_u64(&mut self, v: u64) {
+        // FxHash's step: a rotate, an xor and a multiply by an odd constant.
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
 
 fn opt(v: i32) -> Option<i32> {
     (v != UNKNOWN).then_some(v)
@@ -39,7 +66,7 @@ impl CommState {
             device: AtomicI32::new(device.unwrap_or(UNKNOWN)),
             coll_seq: AtomicU64::new(0),
             call_seq: AtomicU64::new(0),
-            p2p_seq: Mutex::new(HashMap::new()),
+            p2p_seq: Mutex::new(HashMap::default()),
             split_index: AtomicU64::new(0),
             shrink_index: AtomicU64::new(0),
         }

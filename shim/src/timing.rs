@@ -264,7 +264,6 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
         return Err(Timing::Off);
     }
     let stream = stream as usize;
-    let t0 = now_ns();
     match cuda::capturing(stream) {
         Ok(false) => {}
         Ok(true) => return Err(Timing::Captured),
@@ -277,18 +276,22 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
     if !pick.selected {
         return Err(Timing::Skipped(level));
     }
+    // The cost counted from here: the capture check before is ~25 ns, and every op
+    // pays it, timed or not.
+    let t0 = now_ns();
     let Some(pool) = cuda::stream_ctx(stream).ok().and_then(pool_for) else {
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
     };
     let Ok(pair) = pool.rx.try_recv() else {
-        REFILL.store(true, Ordering::Relaxed);
-        crate::state::wake_writer();
+        if !REFILL.swap(true, Ordering::Relaxed) {
+            crate::state::wake_writer();
+        }
         return Err(Timing::PoolEmpty);
     };
-    if pool.rx.len() == POOL_LOW {
-        // Running low: the writer refills at its next round.
-        REFILL.store(true, Ordering::Relaxed);
+    if pool.rx.len() <= POOL_LOW && !REFILL.swap(true, Ordering::Relaxed) {
+        // Running low (or only the first pairs made): the writer refills at once,
+        // woken once until it has.
         crate::state::wake_writer();
     }
     if cuda::record(pair.ready, stream).is_err() {
@@ -341,17 +344,20 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
 }
 
 /// Raises the level at once when the cost since the last evaluation exceeds the
-/// budget's share of the time since then by more than a burst (the writer lowers it
-/// again, every [`BUDGET_EVERY_NS`], when the cost allows).
+/// budget's share of the time since then by more than a burst, by as many levels as
+/// bring it under (the writer lowers it again, one level every [`BUDGET_EVERY_NS`],
+/// when the cost allows).
 #[inline]
 fn over_budget(cost: u64, now: i64) {
     let since = COST_SINCE_NS.load(Ordering::Relaxed);
     let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
     if zcta::budget::over(cost, since, now, budget, BURST_NS) {
         let level = LEVEL.load(Ordering::Relaxed);
-        if level < zcta::budget::MAX_LEVEL
+        let up = zcta::budget::raise_by(cost, since, now, budget);
+        let to = level.saturating_add(up).min(zcta::budget::MAX_LEVEL);
+        if to > level
             && LEVEL
-                .compare_exchange(level, level + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(level, to, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
             // Measure again from here, at the new level.
@@ -498,7 +504,8 @@ impl Timer {
             self.pending.push_back(f);
         }
         let now = now_ns();
-        if now - self.last_poll_ns < POLL_EVERY_NS && !REFILL.swap(false, Ordering::Relaxed) {
+        let refill = REFILL.swap(false, Ordering::Relaxed);
+        if now - self.last_poll_ns < POLL_EVERY_NS && !refill {
             return;
         }
         self.last_poll_ns = now;
