@@ -12,8 +12,8 @@ was in both halves. Rank 0 prints one line per measurement: median of the "on" b
 paired ratios (each "on" block over its neighbouring "off" block, which cancels slow
 drift) with its interval, and the ratio of the means (what sampled detail,
 ZCTA_SAMPLE, costs over time: blocks inside a window cost more than the others).
-Each measurement starts on both ranks together (`nccl_bench.together`; since the ninth
-session, before only each block did).
+Each measurement starts on both ranks together (`nccl_bench.together`; since commit
+e041325, before only each block did).
 """
 
 import argparse

@@ -17,7 +17,7 @@
 #    Each rank pins itself to its CPU set of BENCH_RANK_CPUS (default 0-7:8-15; empty:
 #    not pinned; pin_rank in examples/nccl_bench.py): unpinned, plain processes' 8-byte
 #    loop ranged 44–58 us on the 2xH200; with the whole torchrun on cores 0-7, 33–39 us
-#    (docs/journal/2026-11-cupti.md, "The same, pinned"). The report also gives each configuration's
+#    (docs/dev/cupti-measurements.md, "The same, pinned"). The report also gives each configuration's
 #    time inside the NCCL call, from zcta's own rows of every run.
 #    Measures: examples/train.py step time, 8-byte all_reduce host loop, 1 MiB and
 #    128 MiB all_to_all loops.

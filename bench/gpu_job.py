@@ -19,7 +19,7 @@ loop on the GPU, and its lag would count as time per call):
 - train step: examples/train.py's model, --train-steps steps after 10 warm-up steps,
   each step synchronised (ms);
 - 8-byte all_reduce host loop: 2,000 calls then one synchronise (us per call; 500 calls
-  and no barrier until the ninth session);
+  and no barrier before commit e041325);
 - 1 MiB and 128 MiB all_to_all_single: back-to-back loops of 500 and 20 ops (us per op;
   200 and 10 before).
 --accuracy (last, so the run's final ops are these): per op and size, 30 calls each

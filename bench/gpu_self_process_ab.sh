@@ -6,7 +6,7 @@
 # paused (--always-on); every process on the same CPUs (PIN_CPUS, default 2-5; empty: not
 # pinned). Why not the in-process A/B of bench/gpu_self_decompose.sh: a process that
 # enabled CUPTI's event kinds stayed slow after they were switched off
-# (docs/journal/2026-11-cupti.md, "CUPTI's event records"), so "off" blocks need not be plain.
+# (docs/dev/cupti-measurements.md, "CUPTI's event records"), so "off" blocks need not be plain.
 # Prints per setting and item the median over rounds of the process medians and the
 # median [min, max] over rounds of the ratio to that round's plain process.
 # usage: [ROUNDS=5] [BLOCKS=6] [PIN_CPUS=2-5] [SETTINGS=default,no-kinds,...] \

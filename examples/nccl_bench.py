@@ -49,7 +49,7 @@ def pin_rank(local_rank, spec=None):
     its rank's CPUs when BENCH_RANK_CPUS (or `spec`) is set: one CPU list per local rank,
     separated by ':', e.g. "0-7:8-15". Between processes, where the threads land
     changes the small-op loops more than what the benchmarks compare
-    (docs/journal/2026-11-cupti.md, "The same, pinned"). Returns the CPUs pinned to, or None."""
+    (docs/dev/cupti-measurements.md, "The same, pinned"). Returns the CPUs pinned to, or None."""
     spec = os.environ.get("BENCH_RANK_CPUS", "") if spec is None else spec
     if not spec:
         return None

@@ -11,7 +11,7 @@ directory. Then it prints, per (op, size): the CUDA-event median on each path wi
 bus bandwidth, the engine zcta saw move the bytes, and `zcta diff` of each path
 against the default one (what changed, phase by phase, with bootstrap intervals).
 
-Paths (shared/REFERENCE.md says how each is forced):
+Paths (docs/dev/data-paths.md says how each is forced and what moves the bytes):
   ce               NCCL_CTA_POLICY=2, buffers in registered symmetric windows
   ce-unregistered  NCCL_CTA_POLICY=2 but plain buffers: NCCL falls back, silently
   default          SM kernels over NVLink P2P

@@ -165,7 +165,8 @@ pub struct Condition {
     pub state: State,
     pub evidence: String,
     pub fix: Option<String>,
-    /// Where NCCL 2.28.9 (or the measurement in shared/REFERENCE.md) says so.
+    /// Where NCCL 2.28.9's source says so, or the measurement that showed it
+    /// (docs/dev/data-paths.md).
     pub source: String,
 }
 
@@ -258,7 +259,8 @@ pub struct Report {
     pub exit_code: u8,
 }
 
-/// The torch 2.11 recipe for symmetric windows on a side stream (shared/REFERENCE.md).
+/// The torch 2.11 recipe for symmetric windows on a side stream
+/// (docs/dev/data-paths.md, "The copy-engine path").
 pub const TORCH_RECIPE: &str = "after init_process_group(\"nccl\", device_id=dev): b = dist.group.WORLD._get_backend(dev); \
 allocate both tensors under torch.cuda.use_mem_pool(torch.cuda.MemPool(b.mem_allocator)); \
 register each with ncclCommWindowRegister(c_void_p(b._comm_ptr()), ptr, nbytes, byref(handle), 1) \
@@ -866,9 +868,9 @@ fn copy_engine_conditions(f: &Facts, visible: &[u32]) -> Vec<Condition> {
         State::ProgramMust,
         "decided by your program".into(),
         Some(
-            "issue the collective under `with torch.cuda.stream(side):` — on the legacy default stream cudaMemcpyBatchAsync fails (shared/REFERENCE.md)",
+            "issue the collective under `with torch.cuda.stream(side):` — on the legacy default stream NCCL's cudaMemcpyBatchAsync fails with 'invalid argument'",
         ),
-        "measured on the 2×H200 (REFERENCE.md: cudaMemcpyBatchAsync 'invalid argument' on the legacy stream)",
+        "measured on 2×H200, NCCL 2.28.9, torch 2.11 (docs/dev/data-paths.md)",
     );
     v
 }

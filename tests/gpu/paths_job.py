@@ -10,7 +10,7 @@ order, so the checker can compare zcta's GPU duration of the same op.
 
 --mode ce: tensors come from NCCL's allocator and are registered as symmetric windows
 (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) and ops run on a side stream, the
-recipe of shared/REFERENCE.md for the copy-engine path (set NCCL_CTA_POLICY=2 too).
+recipe of docs/dev/data-paths.md for the copy-engine path (set NCCL_CTA_POLICY=2 too).
 --profile: the timed phase runs inside torch.profiler (CPU + CUDA activities); the
 number of NCCL kernels in its trace is written to the JSON (coexistence check).
 """
