@@ -47,7 +47,7 @@ pub const DEFAULT_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind
 /// without SYNCHRONIZATION. Not on by default: with them a torch loop of 8-byte
 /// all_reduce ran 1.9–3.2× slower than plain processes, the slowdown outlived
 /// switching them off, and one zcta process without them ran about as fast as plain
-/// ones (docs/journal/2026-11-cupti.md, "CUPTI's event records").
+/// ones (docs/dev/cupti-measurements.md, "CUPTI's event records").
 pub const STREAM_KINDS: [u32; 2] = [kind::CUDA_EVENT, kind::SYNCHRONIZATION];
 
 /// The kinds enabled without `ZCTA_CUPTI_KINDS`: the defaults, plus the stream kinds

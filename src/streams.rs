@@ -2,7 +2,7 @@
 //!
 //! CUDA events around an NCCL call time more than its kernel: NCCL's launch makes the
 //! stream wait on its internal streams and the GPU launches the kernel, 4–6 µs on the
-//! 2×H200 that no CUPTI activity covers (docs/journal/2026-11-cupti.md, "Where the 4–6 µs go").
+//! 2×H200 that no CUPTI activity covers (docs/dev/cupti-measurements.md, "Where the 4–6 µs go").
 //! That time starts when the work the op waits for is done. CUPTI says when:
 //! - every activity (kernel, copy, memset; the program's own too) with its stream,
 //!   the correlation id of the call that launched it and its end;

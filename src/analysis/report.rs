@@ -496,7 +496,7 @@ impl Builder {
                     "process.gpu_sampling: {}; {outside} ops not captured (called outside the windows, or overtaken by a capture switch: process.ops_unsampled) have their queue, sync, transfer, barrier and engine not measured{apart}",
                     sampled.into_iter().collect::<Vec<_>>().join("; ")
                 ),
-                fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/journal/2026-11-cupti.md)".into(),
+                fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/dev/cupti-measurements.md)".into(),
             });
         }
         let asked_for_ready = run
@@ -510,7 +510,7 @@ impl Builder {
                     "none of the {} ops with GPU times has ops.gpu_ready_ns: CUPTI's CUDA event and stream-wait records are off by default, so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch), and GPU durations are the kernels' span (4-6 us short of CUDA events on the 2xH200)",
                     self.gpu_timed
                 ),
-                fix: "run with ZCTA_GPU_READY=1 to measure them; it costs far more on small ops (up to 2-3x on a loop of 8-byte all_reduce, docs/journal/2026-11-cupti.md), so use it for a diagnostic run, not to leave on".into(),
+                fix: "run with ZCTA_GPU_READY=1 to measure them; it costs far more on small ops (up to 2-3x on a loop of 8-byte all_reduce, docs/dev/cupti-measurements.md), so use it for a diagnostic run, not to leave on".into(),
             });
         }
         let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();
