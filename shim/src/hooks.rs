@@ -84,8 +84,8 @@ fn take_op_timing(timing: Timing) -> OpTiming {
 /// The budget's key of an op about to be issued: the same on every rank of it
 /// ([`budget`]); from its op id when the communicator is not known (then only this
 /// rank can tell which ops it timed).
-fn op_key(kind: OpKind, comm: usize, peer: Option<i32>, op_id: u64, seq_ahead: u64) -> u64 {
-    let key = comms::get(comm).and_then(|st| {
+fn op_key(kind: OpKind, st: Option<&CommState>, peer: Option<i32>, op_id: u64, seq_ahead: u64) -> u64 {
+    let key = st.and_then(|st| {
         let comm_id = st.comm_id?;
         Some(match (kind, peer) {
             (OpKind::Send, Some(p)) => {
@@ -204,7 +204,12 @@ fn may_query(rc: i32) -> bool {
 /// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
 /// [`may_query`], so a bad or unready pointer is never handed to it by us first.
 fn comm_state(ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
-    match comms::get(ptr) {
+    comm_state_from(comms::get(ptr), ptr, queryable)
+}
+
+/// [`comm_state`] from what `comms::get(ptr)` returned (looked up once per call).
+fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
+    match known {
         Some(st) => {
             if queryable && !st.is_complete() {
                 st.fill(
@@ -319,8 +324,10 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let launching = current_group().is_none();
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
+    // The communicator, looked up once for the budget's key and the row.
+    let known = comms::get(a.comm);
     let pick = if timing::on() {
-        protect(|| pick_op(kind, &a, op_id, launching))
+        protect(|| pick_op(kind, &a, known.as_deref(), op_id, launching))
     } else {
         None
     };
@@ -357,7 +364,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     };
     protect(|| {
         let ok = nccl::accepted(rc);
-        let st = comm_state(a.comm, may_query(rc));
+        let st = comm_state_from(known, a.comm, may_query(rc));
         let (comm_id, rank, nranks, device, call_seq) = match &st {
             Some(st) => (
                 st.comm_id,
@@ -408,12 +415,12 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
 /// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture;
 /// `timing`: what timing its ncclGroupEnd measured, shared by its ops.
 fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
-    let ops = PENDING
+    let mut ops = PENDING
         .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
         .unwrap_or_default();
     for Pending {
         rec, op, peer, comm, ..
-    } in ops
+    } in ops.drain(..)
     {
         let seq = match &comm {
             Some(st) if ran => Some(next_seq(op, peer, st)),
@@ -427,6 +434,15 @@ fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
             state::emit(Event::Op(rec));
         }
     }
+    // The next group reuses the list's memory (no allocation per group).
+    let _ = PENDING.try_with(|p| {
+        if let Ok(mut p) = p.try_borrow_mut()
+            && p.is_empty()
+            && p.capacity() < ops.capacity()
+        {
+            *p = ops;
+        }
+    });
 }
 
 fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
@@ -468,13 +484,13 @@ fn group_stream() -> Option<Result<u64, Timing>> {
 /// level now; inside a group at the level its first op saw, with the sequence numbers
 /// its ops will take (so that the rank of each op's peer, whose group holds the same
 /// op, selects it too).
-fn pick_op(kind: OpKind, a: &OpArgs, op_id: u64, launching: bool) -> timing::Pick {
+fn pick_op(kind: OpKind, a: &OpArgs, st: Option<&CommState>, op_id: u64, launching: bool) -> timing::Pick {
     let (level, ahead) = if launching {
         (timing::level(), 0)
     } else {
         (group_level(), pending_ahead(kind, a.comm, a.peer))
     };
-    let selected = budget::selected(op_key(kind, a.comm, a.peer, op_id, ahead), level);
+    let selected = budget::selected(op_key(kind, st, a.peer, op_id, ahead), level);
     timing::Pick {
         level,
         selected,
