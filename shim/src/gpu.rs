@@ -589,6 +589,8 @@ impl CuptiSource {
 
 impl GpuSource for CuptiSource {
     fn poll(&mut self, flush: bool, out: &mut Vec<GpuItem>) {
+        // Every writer round (it works once a second at most).
+        crate::ffi::sys::calibrate_clock();
         // Not after the final flush at exit: a writer still running when the exit
         // stopped waiting for it (ZCTA_EXIT_TIMEOUT_MS) must not call into CUDA while
         // CUDA's exit handlers tear it down.

@@ -426,7 +426,8 @@ impl Clock {
             let a = Anchor {
                 ev,
                 host_ns: t0 + (t1 - t0) / 2,
-                err_ns: (t1 - t0 + 1) / 2,
+                // The bracket, and how far the host clock was seen from CLOCK_REALTIME.
+                err_ns: (t1 - t0 + 1) / 2 + crate::ffi::sys::clock_error_ns(),
             };
             match best {
                 Some(b) if b.err_ns <= a.err_ns => self.spare.push(ev),

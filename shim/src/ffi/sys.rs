@@ -26,12 +26,26 @@ pub fn gettid() -> i32 {
     .unwrap_or_else(|_| unsafe { libc::gettid() })
 }
 
-/// The project's clock (`zcta::clock`: CLOCK_REALTIME, ns since the UNIX epoch), read
-/// straight from `clock_gettime` (the vDSO). The hooks take it twice per NCCL call;
-/// through `SystemTime` and `duration_since` each read cost ~85 more instructions
-/// (callgrind, docs/PERFORMANCE.md).
+/// The project's clock (`zcta::clock`: CLOCK_REALTIME, ns since the UNIX epoch). The
+/// hooks take it twice per NCCL call. Where the CPU's time-stamp counter is invariant
+/// (x86-64 with `constant_tsc` and `nonstop_tsc`), it is read from the counter once the
+/// writer has calibrated the counter against CLOCK_REALTIME ([`calibrate_clock`]): a
+/// counter read costs a few ns where `clock_gettime` costs ~35 in a VM (the H200's,
+/// docs/PERFORMANCE.md); until then, and elsewhere, from `clock_gettime` (the vDSO).
 #[inline]
 pub fn now_ns() -> i64 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = tsc::read() {
+        return t;
+    }
+    realtime_ns()
+}
+
+/// CLOCK_REALTIME from `clock_gettime`, whatever the counter does. Read straight from
+/// the vDSO: through `SystemTime` and `duration_since` each read cost ~85 more
+/// instructions (callgrind, docs/PERFORMANCE.md).
+#[inline]
+pub fn realtime_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -40,6 +54,238 @@ pub fn now_ns() -> i64 {
     // fail (and on failure `ts` stays zero rather than undefined).
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec.wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec)
+}
+
+/// Calibrates [`now_ns`]'s counter against CLOCK_REALTIME (writer thread, every round;
+/// it works at most every 50 ms until the counter is in use, then every second).
+pub fn calibrate_clock() {
+    #[cfg(target_arch = "x86_64")]
+    tsc::calibrate();
+}
+
+/// The largest disagreement between [`now_ns`] and CLOCK_REALTIME seen at a
+/// calibration (0 while `now_ns` reads `clock_gettime`): added to the error the GPU
+/// clock anchors claim.
+pub fn clock_error_ns() -> i64 {
+    #[cfg(target_arch = "x86_64")]
+    return tsc::max_error_ns();
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
+/// The counter's conversion to CLOCK_REALTIME: `ns = base_ns + (tsc - base_tsc) *
+/// mult / 2^32`, piecewise linear and continuous. Each calibration samples the pair
+/// (counter, CLOCK_REALTIME) in the narrowest of a few brackets; the next piece starts
+/// where the current one is at that counter value (no jump) and its slope takes up
+/// the disagreement over the next second, so the clock neither jumps nor drifts away.
+/// A disagreement over 1 ms (CLOCK_REALTIME was stepped) restarts from the sample.
+pub mod conv {
+    /// One piece of the conversion.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Piece {
+        pub base_tsc: u64,
+        pub base_ns: i64,
+        /// ns per tick, times 2^32.
+        pub mult: u64,
+    }
+
+    /// How long the next piece takes to take up a disagreement.
+    pub const SLEW_NS: i64 = 1_000_000_000;
+    /// A disagreement beyond which the counter restarts from the sample.
+    pub const STEP_NS: i64 = 1_000_000;
+
+    impl Piece {
+        #[inline]
+        pub fn at(&self, tsc: u64) -> i64 {
+            let d = tsc.wrapping_sub(self.base_tsc) as i64;
+            self.base_ns + ((i128::from(d) * i128::from(self.mult)) >> 32) as i64
+        }
+    }
+
+    /// ns per tick times 2^32 between two samples; `None` when the counter did not
+    /// advance or ran at an implausible rate (outside 10 MHz – 20 GHz).
+    pub fn rate(t0: u64, ns0: i64, t1: u64, ns1: i64) -> Option<u64> {
+        let ticks = t1.checked_sub(t0)?;
+        let ns = u64::try_from(ns1.checked_sub(ns0)?).ok()?;
+        if ticks == 0 || ns == 0 {
+            return None;
+        }
+        let mult = (u128::from(ns) << 32) / u128::from(ticks);
+        let ghz = mult as f64 / 4_294_967_296.0;
+        (0.05..=100.0)
+            .contains(&ghz)
+            .then(|| u64::try_from(mult).ok())
+            .flatten()
+    }
+
+    /// The next piece from the current one, a sample (`tsc`, `ns`) and the long-run
+    /// rate; returns it and the disagreement (sample − current piece).
+    pub fn next(cur: Piece, tsc: u64, ns: i64, long_mult: u64) -> (Piece, i64) {
+        let predicted = cur.at(tsc);
+        let err = ns - predicted;
+        if err.abs() > STEP_NS {
+            return (
+                Piece {
+                    base_tsc: tsc,
+                    base_ns: ns,
+                    mult: long_mult,
+                },
+                err,
+            );
+        }
+        // Ticks of the next second at the long-run rate; cover SLEW_NS + err in them.
+        let ticks = (i128::from(SLEW_NS) << 32) / i128::from(long_mult.max(1));
+        let mult = ((i128::from(SLEW_NS + err) << 32) / ticks.max(1)).max(1);
+        (
+            Piece {
+                base_tsc: tsc,
+                base_ns: predicted,
+                mult: u64::try_from(mult).unwrap_or(long_mult),
+            },
+            err,
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod tsc {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
+
+    use super::conv::{self, Piece};
+
+    /// Even: the piece below is stable; odd: being written; 0: never calibrated.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    static BASE_TSC: AtomicU64 = AtomicU64::new(0);
+    static BASE_NS: AtomicI64 = AtomicI64::new(0);
+    static MULT: AtomicU64 = AtomicU64::new(0);
+    static MAX_ERR_NS: AtomicI64 = AtomicI64::new(0);
+
+    #[inline]
+    fn counter() -> u64 {
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    /// `None` until calibrated, and while a calibration is being published.
+    #[inline]
+    pub fn read() -> Option<i64> {
+        let s = SEQ.load(Ordering::Acquire);
+        if s == 0 || s & 1 == 1 {
+            return None;
+        }
+        let p = Piece {
+            base_tsc: BASE_TSC.load(Ordering::Relaxed),
+            base_ns: BASE_NS.load(Ordering::Relaxed),
+            mult: MULT.load(Ordering::Relaxed),
+        };
+        fence(Ordering::Acquire);
+        if SEQ.load(Ordering::Relaxed) != s {
+            return None;
+        }
+        Some(p.at(counter()))
+    }
+
+    fn publish(p: Piece) {
+        let s = SEQ.load(Ordering::Relaxed);
+        SEQ.store(s + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        BASE_TSC.store(p.base_tsc, Ordering::Relaxed);
+        BASE_NS.store(p.base_ns, Ordering::Relaxed);
+        MULT.store(p.mult, Ordering::Relaxed);
+        SEQ.store(s + 2, Ordering::Release);
+    }
+
+    pub fn max_error_ns() -> i64 {
+        MAX_ERR_NS.load(Ordering::Relaxed)
+    }
+
+    /// Whether the counter ticks at one rate on every CPU, in every power state.
+    pub(super) fn invariant() -> bool {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+                c.lines().find(|l| l.starts_with("flags")).is_some_and(|l| {
+                    let has = |f: &str| l.split_whitespace().any(|w| w == f);
+                    has("constant_tsc") && has("nonstop_tsc")
+                })
+            })
+        })
+    }
+
+    struct Cal {
+        first: Option<(u64, i64)>,
+        cur: Option<Piece>,
+        last_ns: i64,
+    }
+
+    static CAL: Mutex<Cal> = Mutex::new(Cal {
+        first: None,
+        cur: None,
+        last_ns: 0,
+    });
+
+    /// (counter, CLOCK_REALTIME) in the narrowest of three brackets, and its width.
+    fn sample() -> (u64, i64, i64) {
+        let mut best = (0, 0, i64::MAX);
+        for _ in 0..3 {
+            let a = super::realtime_ns();
+            let t = counter();
+            let b = super::realtime_ns();
+            if b - a < best.2 {
+                best = (t, a + (b - a) / 2, b - a);
+            }
+        }
+        best
+    }
+
+    pub fn calibrate() {
+        if !invariant() {
+            return;
+        }
+        // One caller at a time (the writer); a test calling too just waits its turn.
+        let Ok(mut c) = CAL.try_lock() else { return };
+        let now = super::realtime_ns();
+        let every = if c.cur.is_some() {
+            1_000_000_000
+        } else {
+            50_000_000
+        };
+        if c.last_ns != 0 && now - c.last_ns < every {
+            return;
+        }
+        c.last_ns = now;
+        let (t, ns, width) = sample();
+        if width > 20_000 {
+            return; // preempted in the middle: try again next time
+        }
+        let Some((t0, ns0)) = c.first else {
+            c.first = Some((t, ns));
+            return;
+        };
+        let Some(long) = conv::rate(t0, ns0, t, ns) else {
+            // The counter went back or stood still: not a clock to use.
+            c.first = Some((t, ns));
+            return;
+        };
+        let piece = match c.cur {
+            None => Piece {
+                base_tsc: t,
+                base_ns: ns,
+                mult: long,
+            },
+            Some(cur) => {
+                let (p, err) = conv::next(cur, t, ns, long);
+                let err = err.abs() + width / 2;
+                if err > MAX_ERR_NS.load(Ordering::Relaxed) {
+                    MAX_ERR_NS.store(err, Ordering::Relaxed);
+                }
+                p
+            }
+        };
+        c.cur = Some(piece);
+        publish(piece);
+    }
 }
 
 /// This process's id, cached (glibc's `getpid` is a system call).
@@ -113,13 +359,74 @@ pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::conv::{self, Piece};
+
     #[test]
     fn now_ns_reads_the_projects_clock() {
-        // Same clock as zcta::clock (CLOCK_REALTIME), so the three reads are ordered; a
-        // different clock (CLOCK_MONOTONIC counts from boot) would be decades off.
+        // Same clock as zcta::clock (CLOCK_REALTIME): before calibration the three reads
+        // are ordered; after it (where the counter is used) within a few µs. A different
+        // clock (CLOCK_MONOTONIC counts from boot) would be decades off.
         let a = zcta::clock::now_ns();
         let b = super::now_ns();
         let c = zcta::clock::now_ns();
-        assert!(a <= b && b <= c, "{a} {b} {c}");
+        assert!(a - 50_000 <= b && b <= c + 50_000, "{a} {b} {c}");
+        for _ in 0..3 {
+            super::calibrate_clock();
+            std::thread::sleep(std::time::Duration::from_millis(60));
+        }
+        super::calibrate_clock();
+        for _ in 0..1000 {
+            let a = zcta::clock::now_ns();
+            let b = super::now_ns();
+            let c = zcta::clock::now_ns();
+            assert!(a - 50_000 <= b && b <= c + 50_000, "{a} {b} {c}");
+        }
+        assert!(super::clock_error_ns() < 50_000, "{}", super::clock_error_ns());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            super::tsc::read().is_some(),
+            super::tsc::invariant(),
+            "calibrated where the counter is invariant"
+        );
+    }
+
+    #[test]
+    fn the_conversion_is_continuous_and_takes_up_drift() {
+        // A 3 GHz counter; CLOCK_REALTIME runs 20 ppm faster than the first estimate.
+        let ghz = 3.0;
+        let mult = conv::rate(0, 0, 3_000_000_000, 1_000_000_000).unwrap();
+        assert_eq!(mult, (1u64 << 32) / 3);
+        let ns_at = |t: u64| (t as f64 / ghz * (1.0 + 20e-6)) as i64;
+        let mut p = Piece {
+            base_tsc: 0,
+            base_ns: 0,
+            mult,
+        };
+        let mut t = 0u64;
+        let mut last_err = i64::MAX;
+        for _ in 0..6 {
+            t += 3_000_000_000;
+            let before = p.at(t);
+            // The long-run rate, from the first sample on (as the writer measures it).
+            let long = conv::rate(0, 0, t, ns_at(t)).unwrap();
+            let (n, err) = conv::next(p, t, ns_at(t), long);
+            // No jump where one piece ends and the next begins.
+            assert_eq!(n.at(t), before);
+            assert!(err.abs() <= last_err.max(21_000), "{err}");
+            last_err = err.abs();
+            p = n;
+        }
+        // After a few seconds the disagreement is taken up to within a µs.
+        let t2 = t + 3_000_000_000;
+        assert!((p.at(t2) - ns_at(t2)).abs() < 1_000, "{}", p.at(t2) - ns_at(t2));
+        // A step of CLOCK_REALTIME restarts from the sample.
+        let long = conv::rate(0, 0, t2, ns_at(t2)).unwrap();
+        let (n, err) = conv::next(p, t2, ns_at(t2) + 5_000_000, long);
+        assert_eq!((n.base_ns, n.base_tsc), (ns_at(t2) + 5_000_000, t2));
+        assert!(err > conv::STEP_NS);
+        // A counter that went back, stood still or ran absurdly is refused.
+        assert_eq!(conv::rate(10, 0, 5, 1), None);
+        assert_eq!(conv::rate(10, 0, 10, 1), None);
+        assert_eq!(conv::rate(0, 0, 1, 1_000_000_000), None);
     }
 }
