@@ -72,6 +72,9 @@ pub enum Timing {
     Error,
     /// Its group's ops ran on more than one stream.
     Streams,
+    /// The call returned `ncclInProgress` (a non-blocking communicator): NCCL launches
+    /// its work after the call returns, which events around the call cannot time.
+    InProgress,
 }
 
 impl Timing {
@@ -85,6 +88,7 @@ impl Timing {
             Timing::PoolEmpty => "pool_empty",
             Timing::Error => "error",
             Timing::Streams => "streams",
+            Timing::InProgress => "in_progress",
         }
     }
 
@@ -94,7 +98,7 @@ impl Timing {
         match self {
             Timing::Captured => Some(true),
             Timing::Timed(_) | Timing::Skipped(_) | Timing::PoolEmpty => Some(false),
-            Timing::Off | Timing::Error | Timing::Streams => None,
+            Timing::Off | Timing::Error | Timing::Streams | Timing::InProgress => None,
         }
     }
 

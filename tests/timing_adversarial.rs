@@ -644,3 +644,26 @@ fn a_driver_loaded_after_the_first_communicator() {
     assert_eq!((t.n("off"), t.n("timed")), (1, 3), "{:?} {p:?}", t.by_timing);
     assert_eq!(t.timed_without_times, 0);
 }
+
+#[test]
+fn calls_a_non_blocking_communicator_accepts_are_in_progress() {
+    // ncclInProgress: NCCL launches the work after the call returns, so the events
+    // around the call cannot time it. Not an error, and no row claims a GPU time.
+    let run = Run::new("adv-in-progress");
+    let mut c = run.host(&["inprogress", "20"]);
+    c.env("HOST_CUDA", cuda())
+        .env("FAKE_NCCL_IN_PROGRESS", "1")
+        .env("ZCTA_BUDGET", "all");
+    let out = bounded(c, LIMIT);
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 20, "{ops:?}");
+    for o in &ops {
+        assert_eq!(o.req_i32("result"), 7);
+        assert_eq!(o.str("timing"), Some("in_progress"), "{o:?}");
+        assert!(o.is_null("gpu_end_ns") && o.is_null("gpu_ready_ns"), "{o:?}");
+    }
+    let p = &run.rows("process")[0];
+    assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
+}

@@ -318,7 +318,11 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     // communicator) launches later, after this call returned.
     if rc != zcta::nccl::NCCL_SUCCESS {
         b.pool.give(b.pair);
-        return Timing::Error;
+        return if rc == zcta::nccl::NCCL_IN_PROGRESS {
+            Timing::InProgress
+        } else {
+            Timing::Error
+        };
     }
     if cuda::record(b.pair.end, b.stream).is_err() {
         b.pool.give(b.pair);
