@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build zcta-prof, record a workload under the shim, print what it saw.
-# - With >= 2 GPUs and torch: examples/train.py (an MoE + DDP training loop) on every
-#   local GPU under torchrun, recorded with `zcta run`, which prints the report.
+# - With a GPU and torch: examples/train.py (an MoE + DDP training loop) on every
+#   local GPU under torchrun (one rank on a one-GPU box), recorded with `zcta run`,
+#   which prints the report.
 # - Otherwise: a STAND-IN — a C program driving a stand-in libnccl and a stand-in CUDA
 #   driver (tests/fixtures/) as two ranks; no GPU is involved: the "GPU" work and its
 #   event times are synthetic, made by the stand-ins where real NCCL would launch work.
@@ -18,7 +19,7 @@ shim=$bin/libzcta_prof.so
 zcta=$bin/zcta
 out=${ZCTA_OUT:-$PWD/zcta-runs}
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
-if [ "$ngpu" -ge 2 ]; then
+if [ "$ngpu" -ge 1 ]; then
   run_id=demo-$(date -u +%Y%m%dT%H%M%SZ)
   echo "== recording examples/train.py on $ngpu GPUs under zcta ($out/$run_id)"
   "$zcta" run --out "$out" --run-id "$run_id" --shim "$shim" -- \
