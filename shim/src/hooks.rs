@@ -151,7 +151,7 @@ fn enter() -> Option<(Guard, bool)> {
         })
         .ok()?;
     let g = Guard;
-    (outer && state::recorder().is_some()).then(|| (g, !state::paused()))
+    (outer && state::recorder().is_some()).then(|| (g, crate::control::rows_wanted()))
 }
 
 #[inline]

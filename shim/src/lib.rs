@@ -17,6 +17,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod comms;
+mod control;
 mod ffi;
 mod gpu;
 mod hooks;

@@ -338,32 +338,18 @@ pub fn emit(ev: Event) {
 /// Whether calls are being recorded (activates on first use).
 #[inline]
 pub fn recording() -> bool {
-    !PAUSED.load(Ordering::Relaxed) && recorder().is_some()
+    !crate::control::paused() && recorder().is_some()
 }
 
-/// Set by `zcta_set_recording(0)`: calls are forwarded without being recorded.
-static PAUSED: AtomicBool = AtomicBool::new(false);
-
-/// Whether NCCL should generate our profiler events now: recording is active (not
-/// paused, not stopped by an internal error or in a fork child) and no sampling
-/// window is closed (`ZCTA_SAMPLE`). No side effects.
-pub fn events_wanted() -> bool {
-    STATE.load(Ordering::SeqCst) == ACTIVE && !PAUSED.load(Ordering::SeqCst) && crate::gpu::detail_on()
-}
-
-/// Whether `zcta_set_recording(0)` paused recording.
-pub fn paused() -> bool {
-    PAUSED.load(Ordering::Relaxed)
+/// Whether the recorder is active (not activating, stopped or finished). No side
+/// effects ([`crate::control::nccl_events_wanted`]).
+pub fn active() -> bool {
+    STATE.load(Ordering::SeqCst) == ACTIVE
 }
 
 /// Pauses (`on = false`) or resumes recording; returns whether it was on.
 pub fn set_recording(on: bool) -> bool {
-    let was_on = !PAUSED.swap(!on, Ordering::SeqCst);
-    if was_on != on {
-        crate::gpu::sync_capture();
-    }
-    crate::ffi::plugin::sync_nccl_events();
-    was_on
+    !crate::control::set_paused(!on)
 }
 
 /// In the child of `fork()`. A child of a recording process stops recording: its
@@ -377,7 +363,7 @@ pub fn on_fork_child() {
     if STATE.load(Ordering::Acquire) != UNINIT {
         STATE.store(DISABLED, Ordering::SeqCst);
         // The child's copy of NCCL's event mask: no events (atomics only, no lock).
-        crate::ffi::plugin::sync_nccl_events();
+        crate::control::nccl_changed();
     }
 }
 
@@ -409,7 +395,8 @@ pub fn report_panic() {
     for from in [ACTIVE, ACTIVATING, UNINIT] {
         let _ = STATE.compare_exchange(from, DISABLED, Ordering::SeqCst, Ordering::SeqCst);
     }
-    crate::ffi::plugin::sync_nccl_events();
+    // No lock here: the panic may have happened while one was held.
+    crate::control::nccl_changed();
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
         zcta::warn(format_args!(
             "internal error; recording disabled, NCCL calls continue unchanged"

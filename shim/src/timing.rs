@@ -209,7 +209,7 @@ pub fn start(enabled: bool, budget: f64, follow_nccl: bool) {
             BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
             // Every op selected anyway under ZCTA_BUDGET=all.
-            crate::ffi::plugin::set_follow(follow_nccl && budget.is_finite());
+            crate::control::set_follow(follow_nccl && budget.is_finite());
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use crate::plugin::{self, Start};
 use crate::state::protect;
@@ -222,16 +222,6 @@ pub fn sync_nccl_events() {
     }
 }
 
-/// Whether NCCL's events follow the budget (events mode with a CUDA driver): NCCL
-/// generates them only for the ops the budget selects ([`follow_op`]).
-static FOLLOW: AtomicBool = AtomicBool::new(false);
-
-/// From the start of timing on, NCCL's events are asked for the budget's ops only.
-pub fn set_follow(on: bool) {
-    FOLLOW.store(on, Ordering::SeqCst);
-    sync_nccl_events();
-}
-
 /// Before the real call of an op (hot path): asks NCCL for its events when the budget
 /// `selected` the op, and for none otherwise. NCCL 2.28.9 reads the global mask when
 /// an op is enqueued (`ncclProfilerStartGroupApiEvent`, at every task append) and keeps
@@ -241,7 +231,7 @@ pub fn set_follow(on: bool) {
 /// or is timed without them); nothing else depends on it.
 #[inline]
 pub fn follow_op(selected: bool) {
-    if !FOLLOW.load(Ordering::Relaxed) {
+    if !crate::control::follow_budget() {
         return;
     }
     let p = NCCL_MASK.load(Ordering::Relaxed);
@@ -262,7 +252,7 @@ pub fn follow_op(selected: bool) {
 }
 
 fn wanted_mask() -> i32 {
-    if crate::state::events_wanted() {
+    if crate::control::nccl_events_wanted() {
         plugin::activation_mask()
     } else {
         0
