@@ -434,6 +434,12 @@ fn nccl_events_follow_the_budget() {
         assert!(stdout_field(out, "events") > 0);
     }
     let ops = ops_by_id(&run);
+    // Records dropped under load (a starved writer) can take a selected op's events;
+    // nothing can give an unselected op events.
+    let dropped = run
+        .rows("process")
+        .iter()
+        .any(|p| p.u64("records_dropped").is_some_and(|d| d > 0));
     let mut events: BTreeMap<(i32, u64), usize> = BTreeMap::new();
     for e in run.rows("nccl_ops") {
         let id = e
@@ -454,7 +460,11 @@ fn nccl_events_follow_the_budget() {
         };
         let selected = zcta::budget::selected(k, level as u8);
         let n = events.get(key).copied().unwrap_or(0);
-        assert_eq!(n > 0, selected, "events {n} for {o:?}");
+        if dropped {
+            assert!(selected || n == 0, "events {n} for {o:?}");
+        } else {
+            assert_eq!(n > 0, selected, "events {n} for {o:?}");
+        }
         if selected {
             with += 1;
         } else {
