@@ -1,7 +1,9 @@
 """analysis/zcta_analysis on a run recorded with the shim, the stand-in NCCL and the
 stand-in CUPTI (so GPU columns and phases exist)."""
 
+import importlib.util
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -103,3 +105,20 @@ def test_older_schema_files_read_with_nulls(run, tmp_path):
     assert r.ops.engine.isna().sum() == old.num_rows
     con = za.connect(mixed)
     assert con.execute("select count(*) from ops where engine is null").fetchone()[0] == old.num_rows
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flit_core") is None, reason="flit_core not installed (pip install flit_core)")
+def test_installing_the_package_leaves_nothing_in_the_checkout(tmp_path):
+    """`pip install ./analysis` builds from the checkout itself: the build backend must
+    not write build/ or *.egg-info there (built here from a copy, without network)."""
+    src = tmp_path / "analysis"
+    shutil.copytree(ROOT / "analysis", src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "whl"), str(src)],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "whl").glob("zcta_analysis-*.whl"))
+    after = sorted(p.relative_to(src) for p in src.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before
