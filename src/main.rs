@@ -36,9 +36,15 @@ macro_rules! out {
     }};
 }
 
-/// zcta-prof: where every NCCL collective's time really goes.
+/// What `zcta --help` opens with: what the tool does for its user.
+const ABOUT: &str = "zcta: where every NCCL operation's time goes. Record a program with \
+`zcta run -- <command>` (or LD_PRELOAD=libzcta_prof.so), then read the run: `zcta report` \
+(phases, bus bandwidth, data paths, findings), `zcta diff` of two runs, `zcta export \
+--perfetto`, `zcta phases` for pandas/DuckDB; `zcta doctor` says which data path NCCL can \
+take on this machine.";
+
 #[derive(Parser, Debug)]
-#[command(name = "zcta", version, about, long_about = None)]
+#[command(name = "zcta", version, about = ABOUT, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

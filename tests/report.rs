@@ -628,3 +628,19 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn help_opens_with_what_zcta_does() {
+    let (code, out, _) = zcta(&["--help"]);
+    assert_eq!(code, 0);
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("zcta: where every NCCL operation's time goes"),
+        "{out}"
+    );
+    assert!(!out.contains("record types, Arrow schemas"), "{out}");
+    assert!(
+        out.contains("zcta run --") && out.contains("zcta report"),
+        "{out}"
+    );
+}
