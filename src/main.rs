@@ -8,7 +8,7 @@ use anyhow::Context;
 use arrow_array::{Array, Int32Array, StringArray, UInt64Array};
 use clap::{Parser, Subcommand};
 
-use zcta::analysis::median;
+use zcta::analysis::{median, plural};
 use zcta::launch;
 use zcta::reader::{self, TableData};
 use zcta::recover::{LogOutcome, recover_run};
@@ -36,9 +36,15 @@ macro_rules! out {
     }};
 }
 
-/// zcta-prof: where every NCCL collective's time really goes.
+/// What `zcta --help` opens with: what the tool does for its user.
+const ABOUT: &str = "zcta: where every NCCL operation's time goes. Record a program with \
+`zcta run -- <command>` (or LD_PRELOAD=libzcta_prof.so), then read the run: `zcta report` \
+(phases, bus bandwidth, data paths, findings), `zcta diff` of two runs, `zcta export \
+--perfetto`, `zcta phases` for pandas/DuckDB; `zcta doctor` says which data path NCCL can \
+take on this machine.";
+
 #[derive(Parser, Debug)]
-#[command(name = "zcta", version, about, long_about = None)]
+#[command(name = "zcta", version, about = ABOUT, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -441,8 +447,8 @@ fn no_ops_rows(run: &zcta::analysis::Run, what: &str) -> String {
     let mut msg = format!("{}: no ops rows ({what})", run.dir.display());
     if run.pending_logs > 0 {
         msg += &format!(
-            "; {} write-ahead logs pending (a process was killed or still runs): run `zcta recover {}` for their rows",
-            run.pending_logs,
+            "; {} pending (a process was killed or still runs): run `zcta recover {}` for their rows",
+            plural(run.pending_logs as u64, "write-ahead log", "write-ahead logs"),
             run.dir.display()
         );
     }
@@ -481,9 +487,10 @@ fn report(run: &Path, format: Format, peak: f64) -> anyhow::Result<ExitCode> {
     match format {
         Format::Table => {
             outln!(
-                "run {} — {n} ops on {} processes",
+                "run {} — {} on {}",
                 run.display(),
-                data.procs.len()
+                plural(n, "op", "ops"),
+                plural(data.procs.len() as u64, "process", "processes")
             );
             out!("{}", analysis::report::render_text(&r));
         }
@@ -745,12 +752,17 @@ fn dropped_view(procs: &TableData) -> anyhow::Result<()> {
         return Ok(());
     }
     let unknown = if unknown > 0 {
-        format!(", unknown for {unknown} killed (recovered) processes")
+        format!(
+            ", unknown for {} killed (recovered)",
+            plural(unknown as u64, "process", "processes")
+        )
     } else {
         String::new()
     };
     outln!(
-        "  dropped  {total:>10} records (process.records_dropped) in {with} of {known} processes{unknown}"
+        "  {:<TABLE_W$} {total:>10} records (process.records_dropped) in {with} of {}{unknown}",
+        "dropped",
+        plural(known as u64, "process", "processes")
     );
     Ok(())
 }
@@ -839,6 +851,9 @@ fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Width of the table-name column of `zcta summary` (the longest name, `nccl_comms`).
+const TABLE_W: usize = 10;
+
 fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
     outln!("run {}", run.display());
@@ -848,9 +863,9 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
     for t in tables::ALL_TABLES {
         let data = reader::read_table(run, t).with_context(|| format!("reading table {t}"))?;
         outln!(
-            "  {t:<8} {:>10} rows in {} files",
+            "  {t:<TABLE_W$} {:>10} rows in {}",
             data.num_rows(),
-            data.files.len()
+            plural(data.files.len() as u64, "file", "files")
         );
         for s in &data.skipped {
             problems += 1;
@@ -858,8 +873,13 @@ fn summary(run: &Path) -> anyhow::Result<ExitCode> {
         }
         if !data.pending_logs.is_empty() {
             outln!(
-                "           {} write-ahead logs pending (process killed or still running): run `zcta recover {}`",
-                data.pending_logs.len(),
+                "  {:TABLE_W$} {} pending (process killed or still running): run `zcta recover {}`",
+                "",
+                plural(
+                    data.pending_logs.len() as u64,
+                    "write-ahead log",
+                    "write-ahead logs"
+                ),
                 run.display()
             );
         }

@@ -486,7 +486,7 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
     assert!(ops.len() as u64 + lost.get("ops").copied().unwrap_or(0) <= made);
     let s = zcta(&[Path::new("summary"), &run.dir()]);
     assert!(
-        text(&s.stdout).contains(&format!("dropped  {dropped:>10} records")),
+        text(&s.stdout).contains(&format!("dropped    {dropped:>10} records")),
         "{}",
         text(&s.stdout)
     );

@@ -1046,3 +1046,22 @@ fn real_python_finds_torch_without_importing_it() {
     };
     assert_eq!(missing.query().unwrap_err(), "/nonexistent/python3 not found");
 }
+
+#[test]
+fn without_libnccl_no_version_is_claimed_for_it() {
+    let t = tempfile::tempdir().unwrap();
+    let mut v = h200_json(&[]);
+    v["nccl"] = json!([]);
+    let none = facts_file(t.path(), "none.json", &v);
+    let (_, out, _) = zcta(&["doctor", "--facts", &none]);
+    assert!(out.contains("no libnccl.so.2 found"), "{out}");
+    assert!(!out.contains("NCCL 2.28.9 has no"), "{out}");
+    assert!(out.contains("no libnccl found here to check"), "{out}");
+    // With the library found, its version's fact is stated.
+    let plain = facts_file(t.path(), "plain.json", &h200_json(&[]));
+    let (_, out, _) = zcta(&["doctor", "--facts", &plain]);
+    assert!(
+        out.contains("never: NCCL 2.28.9 has no copy-engine AllReduce"),
+        "{out}"
+    );
+}

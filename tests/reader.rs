@@ -233,7 +233,11 @@ fn summary_of_a_good_run() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty());
     let s = text(&out.stdout);
-    assert!(s.contains("ops") && s.contains("22 rows in 1 files"), "{s}");
+    assert!(s.contains("ops") && s.contains("22 rows in 1 file\n"), "{s}");
+    // One column of counts, `nccl_comms` (the longest table name) included.
+    let at: Vec<usize> = s.lines().filter_map(|l| l.find(" rows in ")).collect();
+    assert!(s.contains("  nccl_comms "), "{s}");
+    assert!(at.len() == 9 && at.iter().all(|&c| c == at[0]), "{s}");
     // rank 0, AllReduce: 2 calls, 2 x 4096 bytes, 0 errors.
     assert!(
         s.lines()

@@ -294,6 +294,11 @@ fn table_output_is_stable() {
     let (code, out, err) = zcta(&["report", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let out = out.replace(dir.to_str().unwrap(), "RUN");
+    // Every column is in the legend.
+    assert!(
+        out.contains("unres = unresolved") && out.contains("size bucket:"),
+        "{out}"
+    );
     insta::assert_snapshot!(out);
 }
 
@@ -627,4 +632,109 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
         assert!(err.is_empty(), "{args:?}: {err}");
     }
+}
+
+/// One process on a one-rank communicator: 5 AllReduce that launched no GPU work (as
+/// NCCL's one-rank shortcut can), and 4 grouped Send/Recv pairs of the rank to itself
+/// whose copy was timed on the Send only.
+#[test]
+fn local_ops_are_not_link_traffic_nor_lacking_a_rank() {
+    let t = tempfile::tempdir().unwrap();
+    let r = &RANKS[0];
+    let prefix = format!("{}-r0-p{}", r.host, r.pid);
+    let ctx = Ctx {
+        pid: r.pid,
+        host: r.host.into(),
+    };
+    let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+    let mut id = 0;
+    for k in 0..5u64 {
+        let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+        id += 1;
+        let mut row = op(
+            r,
+            id,
+            OpKind::AllReduce,
+            k,
+            4096,
+            [t0, t0 + 2 * US, t0 + 3 * US, t0 + 4 * US],
+            0x55,
+        );
+        row.rec.nranks = Some(1);
+        row.gpu = None;
+        w.append(&row, &ctx).unwrap();
+    }
+    for k in 0..4u64 {
+        let t0 = 2_000_000_000_000 + k as i64 * 1_000 * US;
+        for kind in [OpKind::Send, OpKind::Recv] {
+            id += 1;
+            let mut row = op(
+                r,
+                id,
+                kind,
+                k,
+                8 << 20,
+                [t0, t0 + 2 * US, t0 + 10 * US, t0 + 60 * US],
+                0x55,
+            );
+            row.rec.nranks = Some(2);
+            row.rec.peer = Some(0);
+            row.rec.group_id = Some(k);
+            if kind == OpKind::Recv {
+                row.gpu = None;
+            }
+            w.append(&row, &ctx).unwrap();
+        }
+    }
+    w.close().unwrap();
+    let row = ProcessRow {
+        run_id: "local".into(),
+        run_id_source: "ZCTA_RUN_ID".into(),
+        zcta_version: "test".into(),
+        schema_version: zcta::SCHEMA_VERSION,
+        clock: "CLOCK_REALTIME".into(),
+        end_reason: "exit".into(),
+        env_json: "{}".into(),
+        cupti: "on".into(),
+        ..ProcessRow::default()
+    };
+    write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+
+    let j = json(t.path());
+    let notes = j["notes"].to_string();
+    assert!(!notes.contains("lack"), "{notes}");
+    assert!(!notes.contains("not timed on any rank"), "{notes}");
+    assert!(notes.contains("5 local operations have no GPU times"), "{notes}");
+    let send = group(&j, "Send");
+    assert_eq!(send["local"], true);
+    assert!(
+        send["busbw_gbs"].is_null() && send["busbw_pct_peak"].is_null(),
+        "{send}"
+    );
+    assert!(send["algbw_gbs"].as_f64().unwrap() > 0.0, "{send}");
+    assert!(!send["shares"]["barrier"].is_null(), "{send}");
+    let (code, out, err) = zcta(&["report", t.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let line = out.lines().find(|l| l.starts_with("Send ")).unwrap();
+    assert!(line.contains("8–16 MiB") && line.contains(" local "), "{out}");
+    assert!(
+        out.contains("run ") && out.contains("ops on 1 process\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn help_opens_with_what_zcta_does() {
+    let (code, out, _) = zcta(&["--help"]);
+    assert_eq!(code, 0);
+    let first = out.lines().next().unwrap();
+    assert!(
+        first.starts_with("zcta: where every NCCL operation's time goes"),
+        "{out}"
+    );
+    assert!(!out.contains("record types, Arrow schemas"), "{out}");
+    assert!(
+        out.contains("zcta run --") && out.contains("zcta report"),
+        "{out}"
+    );
 }

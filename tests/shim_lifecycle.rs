@@ -637,7 +637,7 @@ fn a_burst_drops_ops_but_keeps_every_communicator() {
     let summary = zcta("summary");
     assert!(
         summary.contains(&format!(
-            "dropped  {dropped:>10} records (process.records_dropped) in 1 of 1 processes"
+            "dropped    {dropped:>10} records (process.records_dropped) in 1 of 1 process"
         )),
         "{summary}"
     );

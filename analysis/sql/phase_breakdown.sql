@@ -1,6 +1,12 @@
--- Phase shares of the summed end-to-end window per (op, size bucket, engine); needs
--- `zcta phases <run>` first. NULL share: not measured.
--- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'; .read analysis/sql/phase_breakdown.sql"
+-- Needs the run's phases table: run `zcta phases zcta-runs/<run id>` first (without
+-- it the first query stops with "no phases table ...: run `zcta phases ...` first").
+-- Phase shares of the summed end-to-end window per (op, size bucket, engine); NULL
+-- share: not measured.
+-- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/phase_breakdown.sql"
+set variable phases_files = (
+  select case when count(*) = 0 then error('no phases table in ' || getvariable('run')
+              || ': run `zcta phases ' || getvariable('run') || '` first') else count(*) end
+  from glob(getvariable('run') || '/phases/*.parquet'));
 select op,
        cast(pow(2, floor(log2(greatest(bytes, 1)))) as bigint) as size,
        coalesce(engine, 'not measured') as engine,

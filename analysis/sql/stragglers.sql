@@ -1,6 +1,6 @@
 -- Per collective, the rank whose GPU started last and by how much (one host's clock;
 -- `zcta report` aligns hosts).
--- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'; .read analysis/sql/stragglers.sql"
+-- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/stragglers.sql"
 with c as (
   select comm_id, seq, rank, gpu_start_ns,
          max(gpu_start_ns) over (partition by comm_id, seq) as last_start,

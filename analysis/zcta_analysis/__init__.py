@@ -122,7 +122,7 @@ def breakdown(run: Run | str) -> pd.DataFrame:
         run = load(run)
     ph = run.phases
     if ph.empty:
-        raise ValueError(f"{run.path}: no phases table; write it with `zcta phases {run.path}`")
+        raise ValueError(f"{run.path}: no phases table (RUN/phases/): run `zcta phases {run.path}` first")
     ph = _all_phases(ph[ph.window_ns.notna()])
     ph["size"] = size_bucket(ph["bytes"])
     ph["engine"] = ph["engine"].fillna("not measured")
@@ -143,7 +143,7 @@ def compare(run_a, run_b) -> pd.DataFrame:
     out = []
     for name, r in (("a", a), ("b", b)):
         if r.phases.empty:
-            raise ValueError(f"{r.path}: no phases table; write it with `zcta phases {r.path}`")
+            raise ValueError(f"{r.path}: no phases table (RUN/phases/): run `zcta phases {r.path}` first")
         ph = _all_phases(r.phases[r.phases.window_ns.notna()])
         ph["size"] = size_bucket(ph["bytes"])
         cols = ["window_ns"] + [f"{p}_ns" for p in PHASES]

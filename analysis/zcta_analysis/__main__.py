@@ -9,7 +9,10 @@ from .plot import plot
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m zcta_analysis")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("plot", help="phase shares per (op, size) and bus bandwidth vs size")
+    p = sub.add_parser(
+        "plot",
+        help="phase shares per (op, size) and bus bandwidth vs size; needs `zcta phases RUN` first",
+    )
     p.add_argument("runs", nargs="+", help="one or two run directories (each with `zcta phases` written)")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--link-peak-gbps", type=float, default=450.0)

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::Run;
 use super::phases::{N_PHASES, PHASES};
-use super::report::{size_bucket, size_label};
+use super::report::{bucket_label, size_bucket};
 use crate::reader::ReadError;
 
 /// Samples per side kept for the bootstrap (a uniform reservoir sample of larger groups).
@@ -144,7 +144,7 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
     let mut out = Diff::default();
     for (k, (na, va, ma)) in &sa {
         let Some((nb, vb, mb)) = sb.get(k) else {
-            out.only_a.push(format!("{} {}", k.0, size_label(k.1)));
+            out.only_a.push(format!("{} {}", k.0, bucket_label(k.1)));
             continue;
         };
         let mut changes = Vec::new();
@@ -181,7 +181,7 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
     }
     for k in sb.keys() {
         if !sa.contains_key(k) {
-            out.only_b.push(format!("{} {}", k.0, size_label(k.1)));
+            out.only_b.push(format!("{} {}", k.0, bucket_label(k.1)));
         }
     }
     out.rows
@@ -194,8 +194,8 @@ pub fn render_text(d: &Diff) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>9} {:>7} {:>7} {:>12}  {:<10} {:>10} {:>10} {:>24}  path",
-        "op", "size", "n A", "n B", "impact ms", "", "A us", "B us", "B-A us (95% CI)"
+        "{:<14} {:>13} {:>7} {:>7} {:>12}  {:<10} {:>10} {:>10} {:>24}  path",
+        "op", "size bucket", "n A", "n B", "impact ms", "", "A us", "B us", "B-A us (95% CI)"
     );
     for r in &d.rows {
         let path = if r.engine_a == r.engine_b {
@@ -206,15 +206,15 @@ pub fn render_text(d: &Diff) -> String {
         for (i, c) in r.changes.iter().enumerate() {
             let head = if i == 0 {
                 format!(
-                    "{:<14} {:>9} {:>7} {:>7} {:>12.3}",
+                    "{:<14} {:>13} {:>7} {:>7} {:>12.3}",
                     r.op,
-                    size_label(r.bucket),
+                    bucket_label(r.bucket),
                     r.count_a,
                     r.count_b,
                     r.impact_us / 1e3
                 )
             } else {
-                format!("{:<14} {:>9} {:>7} {:>7} {:>12}", "", "", "", "", "")
+                format!("{:<14} {:>13} {:>7} {:>7} {:>12}", "", "", "", "", "")
             };
             let mark = if c.significant { "*" } else { " " };
             let _ = writeln!(

@@ -55,6 +55,14 @@ impl OpView {
     pub fn gpu_begin(&self) -> Option<i64> {
         phases::gpu_begin(self.gpu_start, self.ready, self.launch)
     }
+
+    /// A local op: a Send/Recv of a rank to itself, or an op on a one-rank
+    /// communicator (NCCL's one-rank shortcuts). Its bytes are copied within one GPU,
+    /// not over a link, and no other rank takes part.
+    pub fn is_local(&self) -> bool {
+        self.nranks == Some(1)
+            || (matches!(self.op, "Send" | "Recv") && self.peer.is_some() && self.peer == self.rank)
+    }
 }
 
 /// `ops.op` as a static name.
@@ -130,6 +138,11 @@ pub struct Run {
     pub pending_logs: usize,
     /// (host, pid) pairs claimed by more than one process's files.
     pub shared_pids: Vec<reader::SharedPid>,
+}
+
+/// "1 process", "2 processes": `n` with the word that fits it.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Median of `v` (the upper one of the two middle values), `None` when empty.
@@ -387,6 +400,10 @@ pub struct ScanStats {
     /// Collectives/pairs with every rank's rows and GPU times on none: not timed
     /// (the budget's level left them out, `ops.timing`), not lacking data.
     pub not_timed: u64,
+    /// Local operations ([`OpView::is_local`]) with GPU times on none of their rows:
+    /// neither lacking a rank nor necessarily skipped by the budget (a one-rank
+    /// shortcut may launch no GPU work).
+    pub local_without_gpu: u64,
     /// Median over collectives seen on every rank of the spread of their calls' start
     /// (latest − earliest `api_start_ns`, host clocks aligned), ns: how far apart the
     /// ranks' hosts ran. `None` without such collectives.
@@ -478,16 +495,21 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                 }
             }
             let mut timed_nowhere = false;
+            // Every rank of a local op is here: no rank can be missing.
+            let local = members.iter().all(OpView::is_local);
             if complete {
                 let starts: Vec<(i64, i32)> = members
                     .iter()
                     .filter_map(|o| Some((o.gpu_begin()? - offset(o.host)?, o.rank?)))
                     .collect();
-                if !starts.is_empty() && starts.len() < members.len() {
+                if !starts.is_empty() && starts.len() < members.len() && !local {
                     stats.gpu_on_some_ranks += 1;
                 }
                 timed_nowhere = starts.is_empty();
-                if starts.len() == members.len() {
+                // A local op's barrier is known once one row has GPU times: a rank's
+                // Send to itself and its Recv may be carried by one copy, timed on one
+                // of them only.
+                if starts.len() == members.len() || (local && !starts.is_empty()) {
                     let (latest, last_rank) = starts.iter().copied().max().expect("non-empty");
                     let earliest = starts.iter().map(|s| s.0).min().expect("non-empty");
                     last = Some(latest);
@@ -505,7 +527,11 @@ pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Res
                 }
             }
             if grouped && last.is_none() {
-                if timed_nowhere {
+                if local {
+                    if members.iter().all(|o| o.gpu_begin().is_none()) {
+                        stats.local_without_gpu += 1;
+                    }
+                } else if timed_nowhere {
                     stats.not_timed += 1;
                 } else {
                     stats.incomplete += 1;

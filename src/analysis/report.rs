@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 
 use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
-use super::{OpView, Run, ScanStats};
+use super::{OpView, Run, ScanStats, plural};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
 pub fn busbw_factor(op: &str, n: i32) -> f64 {
@@ -42,6 +42,19 @@ pub fn size_label(b: u64) -> String {
     format!("{v} {}", UNITS[u])
 }
 
+/// A size bucket as a range: "512 B–1 KiB", "1–2 MiB" (sizes from `b` up to, not
+/// including, twice `b`); "0 B" for the empty bucket.
+pub fn bucket_label(b: u64) -> String {
+    if b == 0 {
+        return "0 B".into();
+    }
+    let (lo, hi) = (size_label(b), size_label(b.saturating_mul(2)));
+    match (lo.split_once(' '), hi.split_once(' ')) {
+        (Some((lv, lu)), Some((_, hu))) if lu == hu => format!("{lv}–{hi}"),
+        _ => format!("{lo}–{hi}"),
+    }
+}
+
 /// One row of the main table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
@@ -61,6 +74,9 @@ pub struct Group {
     pub algbw_gbs: Option<f64>,
     pub busbw_gbs: Option<f64>,
     pub busbw_pct_peak: Option<f64>,
+    /// Local ops (a Send/Recv of a rank to itself, or an op on a one-rank
+    /// communicator): copies within one GPU, not link traffic, so no busbw.
+    pub local: bool,
 }
 
 /// A finding: what was seen, the evidence, the fix.
@@ -104,13 +120,19 @@ fn dropped_finding(run: &Run) -> Option<Finding> {
         .map(|(pid, n)| format!("pid {pid}: {n}"))
         .collect();
     let more = if dropped.len() > 8 {
-        format!(" and {} more processes", dropped.len() - 8)
+        format!(
+            " and {} more",
+            plural((dropped.len() - 8) as u64, "process", "processes")
+        )
     } else {
         String::new()
     };
     let unknown = run.procs.iter().filter(|p| p.records_dropped.is_none()).count();
     let unknown = if unknown > 0 {
-        format!("; unknown for {unknown} killed processes")
+        format!(
+            "; unknown for {} killed",
+            plural(unknown as u64, "process", "processes")
+        )
     } else {
         String::new()
     };
@@ -231,7 +253,7 @@ const CE_CAPABLE: [&str; 4] = ["AlltoAll", "AllGather", "Gather", "Scatter"];
 /// Builds a [`Report`] from the ops a scan hands it.
 pub struct Builder {
     link_peak_gbs: f64,
-    groups: BTreeMap<(&'static str, u64, &'static str), Acc>,
+    groups: BTreeMap<(&'static str, u64, &'static str, bool), Acc>,
     mix: BTreeMap<(&'static str, &'static str), u64>,
     ce_requested: bool,
     multi_node: bool,
@@ -291,7 +313,7 @@ impl Builder {
         }
         let g = self
             .groups
-            .entry((o.op, size_bucket(o.bytes.unwrap_or(0)), engine))
+            .entry((o.op, size_bucket(o.bytes.unwrap_or(0)), engine, o.is_local()))
             .or_default();
         g.count += 1;
         g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
@@ -360,7 +382,7 @@ impl Builder {
     /// The report, once every op was added.
     pub fn finish(self, run: &Run, stats: &ScanStats) -> Report {
         let mut groups = Vec::new();
-        for ((op, bucket, engine), g) in &self.groups {
+        for ((op, bucket, engine, local), g) in &self.groups {
             let shares: [Option<f64>; N_PHASES] = std::array::from_fn(|k| {
                 (g.any[k] && g.total > 0 && (k != UNRESOLVED || g.sums[UNRESOLVED] > 0))
                     .then(|| g.sums[k] as f64 / g.total as f64)
@@ -369,7 +391,8 @@ impl Builder {
             let algbw = gpu_median_us
                 .filter(|&m| m > 0.0)
                 .map(|m| g.bytes_gpu as f64 / g.gpu.len() as f64 / (m * 1e3));
-            let busbw = algbw.map(|b| b * busbw_factor(op, g.nranks));
+            // A local copy is not link traffic: no bus bandwidth against the link's peak.
+            let busbw = algbw.filter(|_| !local).map(|b| b * busbw_factor(op, g.nranks));
             groups.push(Group {
                 op: (*op).into(),
                 bucket: *bucket,
@@ -383,6 +406,7 @@ impl Builder {
                 algbw_gbs: algbw,
                 busbw_gbs: busbw,
                 busbw_pct_peak: busbw.map(|b| 100.0 * b / self.link_peak_gbs),
+                local: *local,
             });
         }
         let mut report = Report {
@@ -407,20 +431,20 @@ impl Builder {
         }
         if run.pending_logs > 0 {
             report.notes.push(format!(
-                "{} write-ahead logs pending (a process was killed or still runs): run `zcta recover` first for its rows",
-                run.pending_logs
+                "{} pending (a process was killed or still runs): run `zcta recover` first for their rows",
+                plural(run.pending_logs as u64, "write-ahead log", "write-ahead logs")
             ));
         }
         if stats.not_timed > 0 {
             report.notes.push(format!(
-                "{} operations were not timed on any rank (ops.timing = budget: under ZCTA_BUDGET each rank times 1 op in 2^timing_level, the same ops on every rank); phase shares and durations above are those of the timed operations",
-                stats.not_timed
+                "{} not timed on any rank (ops.timing = budget: under ZCTA_BUDGET each rank times 1 op in 2^timing_level, the same ops on every rank); phase shares and durations above are those of the timed operations",
+                plural(stats.not_timed, "operation was", "operations were")
             ));
         }
         if stats.incomplete > 0 {
             let mut note = format!(
-                "{} operations lack some rank's data (files missing, or GPU times on some ranks only): their barrier and transfer are not measured",
-                stats.incomplete
+                "{} some rank's data (files missing, or GPU times on some ranks only): their barrier and transfer are not measured",
+                plural(stats.incomplete, "operation lacks", "operations lack")
             );
             if stats.gpu_on_some_ranks > 0 {
                 note.push_str(&format!(
@@ -429,6 +453,12 @@ impl Builder {
                 ));
             }
             report.notes.push(note);
+        }
+        if stats.local_without_gpu > 0 {
+            report.notes.push(format!(
+                "{} no GPU times (a one-rank shortcut that launched no GPU work, or not timed: ops.timing); local ops (a rank's Send/Recv to itself, one-rank communicators) wait for no other rank",
+                plural(stats.local_without_gpu, "local operation has", "local operations have")
+            ));
         }
         if run.hosts.len() > 1 {
             for (h, c) in run.hosts.iter().zip(&stats.clocks) {
@@ -601,7 +631,7 @@ impl Builder {
                         s.collectives,
                         wait as f64 / 1e3
                     ),
-                    fix: "look at what rank does between collectives (data loading, uneven work, CPU contention, a slower GPU or link)".into(),
+                    fix: format!("look at what rank {rank} does between collectives (data loading, uneven work, CPU contention, a slower GPU or link)"),
                 });
             }
         }
@@ -625,9 +655,9 @@ pub fn render_text(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+        "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
         "op",
-        "size",
+        "size bucket",
         "engine",
         "count",
         "p50 us",
@@ -647,9 +677,9 @@ pub fn render_text(r: &Report) -> String {
         let share = |k: usize| g.shares[k].map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
         let _ = writeln!(
             s,
-            "{:<14} {:>9} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+            "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
             g.op,
-            size_label(g.bucket),
+            bucket_label(g.bucket),
             g.engine,
             g.count,
             fmt_opt(g.p50_us, 1),
@@ -662,13 +692,17 @@ pub fn render_text(r: &Report) -> String {
             share(5),
             share(6),
             share(7),
-            fmt_opt(g.busbw_gbs, 1),
+            if g.local {
+                "local".into()
+            } else {
+                fmt_opt(g.busbw_gbs, 1)
+            },
             fmt_opt(g.busbw_pct_peak, 0),
         );
     }
     let _ = writeln!(
         s,
-        "\n(phase shares of the summed window api_start..gpu_end; n/m = not measured; busbw in GB/s, %peak of {:.0} GB/s per direction, --link-peak-gbps)",
+        "\n(size bucket: nccl-tests bytes from the first size up to, not including, the second;\n phases: shares of the summed window api_start..gpu_end, unres = unresolved (time not split into phases, docs/phases.md), n/m = not measured;\n busbw in GB/s, %peak of {:.0} GB/s per direction (--link-peak-gbps); local = a rank's Send/Recv to itself or a one-rank communicator: a copy within one GPU, no busbw)",
         r.link_peak_gbs
     );
     let _ = writeln!(s, "\npath mix");
@@ -737,7 +771,7 @@ pub fn render_json(r: &Report) -> Value {
             "p50_us": g.p50_us, "p99_us": g.p99_us,
             "shares": PHASES.iter().zip(g.shares).map(|(p, v)| (p.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "gpu_median_us": g.gpu_median_us, "algbw_gbs": g.algbw_gbs, "busbw_gbs": g.busbw_gbs,
-            "busbw_pct_peak": g.busbw_pct_peak,
+            "busbw_pct_peak": g.busbw_pct_peak, "local": g.local,
         })).collect::<Vec<_>>(),
         "mix": r.mix.iter().map(|(o, e, n)| json!({"op": o, "engine": e, "count": n})).collect::<Vec<_>>(),
         "findings": r.findings.iter().map(|f| json!({"title": f.title, "evidence": f.evidence, "fix": f.fix})).collect::<Vec<_>>(),
@@ -755,7 +789,7 @@ pub fn render_csv(r: &Report) -> String {
     for p in PHASES {
         let _ = write!(s, ",share_{p}");
     }
-    s.push_str(",gpu_median_us,algbw_gbs,busbw_gbs,busbw_pct_peak\n");
+    s.push_str(",gpu_median_us,algbw_gbs,busbw_gbs,busbw_pct_peak,local\n");
     let f = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for g in &r.groups {
         let _ = write!(
@@ -774,11 +808,12 @@ pub fn render_csv(r: &Report) -> String {
         }
         let _ = writeln!(
             s,
-            ",{},{},{},{}",
+            ",{},{},{},{},{}",
             f(g.gpu_median_us),
             f(g.algbw_gbs),
             f(g.busbw_gbs),
-            f(g.busbw_pct_peak)
+            f(g.busbw_pct_peak),
+            g.local
         );
     }
     s
@@ -796,6 +831,11 @@ mod tests {
         assert_eq!(size_label(1 << 20), "1 MiB");
         assert_eq!(size_label(8), "8 B");
         assert_eq!(size_label(3000), "3000 B");
+        // A 1000-byte op's bucket says it is a range.
+        assert_eq!(bucket_label(size_bucket(1000)), "512 B–1 KiB");
+        assert_eq!(bucket_label(1 << 20), "1–2 MiB");
+        assert_eq!(bucket_label(8), "8–16 B");
+        assert_eq!(bucket_label(0), "0 B");
         assert_eq!(busbw_factor("AllReduce", 8), 1.75);
         assert_eq!(busbw_factor("AlltoAll", 2), 0.5);
         assert_eq!(busbw_factor("Broadcast", 8), 1.0);

@@ -908,14 +908,20 @@ pub fn verdicts(f: &Facts) -> Report {
                 (
                     kernels,
                     None,
-                    format!(
-                        "never: NCCL 2.28.9 has no copy-engine {} (ce_coll.cc:82)",
-                        match fam {
+                    {
+                        let name = match fam {
                             Family::AllReduce => "AllReduce",
                             Family::ReduceScatter => "ReduceScatter",
                             _ => "Broadcast",
+                        };
+                        if f.nccl.iter().any(|l| l.selected) {
+                            format!("never: NCCL 2.28.9 has no copy-engine {name} (ce_coll.cc:82)")
+                        } else {
+                            format!(
+                                "never in the NCCL source these rules follow (2.28.9, ce_coll.cc:82: no copy-engine {name}); no libnccl found here to check"
+                            )
                         }
-                    ),
+                    },
                 )
             } else if machine_missing.is_empty() && machine_unknown.is_empty() {
                 (

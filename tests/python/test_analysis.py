@@ -1,7 +1,10 @@
 """analysis/zcta_analysis on a run recorded with the shim, the stand-in NCCL and the
 stand-in CUPTI (so GPU columns and phases exist)."""
 
+import importlib.util
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -65,11 +68,113 @@ def test_sql_files_run_in_duckdb(run):
         assert rows, f.name
 
 
-def test_plot_cli_writes_a_png(run, tmp_path):
-    out = tmp_path / "p.png"
-    assert cli(["plot", str(run), str(run), "-o", str(out)]) == 0
+PLOTS = pathlib.Path(os.environ.get("ZCTA_PLOT_DIR", "")) if os.environ.get("ZCTA_PLOT_DIR") else None
+
+
+@pytest.fixture(scope="module")
+def run_b(host, tmp_path_factory):  # noqa: F811
+    """A second run (more iterations) to plot against the first."""
+    out = tmp_path_factory.mktemp("runs_b")
+    r = run_job(host, out, "anb", ranks=2, iters=6, cupti=True)
+    subprocess.run([ZCTA, "phases", r], check=True, capture_output=True)
+    return r
+
+
+@pytest.mark.parametrize("two", [False, True], ids=["one-run", "two-runs"])
+def test_plot_cli_writes_a_png(run, run_b, tmp_path, two):
+    """The PNGs as a person sees them (ZCTA_PLOT_DIR keeps them): one run, and a run
+    against itself as A and B; every series distinct, the axes and panels labelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zcta_analysis import plot as zp
+
+    out = (PLOTS or tmp_path) / f"plot-{'ab' if two else 'a'}.png"
+    runs = [str(run), str(run_b)] if two else [str(run)]
+    figs = []
+    orig = plt.Figure.savefig
+    plt.Figure.savefig = lambda self, *a, **k: (figs.append(self), orig(self, *a, **k))[1]
+    try:
+        assert cli(["plot", *runs, "-o", str(out)]) == 0
+    finally:
+        plt.Figure.savefig = orig
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    (fig,) = figs
+    bars, bw, *heat = fig.axes[: 2 + len(runs)]
+    assert bw.get_yscale() == "log" and bw.get_xscale() == "log"
+    assert any("link peak 450 GB/s" in t.get_text() for t in bw.texts)
+    lines = [ln for ln in bw.get_lines() if not ln.get_label().startswith("_")]
+    n_ops = len(zp.busbw_points(za.load(run).ops).op.unique())
+    assert n_ops >= 5 and len(lines) == n_ops * len(runs)
+    # Series are told apart by colour and marker (run B by line style and fill).
+    looks = {(ln.get_color(), ln.get_marker(), ln.get_linestyle(), ln.get_markerfacecolor() == "none") for ln in lines}
+    assert len(looks) == len(lines)
+    assert len({(ln.get_color(), ln.get_marker()) for ln in lines}) == n_ops
+    if two:
+        assert "run A (ana)" in bars.get_title() and "run B (anb)" in bars.get_title()
+        assert "run A" in bw.get_title() and "run B" in bw.get_title()
+        assert {ln.get_label()[:2] for ln in lines} == {"A:", "B:"}
+        assert heat[0].get_title().startswith("run A (ana): arrival skew")
+        assert heat[1].get_title().startswith("run B (anb): arrival skew")
+    else:
+        assert heat[0].get_title().startswith("run ana: arrival skew")
+
+
+def test_plot_without_phases_names_the_command(run, tmp_path, capsys):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(run, bare, ignore=shutil.ignore_patterns("phases"))
+    assert cli(["plot", str(bare), "-o", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert f"run `zcta phases {bare}` first" in err, err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_phase_breakdown_sql_without_phases_names_the_command(run, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(run, bare, ignore=shutil.ignore_patterns("phases"))
+    con = duckdb.connect()
+    con.execute(f"set variable run = '{bare}'")
+    with pytest.raises(duckdb.Error, match=f"run `zcta phases {bare}` first"):
+        con.execute((ROOT / "analysis" / "sql" / "phase_breakdown.sql").read_text())
+
+
+def _cli_line(f: pathlib.Path) -> str:
+    """The DuckDB CLI line a file's header gives."""
+    (line,) = [ln[3:] for ln in f.read_text().splitlines() if ln.startswith("-- duckdb ")]
+    return line
+
+
+def test_sql_headers_and_readme_give_one_working_cli_form():
+    lines = {f.name: _cli_line(f) for f in (ROOT / "analysis" / "sql").glob("*.sql")}
+    assert len(lines) == 3
+    for name, line in lines.items():
+        # A dot-command cannot be inside -c's SQL: it gets its own -c.
+        assert line == f"""duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/{name}\"""", line
+    readme = (ROOT / "README.md").read_text()
+    assert """duckdb -c "SET VARIABLE run = 'zcta-runs/<id>'" -c ".read analysis/sql/path_mix.sql\"""" in readme
+    assert "; .read" not in readme
+
+
+@pytest.mark.skipif(shutil.which("duckdb") is None, reason="no duckdb CLI (pip install duckdb-cli)")
+def test_sql_headers_run_in_the_duckdb_cli(run, tmp_path):
+    """Each file's header line, as written, in the DuckDB CLI (from the repository root)."""
+    for f in sorted((ROOT / "analysis" / "sql").glob("*.sql")):
+        line = _cli_line(f).replace("zcta-runs/<run id>", str(run))
+        r = subprocess.run(line, shell=True, cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stderr, (f.name, r.stderr)
+        assert "│" in r.stdout and "Error" not in r.stdout, (f.name, r.stdout)
+    bare = tmp_path / "bare"
+    shutil.copytree(run, bare, ignore=shutil.ignore_patterns("phases"))
+    line = _cli_line(ROOT / "analysis" / "sql" / "phase_breakdown.sql").replace("zcta-runs/<run id>", str(bare))
+    r = subprocess.run(line, shell=True, cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and f"run `zcta phases {bare}` first" in r.stdout + r.stderr, r
 
 
 def test_clear_errors(tmp_path):
@@ -103,3 +208,20 @@ def test_older_schema_files_read_with_nulls(run, tmp_path):
     assert r.ops.engine.isna().sum() == old.num_rows
     con = za.connect(mixed)
     assert con.execute("select count(*) from ops where engine is null").fetchone()[0] == old.num_rows
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flit_core") is None, reason="flit_core not installed (pip install flit_core)")
+def test_installing_the_package_leaves_nothing_in_the_checkout(tmp_path):
+    """`pip install ./analysis` builds from the checkout itself: the build backend must
+    not write build/ or *.egg-info there (built here from a copy, without network)."""
+    src = tmp_path / "analysis"
+    shutil.copytree(ROOT / "analysis", src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "whl"), str(src)],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "whl").glob("zcta_analysis-*.whl"))
+    after = sorted(p.relative_to(src) for p in src.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before
