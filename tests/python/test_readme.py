@@ -8,7 +8,8 @@ How a snippet is read:
   is not run, and a shell line ending in `# needs a GPU …` neither: the README shows
   the reader the same words;
 - `<run id>`, `<run A>`, `<run B>` and `RUN` name stand-in runs in `zcta-runs/` of a
-  scratch directory the snippets run in; `target/release/` is the build the tests
+  scratch directory the snippets run in, which also holds the repository's
+  `analysis/` and `examples/`; `target/release/` is the build the tests
   use (ZCTA_BIN_DIR, default target/debug); `zcta` is on PATH;
 - `cargo build` lines are what the test run itself built, and are not repeated;
 - `./demo.sh` and `./tests/run_all.sh` are the README's two commands: CI runs them
@@ -72,6 +73,9 @@ def work(host, tmp_path_factory):  # noqa: F811
         r = run_job(host, runs, rid, ranks=2, iters=5, extra_env={"HOST_CUDA": cuda, "ZCTA_BUDGET": "all"})
         subprocess.run([BIN / "zcta", "phases", r], check=True, capture_output=True)
     (runs / "id").unlink(missing_ok=True)
+    # The README's paths are relative to the repository's root.
+    for name in ("analysis", "examples"):
+        (d / name).symlink_to(ROOT / name)
     return d
 
 
