@@ -158,7 +158,7 @@ def test_sql_headers_and_readme_give_one_working_cli_form():
         # A dot-command cannot be inside -c's SQL: it gets its own -c.
         assert line == f"""duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/{name}\"""", line
     readme = (ROOT / "README.md").read_text()
-    assert """duckdb -c "SET VARIABLE run = 'zcta-runs/<id>'" -c ".read analysis/sql/path_mix.sql\"""" in readme
+    assert """duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/path_mix.sql\"""" in readme
     assert "; .read" not in readme
 
 
