@@ -653,13 +653,22 @@ fn v7_fields_fill_their_columns() {
 
 #[test]
 fn a_kernel_phase_mask_brings_kernel_channels() {
+    // Timed ops: the shim writes NCCL's mask before every op, past NCCL's own check at
+    // init, so the dependency must be the shim's too.
     let run = Run::new("kphase");
-    let outs = two_ranks(
+    let outs = timed_ranks(
         &run,
-        1,
         &[("FAKE_NCCL_PROFILER_ABI", "7"), ("ZCTA_NCCL_MASK", "0x8002")],
     );
     for out in &outs {
         assert_eq!(stdout_field(out, "mask"), 0x8042, "KernelPhase needs KernelCh");
     }
+    let kch = run
+        .rows("proxy")
+        .iter()
+        .filter(|p| p.str("event") == Some("KernelCh") && p.u64("op_id").is_some())
+        .count();
+    // Per channel (2) of every Coll (AllReduce, Broadcast) and of every P2p to the other
+    // rank (AlltoAll's two, the group's Send and Recv): 12 per iteration and rank.
+    assert_eq!(kch, 12 * 3 * 2);
 }
