@@ -209,7 +209,9 @@ pub fn is_off(value: &str) -> bool {
 }
 
 /// An NCCL profiler event mask (`ZCTA_NCCL_MASK`): a non-negative integer in decimal
-/// or `0x` hex, within the v5 API's 12 event bits (Group 1 ... KernelLaunch 1 << 11).
+/// or `0x` hex, within the 16 event bits of the profiler API v7 (Group 1 ...
+/// KernelLaunch 1 << 11, v6's CeColl/CeSync/CeBatch 1 << 12..14, v7's KernelPhase
+/// 1 << 15; an NCCL that loaded an older version ignores the bits it does not know).
 pub fn parse_mask(value: &str) -> Result<i32, String> {
     let v = value.trim();
     let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
@@ -217,8 +219,8 @@ pub fn parse_mask(value: &str) -> Result<i32, String> {
         None => v.parse::<i32>(),
     };
     match parsed {
-        Ok(m) if (0..1 << 12).contains(&m) => Ok(m),
-        Ok(m) => Err(format!("{m} is not an event mask (0..=0xfff)")),
+        Ok(m) if (0..1 << 16).contains(&m) => Ok(m),
+        Ok(m) => Err(format!("{m} is not an event mask (0..=0xffff)")),
         Err(_) => Err(format!("{v:?} is not a number (decimal or 0x hex)")),
     }
 }
@@ -448,7 +450,9 @@ mod tests {
         assert_eq!(parse_mask("0x63e"), Ok(0x63e));
         assert_eq!(parse_mask("0X7FF"), Ok(0x7ff));
         assert_eq!(parse_mask("0x800"), Ok(0x800), "KernelLaunch");
-        assert!(parse_mask("0x1000").unwrap_err().contains("not an event mask"));
+        assert_eq!(parse_mask("0x1000"), Ok(0x1000), "CeColl (v6)");
+        assert_eq!(parse_mask("0x8000"), Ok(0x8000), "KernelPhase (v7)");
+        assert!(parse_mask("0x10000").unwrap_err().contains("not an event mask"));
         assert!(parse_mask("-1").unwrap_err().contains("not an event mask"));
         assert!(parse_mask("coll").unwrap_err().contains("not a number"));
     }

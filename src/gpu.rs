@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi, StreamMark};
-use crate::record::{OpRecord, Timing};
+use crate::record::{OpRecord, PlanEngine, Timing};
 use crate::streams::StreamTracker;
 
 /// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
@@ -69,8 +69,8 @@ pub enum Engine {
     /// CUPTI was on but nothing was attributed by the time the row was written.
     None,
     /// Not known: the op was timed with CUDA events, and NCCL's events said nothing of
-    /// a kernel (no profiler plugin, a one-rank shortcut, the copy-engine path on an
-    /// NCCL whose events do not show it). Written as NULL.
+    /// its engine (no profiler plugin, a one-rank shortcut, the copy-engine path on an
+    /// NCCL before 2.29 or a v5 plugin, whose events do not show it). Written as NULL.
     Unknown,
 }
 
@@ -137,10 +137,11 @@ impl OpGpu {
             gpu_ready_ns: Some(ready_ns),
             gpu_start_ns: None,
             gpu_end_ns: Some(end_ns),
-            engine: if rec.timing.nccl_kernel {
-                Engine::SmKernel
-            } else {
-                Engine::Unknown
+            engine: match rec.timing.nccl_engine {
+                PlanEngine::SmKernel => Engine::SmKernel,
+                PlanEngine::SymmetricKernel => Engine::SymmetricKernel,
+                PlanEngine::CopyEngine => Engine::CopyEngine,
+                PlanEngine::Unknown => Engine::Unknown,
             },
             kernel: None,
             n_kernels: 0,

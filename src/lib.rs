@@ -50,7 +50,8 @@ pub fn warn(args: std::fmt::Arguments<'_>) {
 /// change and teach [`reader`] about the old one.
 /// History: 1 — first release; 2 — `gpu` table, GPU columns in `ops`, CUPTI columns
 /// in `process` (files of version 1 read with those columns NULL). Nullable columns
-/// added since (`ops.gpu_ready_ns`, `phases.sync_ns`, `process.gpu_sampling`, …) read
+/// added since (`ops.gpu_ready_ns`, `phases.sync_ns`, `process.gpu_sampling`,
+/// `process.profiler_abi`, the v6/v7 columns of `nccl_ops`, …) read
 /// as NULL from older files and are ignored by older readers, so they keep version 2.
 pub const SCHEMA_VERSION: u32 = 2;
 /// Parquet key-value metadata key holding [`SCHEMA_VERSION`].

@@ -179,6 +179,19 @@ pub const PLUGIN_FUNCS: [&str; 11] = [
     "Scatter",
     "SendRecv",
 ];
+/// `process.profiler_abi` / `nccl_comms.profiler_abi`: "v5", "v6" or "v7".
+pub fn profiler_abi_name(abi: u8) -> Option<&'static str> {
+    match abi {
+        5 => Some("v5"),
+        6 => Some("v6"),
+        7 => Some("v7"),
+        _ => None,
+    }
+}
+
+/// Sync strategies of NCCL's copy-engine collectives (v6 `ceColl.syncStrategy`:
+/// multicast or unicast memory flags).
+pub const CE_SYNC_STRATEGIES: [&str; 2] = ["MC", "UC"];
 /// Algorithm names NCCL's profiler plugin reports.
 pub const PLUGIN_ALGOS: [&str; 7] = [
     "TREE",

@@ -118,9 +118,26 @@ pub struct OpTiming {
     /// Entry into NCCL's kernel launch for the op (its profiler plugin's KernelLaunch
     /// event, during the launching call), CLOCK_REALTIME ns.
     pub launch_ns: Option<i64>,
-    /// NCCL planned a kernel for the op (a Coll or P2p profiler event arrived during
-    /// the launching call).
-    pub nccl_kernel: bool,
+    /// What NCCL's profiler events said would move the op's bytes: a Coll or P2p plan
+    /// (a kernel; a symmetric one when v7's Coll says isSymColl) or a v6+ CeColl (the
+    /// copy engine) during the launching call.
+    pub nccl_engine: PlanEngine,
+}
+
+/// The engine NCCL's profiler events named for a launching call ([`OpTiming`]).
+/// When one call launches several plans, a kernel wins over a symmetric kernel, and
+/// both over the copy engine (an SM kernel ran).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PlanEngine {
+    /// No Coll, P2p or CeColl event arrived.
+    #[default]
+    Unknown,
+    /// A v6+ CeColl event: NCCL ran the collective on the copy engine.
+    CopyEngine,
+    /// A v7 Coll event with isSymColl set.
+    SymmetricKernel,
+    /// A Coll or P2p event (a kernel plan).
+    SmKernel,
 }
 
 /// One NCCL control call (row of `calls`): groups, communicator lifecycle,
@@ -204,8 +221,8 @@ pub struct NcclOpRecord {
     pub op_id: Option<u64>,
     pub comm_hash: Option<u64>,
     pub rank: Option<i32>,
-    /// true: a Coll event; false: a P2p event.
-    pub coll: bool,
+    /// Which event the row comes from.
+    pub event: NcclOpEvent,
     /// Code in [`crate::nccl::PLUGIN_FUNCS`].
     pub func: u8,
     pub seq_number: Option<u64>,
@@ -220,6 +237,39 @@ pub struct NcclOpRecord {
     pub start_ns: i64,
     pub stop_ns: Option<i64>,
     pub tid: i32,
+    /// v7: the call's user profiler tag (0 = untagged); `None` before v7.
+    pub user_tag: Option<u64>,
+    /// v7 Coll: the kernel variant NCCL names (symmetric kernels).
+    pub kernel_variant: Option<SmallStr>,
+    /// v7 Coll: whether the kernel is a symmetric-memory collective.
+    pub is_sym_coll: Option<bool>,
+    /// CeColl: the sync strategy (code in [`crate::nccl::CE_SYNC_STRATEGIES`]).
+    pub sync_strategy: Option<u8>,
+    /// CeColl: its CeBatch children, the copies they launched and their bytes, and
+    /// its CeSync children.
+    pub ce_batches: Option<u32>,
+    pub ce_batch_ops: Option<u64>,
+    pub ce_batch_bytes: Option<u64>,
+    pub ce_syncs: Option<u32>,
+}
+
+/// The profiler event an `nccl_ops` row comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclOpEvent {
+    Coll,
+    P2p,
+    /// A copy-engine collective (profiler API v6+).
+    CeColl,
+}
+
+impl NcclOpEvent {
+    pub fn name(self) -> &'static str {
+        match self {
+            NcclOpEvent::Coll => "Coll",
+            NcclOpEvent::P2p => "P2p",
+            NcclOpEvent::CeColl => "CeColl",
+        }
+    }
 }
 
 /// Proxy-thread event kinds.
@@ -338,6 +388,8 @@ pub struct NcclCommRecord {
     pub rank: i32,
     pub init_ns: i64,
     pub tid: i32,
+    /// The profiler API version NCCL loaded our plugin as (5, 6 or 7).
+    pub abi: u8,
 }
 
 /// What travels through the shim's main bounded queue (our own records).

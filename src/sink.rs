@@ -878,6 +878,8 @@ pub struct Writer {
     nccl_comms: DatasetWriter<NcclCommsTable>,
     /// Set by the shim: communicators for which NCCL initialised its plugin.
     pub plugin_comms: Arc<AtomicU64>,
+    /// The profiler API version of the last `nccl_comms` row (0: none yet).
+    profiler_abi: u8,
     /// The `process` row's log, kept open (and locked) until the final row is written.
     process_wal: Option<(PathBuf, StreamWriter<BufWriter<File>>)>,
     error: Option<String>,
@@ -932,6 +934,7 @@ impl Writer {
             proxy: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             nccl_comms: DatasetWriter::new(&info.run_dir, &info.prefix, policy),
             plugin_comms: Arc::new(AtomicU64::new(0)),
+            profiler_abi: 0,
             info,
             process_wal: None,
             error: None,
@@ -1028,7 +1031,12 @@ impl Writer {
         match ev {
             PluginEvent::NcclOp(r) => self.nccl_ops.append(r, ctx),
             PluginEvent::Proxy(r) => self.proxy.append(r, ctx),
-            PluginEvent::NcclComm(r) => self.nccl_comms.append(r, ctx),
+            PluginEvent::NcclComm(r) => {
+                if r.abi != 0 {
+                    self.profiler_abi = r.abi;
+                }
+                self.nccl_comms.append(r, ctx)
+            }
         }
     }
 
@@ -1182,6 +1190,7 @@ impl Writer {
         row.calls_rows = self.calls.rows();
         row.comms_rows = self.comms.rows();
         row.plugin_comms = self.plugin_comms.load(Ordering::Relaxed);
+        row.profiler_abi = crate::nccl::profiler_abi_name(self.profiler_abi).map(str::to_owned);
         row.records_dropped = Some(dropped);
         row.write_errors = self.error.clone();
         if let Some(p) = &self.gpu_pipe {

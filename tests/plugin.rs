@@ -1,7 +1,9 @@
 //! The shim as NCCL's profiler plugin, driven by the stand-in NCCL, which loads and
 //! calls plugins the way NCCL 2.28.9 does (tests/fixtures/fake_nccl.c): dlopen of
 //! `NCCL_PROFILER_PLUGIN`, `ncclProfiler_v5`, `init` per communicator, v5 event
-//! descriptors from the calling thread and from a proxy thread.
+//! descriptors from the calling thread and from a proxy thread; and, with
+//! `FAKE_NCCL_PROFILER_ABI`, the way NCCL 2.29 (v6: copy-engine events) and 2.31 (v7)
+//! do.
 
 mod common;
 mod support;
@@ -484,4 +486,199 @@ fn nccl_events_follow_the_budget() {
             .iter()
             .all(|p| p.str("gpu_timing").is_some_and(|s| s.starts_with("on")))
     );
+}
+
+/// The CE event bits (CeColl, CeSync, CeBatch) asked for from a v6+ NCCL.
+const CE_BITS: i32 = (1 << 12) | (1 << 13) | (1 << 14);
+
+fn bool_col(r: &Row, col: &str) -> Option<bool> {
+    match r.get(col) {
+        support::Val::Bool(b) => Some(*b),
+        _ => None,
+    }
+}
+
+#[test]
+fn each_profiler_abi_is_loaded_newest_first() {
+    for abi in [5, 6, 7] {
+        let run = Run::new(&format!("abi{abi}"));
+        let v = abi.to_string();
+        let outs = two_ranks(&run, 2, &[("FAKE_NCCL_PROFILER_ABI", v.as_str())]);
+        let want_mask = if abi >= 6 { MASK | CE_BITS } else { MASK };
+        for out in &outs {
+            assert!(stdout_field(out, "events") > 0);
+            // KernelPhase (1 << 15) is never asked for by default.
+            assert_eq!(stdout_field(out, "mask") as i32, want_mask, "v{abi}");
+        }
+        let name = format!("v{abi}");
+        for p in run.rows("process") {
+            assert_eq!(p.str("profiler_abi"), Some(name.as_str()));
+        }
+        for c in run.rows("nccl_comms") {
+            assert_eq!(c.str("profiler_abi"), Some(name.as_str()));
+        }
+        // Every version's descriptors decode to the same rows.
+        let nops = run.rows("nccl_ops");
+        assert!(nops.iter().all(|e| e.u64("op_id").is_some()));
+        let coll: Vec<&Row> = nops.iter().filter(|e| e.str("event") == Some("Coll")).collect();
+        assert_eq!(
+            coll.len(),
+            2 * 2 * 2,
+            "AllReduce and Broadcast, 2 iterations, 2 ranks"
+        );
+        for e in coll {
+            assert_eq!((e.str("algo"), e.str("proto")), (Some("RING"), Some("LL")));
+            assert_eq!((e.req_i32("n_channels"), e.i32("n_warps")), (2, Some(16)));
+            // v7's columns are NULL before v7; v7 without a tag says 0.
+            let tag = (abi == 7).then_some(0);
+            assert_eq!(e.u64("user_tag"), tag, "v{abi}: {e:?}");
+            assert_eq!(bool_col(e, "is_sym_coll"), (abi == 7).then_some(false));
+        }
+        let p2p = nops.iter().filter(|e| e.str("event") == Some("P2p")).count();
+        assert_eq!(p2p, 2 * 2 * (4 + 2), "AlltoAll's 4 and the group's Send and Recv");
+    }
+    // Not loaded: NULL.
+    let run = Run::new("abi-none");
+    two_ranks(&run, 1, &[("ZCTA_NCCL_PLUGIN", "0")]);
+    for p in run.rows("process") {
+        assert!(p.is_null("profiler_abi"), "{p:?}");
+    }
+}
+
+/// Runs the plugin scenario with every op timed by CUDA events (the default mode's
+/// engine comes from NCCL's events during the launching call).
+fn timed_ranks(run: &Run, env: &[(&str, &str)]) -> Vec<Output> {
+    let cuda = common::fixtures().libcuda.display().to_string();
+    let mut e: Vec<(&str, &str)> = vec![("HOST_CUDA", cuda.as_str()), ("ZCTA_BUDGET", "all")];
+    e.extend_from_slice(env);
+    two_ranks(run, 3, &e)
+}
+
+#[test]
+fn copy_engine_collectives_come_from_ce_events() {
+    let run = Run::new("ce-v6");
+    timed_ranks(&run, &[("FAKE_NCCL_PROFILER_ABI", "6"), ("FAKE_NCCL_CE", "1")]);
+    let ops = ops_by_id(&run);
+    let mut per_op: BTreeMap<(i32, u64), Vec<Row>> = BTreeMap::new();
+    for e in run.rows("nccl_ops") {
+        let id = e.u64("op_id").unwrap_or_else(|| panic!("unjoined {e:?}"));
+        per_op.entry((e.req_i32("pid"), id)).or_default().push(e);
+    }
+    let mut ce_seqs: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    for (k, o) in &ops {
+        assert_eq!(o.str("gpu_source"), Some("events"), "{o:?}");
+        let evs = per_op.get(k).map(Vec::as_slice).unwrap_or(&[]);
+        if o.req_str("op") == "AlltoAll" {
+            assert_eq!(o.str("engine"), Some("copy_engine"), "{o:?}");
+            assert_eq!(evs.len(), 1, "one CeColl, no P2p: {evs:?}");
+            let e = &evs[0];
+            assert_eq!(e.str("event"), Some("CeColl"));
+            assert_eq!(e.str("func"), Some("AlltoAll"));
+            assert_eq!((e.req_u64("count"), e.i32("dtype")), (32, Some(7)));
+            assert_eq!(e.str("sync_strategy"), Some("UC"));
+            assert_eq!(e.req_i32("n_channels"), 0);
+            // One batch of a copy per rank (32 floats each), a sync on either side.
+            assert_eq!(e.u64("ce_batches"), Some(1));
+            assert_eq!(e.u64("ce_batch_ops"), Some(2));
+            assert_eq!(e.u64("ce_batch_bytes"), Some(2 * 128));
+            assert_eq!(e.u64("ce_syncs"), Some(2));
+            assert!(e.is_null("user_tag"), "v6 has no tag");
+            assert_eq!(e.i32("rank"), o.i32("rank"));
+            ce_seqs
+                .entry(o.req_i32("rank"))
+                .or_default()
+                .push(e.req_u64("seq_number"));
+        } else {
+            assert_eq!(o.str("engine"), Some("sm_kernel"), "{o:?}");
+            assert!(evs.iter().all(|e| e.str("event") != Some("CeColl")));
+        }
+    }
+    for (rank, seqs) in ce_seqs {
+        assert_eq!(seqs, vec![0, 2, 4], "rank {rank}: two syncs per CE collective");
+    }
+
+    // The same NCCL with a v5 plugin (NCCL 2.29 loading an older plugin): the CE
+    // events are dropped, so the copy-engine ops' engine is not known.
+    let run = Run::new("ce-v5");
+    timed_ranks(&run, &[("FAKE_NCCL_PROFILER_ABI", "5"), ("FAKE_NCCL_CE", "1")]);
+    let ops = ops_by_id(&run);
+    let joined: BTreeSet<(i32, u64)> = run
+        .rows("nccl_ops")
+        .iter()
+        .map(|e| (e.req_i32("pid"), e.req_u64("op_id")))
+        .collect();
+    for (k, o) in &ops {
+        if o.req_str("op") == "AlltoAll" {
+            assert!(o.is_null("engine"), "{o:?}");
+            assert!(!joined.contains(k));
+        } else {
+            assert_eq!(o.str("engine"), Some("sm_kernel"), "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn v7_fields_fill_their_columns() {
+    let run = Run::new("v7");
+    timed_ranks(
+        &run,
+        &[
+            ("FAKE_NCCL_PROFILER_ABI", "7"),
+            ("FAKE_NCCL_CE", "1"),
+            ("FAKE_NCCL_SYM", "1"),
+            ("FAKE_NCCL_USER_TAG", "42"),
+        ],
+    );
+    let ops = ops_by_id(&run);
+    let nops = run.rows("nccl_ops");
+    assert!(!nops.is_empty());
+    for e in &nops {
+        assert_eq!(e.u64("user_tag"), Some(42), "{e:?}");
+        let o = &ops[&(e.req_i32("pid"), e.req_u64("op_id"))];
+        match e.req_str("event") {
+            "Coll" => {
+                assert_eq!(bool_col(e, "is_sym_coll"), Some(true));
+                let want = format!("{}_AGxLL_R", o.req_str("op"));
+                if o.req_str("op") == "AllReduce" {
+                    assert_eq!(e.str("kernel_variant"), Some(want.as_str()));
+                }
+                assert!(e.str("kernel_variant").is_some());
+            }
+            "P2p" => {
+                assert!(e.is_null("is_sym_coll") && e.is_null("kernel_variant"));
+            }
+            "CeColl" => assert_eq!(o.req_str("op"), "AlltoAll"),
+            other => panic!("{other}"),
+        }
+    }
+    for o in ops.values() {
+        let want = match o.req_str("op") {
+            "AllReduce" | "Broadcast" => "symmetric_kernel",
+            "AlltoAll" => "copy_engine",
+            _ => "sm_kernel",
+        };
+        assert_eq!(o.str("engine"), Some(want), "{o:?}");
+    }
+}
+
+#[test]
+fn a_kernel_phase_mask_brings_kernel_channels() {
+    // Timed ops: the shim writes NCCL's mask before every op, past NCCL's own check at
+    // init, so the dependency must be the shim's too.
+    let run = Run::new("kphase");
+    let outs = timed_ranks(
+        &run,
+        &[("FAKE_NCCL_PROFILER_ABI", "7"), ("ZCTA_NCCL_MASK", "0x8002")],
+    );
+    for out in &outs {
+        assert_eq!(stdout_field(out, "mask"), 0x8042, "KernelPhase needs KernelCh");
+    }
+    let kch = run
+        .rows("proxy")
+        .iter()
+        .filter(|p| p.str("event") == Some("KernelCh") && p.u64("op_id").is_some())
+        .count();
+    // Per channel (2) of every Coll (AllReduce, Broadcast) and of every P2p to the other
+    // rank (AlltoAll's two, the group's Send and Recv): 12 per iteration and rank.
+    assert_eq!(kch, 12 * 3 * 2);
 }

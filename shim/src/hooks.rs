@@ -16,7 +16,7 @@ use crate::ffi::sys::now_ns;
 use zcta::budget;
 use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
-use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, SmallStr, Timing};
+use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, PlanEngine, SmallStr, Timing};
 
 use crate::comms::{self, CommState};
 use crate::ffi;
@@ -48,8 +48,8 @@ thread_local! {
 
 thread_local! {
     /// What NCCL's profiler events said during the launching call running on this
-    /// thread: its KernelLaunch's start, and whether a Coll/P2p plan arrived.
-    static LAUNCH_NOTE: Cell<(Option<i64>, bool)> = const { Cell::new((None, false)) };
+    /// thread: its KernelLaunch's start, and the engine its Coll/P2p/CeColl plans named.
+    static LAUNCH_NOTE: Cell<(Option<i64>, PlanEngine)> = const { Cell::new((None, PlanEngine::Unknown)) };
 }
 
 /// NCCL started launching the work of the call running on this thread (KernelLaunch).
@@ -60,24 +60,28 @@ pub fn note_kernel_launch() {
     });
 }
 
-/// NCCL planned a kernel (a Coll or P2p event) during the call running on this thread.
-pub fn note_nccl_plan() {
-    let _ = LAUNCH_NOTE.try_with(|c| c.set((c.get().0, true)));
+/// NCCL planned work (a Coll, P2p or CeColl event) during the call running on this
+/// thread, to run on `engine`; of several plans the strongest wins ([`PlanEngine`]).
+pub fn note_nccl_plan(engine: PlanEngine) {
+    let _ = LAUNCH_NOTE.try_with(|c| {
+        let (l, e) = c.get();
+        c.set((l, e.max(engine)));
+    });
 }
 
 fn reset_launch_note() {
-    let _ = LAUNCH_NOTE.try_with(|c| c.set((None, false)));
+    let _ = LAUNCH_NOTE.try_with(|c| c.set((None, PlanEngine::Unknown)));
 }
 
 /// What a launching call measured of its GPU side: `timing`, and the launch note.
 fn take_op_timing(timing: Timing) -> OpTiming {
-    let (launch_ns, nccl_kernel) = LAUNCH_NOTE
-        .try_with(|c| c.replace((None, false)))
+    let (launch_ns, nccl_engine) = LAUNCH_NOTE
+        .try_with(|c| c.replace((None, PlanEngine::Unknown)))
         .unwrap_or_default();
     OpTiming {
         timing,
         launch_ns,
-        nccl_kernel,
+        nccl_engine,
     }
 }
 

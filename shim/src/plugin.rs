@@ -1,4 +1,5 @@
-//! NCCL's own view: the shim is also NCCL's profiler plugin (API v5).
+//! NCCL's own view: the shim is also NCCL's profiler plugin (API v5, v6 and v7: the
+//! descriptors are decoded per version by `ffi::plugin` into one [`Start`]).
 //!
 //! NCCL reports each operation's algorithm, protocol and channels (Coll/P2p events)
 //! and, on proxy-driven transports, what its proxy thread did (ProxyOp/ProxyStep/
@@ -22,12 +23,14 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 use crate::ffi::sys::now_ns;
-use zcta::nccl::{self, PLUGIN_ALGOS, PLUGIN_FUNCS, PLUGIN_PROTOS, name_code};
-use zcta::record::{NcclCommRecord, NcclOpRecord, PluginEvent, ProxyKind, ProxyRecord, SmallStr};
+use zcta::nccl::{self, CE_SYNC_STRATEGIES, PLUGIN_ALGOS, PLUGIN_FUNCS, PLUGIN_PROTOS, name_code};
+use zcta::record::{
+    NcclCommRecord, NcclOpEvent, NcclOpRecord, PlanEngine, PluginEvent, ProxyKind, ProxyRecord, SmallStr,
+};
 
 use crate::{ffi, hooks, state};
 
-/// Event-type bits of the v5 API.
+/// Event-type bits (v5; CE bits since v6, KernelPhase since v7).
 pub mod bits {
     pub const COLL: u64 = 1 << 1;
     pub const P2P: u64 = 1 << 2;
@@ -38,23 +41,56 @@ pub mod bits {
     pub const COLL_API: u64 = 1 << 9;
     pub const P2P_API: u64 = 1 << 10;
     pub const KERNEL_LAUNCH: u64 = 1 << 11;
+    pub const CE_COLL: u64 = 1 << 12;
+    pub const CE_SYNC: u64 = 1 << 13;
+    pub const CE_BATCH: u64 = 1 << 14;
+    pub const KERNEL_PHASE: u64 = 1 << 15;
+}
+
+/// The profiler API version NCCL loaded us as (0: not loaded yet), set by the
+/// version's `init` before the common one.
+static ABI: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+pub fn set_abi(abi: u8) {
+    ABI.store(abi, Ordering::Relaxed);
+}
+
+fn abi() -> u8 {
+    ABI.load(Ordering::Relaxed)
 }
 
 /// The events we ask NCCL for (KernelCh only on request: enabling it makes NCCL start
-/// a proxy thread that polls GPU timers, even on NVLink). `ZCTA_NCCL_MASK` (a
-/// developers' setting, to measure what NCCL's events cost) replaces it.
+/// a proxy thread that polls GPU timers, even on NVLink; the copy-engine events only
+/// from an NCCL that loaded us as v6 or later, which knows them). `ZCTA_NCCL_MASK` (a
+/// developers' setting, to measure what NCCL's events cost) replaces it; one with
+/// KernelPhase gets KernelCh too, as NCCL 2.31 itself enforces at init.
 pub fn activation_mask() -> i32 {
     // Cached without a lock (a fork while another thread held one would leave the
     // child waiting forever); computing it twice gives the same value.
     const UNSET: i32 = i32::MIN;
     static MASK: AtomicI32 = AtomicI32::new(UNSET);
-    match MASK.load(Ordering::Relaxed) {
+    let m = match MASK.load(Ordering::Relaxed) {
         UNSET => {
-            let m = mask_override().unwrap_or_else(default_mask);
+            let m = match mask_override() {
+                Some(m) if m as u64 & bits::KERNEL_PHASE != 0 => (m | bits::KERNEL_CH as i32) & i32::MAX,
+                Some(m) => m & i32::MAX,
+                None => default_mask() | i32::MIN,
+            };
             MASK.store(m, Ordering::Relaxed);
             m
         }
         m => m,
+    };
+    // The sign bit marks our default mask, which grows with the version.
+    if m < 0 {
+        let ce = if abi() >= 6 {
+            bits::CE_COLL | bits::CE_SYNC | bits::CE_BATCH
+        } else {
+            0
+        };
+        (m & i32::MAX) | ce as i32
+    } else {
+        m
     }
 }
 
@@ -88,7 +124,8 @@ pub enum Start<'a> {
     Untracked,
     /// NCCL starts launching a plan's kernel (on the launching thread, inside the call).
     KernelLaunch,
-    /// `graph_captured`: the call was made on a stream capturing a CUDA graph.
+    /// `graph_captured`: the call was made on a stream capturing a CUDA graph (v7
+    /// adds a userTag after it, which the Coll/P2p/CeColl children carry too).
     CollApi {
         graph_captured: bool,
     },
@@ -104,6 +141,10 @@ pub enum Start<'a> {
         n_warps: u8,
         algo: &'a str,
         proto: &'a str,
+        /// v7 only (`None` before).
+        kernel_variant: Option<&'a str>,
+        is_sym_coll: Option<bool>,
+        user_tag: u64,
     },
     P2p {
         func: &'a str,
@@ -111,6 +152,23 @@ pub enum Start<'a> {
         count: u64,
         peer: i32,
         n_channels: u8,
+        user_tag: u64,
+    },
+    /// v6+: a collective NCCL runs on the copy engine; its children CeSync and
+    /// CeBatch are counted into it.
+    CeColl {
+        seq: u64,
+        func: &'a str,
+        count: u64,
+        dtype: &'a str,
+        root: i32,
+        sync_strategy: &'a str,
+        user_tag: u64,
+    },
+    CeSync,
+    CeBatch {
+        num_ops: i32,
+        total_bytes: u64,
     },
     ProxyOp {
         pid: i32,
@@ -138,6 +196,7 @@ const K_PROXY_OP: u64 = 4;
 const K_PROXY_STEP: u64 = 5;
 const K_PROXY_CTRL: u64 = 6;
 const K_KERNEL_CH: u64 = 7;
+const K_CE_COLL: u64 = 8;
 
 // Payload indices (meaning depends on the kind).
 const P_SEQ: usize = 0; // Coll seqNumber | ProxyOp pid | ProxyStep step | ProxyCtrl appended
@@ -159,6 +218,14 @@ const T_RECV_WAIT: usize = 4;
 const T_RECV_FLUSH: usize = 5;
 const T_RECV_GPU: usize = 6;
 const NT: usize = 7;
+// Coll/P2p/CeColl slots have no states: their timestamp words hold v6/v7 fields.
+const T_USER_TAG: usize = 0; // v7 userTag + 1 (0: before v7)
+const T_VARIANT: usize = 1; // Coll: kernelVariant pointer (a static string in libnccl)
+const T_SYM: usize = 2; // Coll: isSymColl + 1 (0: before v7)
+const T_CE_BATCHES: usize = 3; // CeColl: CeBatch children
+const T_CE_OPS: usize = 4; // CeColl: their numOps, summed
+const T_CE_BYTES: usize = 5; // CeColl: their totalBytes, summed
+const T_CE_SYNCS: usize = 6; // CeColl: CeSync children
 
 const SLOTS: usize = 1 << 14;
 const CTXS: usize = 1 << 10;
@@ -276,6 +343,7 @@ pub fn init(comm_hash: u64, comm_name: Option<&str>, n_nodes: i32, nranks: i32, 
         rank,
         init_ns: now_ns(),
         tid: ffi::sys::gettid(),
+        abi: abi(),
     }));
     ((gen_ << 16) | (idx as u64 + 1)) as usize
 }
@@ -332,13 +400,37 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             hooks::note_api_event(graph_captured);
             (K_API, hooks::current_op().unwrap_or(0), ctx as u64)
         }
-        Start::Coll { .. } => {
-            hooks::note_nccl_plan();
+        Start::Coll { is_sym_coll, .. } => {
+            hooks::note_nccl_plan(if is_sym_coll == Some(true) {
+                PlanEngine::SymmetricKernel
+            } else {
+                PlanEngine::SmKernel
+            });
             (K_COLL, parent_of(parent).0, ctx as u64)
         }
         Start::P2p { .. } => {
-            hooks::note_nccl_plan();
+            hooks::note_nccl_plan(PlanEngine::SmKernel);
             (K_P2P, parent_of(parent).0, ctx as u64)
+        }
+        Start::CeColl { .. } => {
+            // Its parent is the CollApi event (NCCL 2.29's args->collApiEventHandle).
+            hooks::note_nccl_plan(PlanEngine::CopyEngine);
+            (K_CE_COLL, parent_of(parent).0, ctx as u64)
+        }
+        Start::CeSync => {
+            add_to_ce_coll(parent, &[(T_CE_SYNCS, 1)]);
+            return 0;
+        }
+        Start::CeBatch { num_ops, total_bytes } => {
+            add_to_ce_coll(
+                parent,
+                &[
+                    (T_CE_BATCHES, 1),
+                    (T_CE_OPS, i64::from(num_ops.max(0))),
+                    (T_CE_BYTES, total_bytes as i64),
+                ],
+            );
+            return 0;
         }
         Start::ProxyOp { pid, .. } => {
             // PXN: the op belongs to another process; its parent handle and context
@@ -412,6 +504,9 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             n_warps,
             algo,
             proto,
+            kernel_variant,
+            is_sym_coll,
+            user_tag,
         } => {
             set(P_SEQ, seq);
             set(P_FUNC, u64::from(name_code(&PLUGIN_FUNCS, func)));
@@ -423,6 +518,11 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
                 P_ALGO,
                 u64::from(name_code(&PLUGIN_ALGOS, algo)) | u64::from(name_code(&PLUGIN_PROTOS, proto)) << 8,
             );
+            if let Some(sym) = is_sym_coll {
+                set_t(s, T_USER_TAG, user_tag.wrapping_add(1));
+                set_t(s, T_SYM, u64::from(sym) + 1);
+                set_t(s, T_VARIANT, kernel_variant.map_or(0, |v| v.as_ptr() as u64));
+            }
         }
         Start::P2p {
             func,
@@ -430,12 +530,35 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             count,
             peer,
             n_channels,
+            user_tag,
         } => {
             set(P_FUNC, u64::from(name_code(&PLUGIN_FUNCS, func)));
             set(P_COUNT, count);
             set(P_DTYPE, dtype_code(dtype));
             set(P_CHAN, u64::from(n_channels));
             set(P_PEER, (peer as u32 as u64) + 1);
+            if abi() >= 7 {
+                set_t(s, T_USER_TAG, user_tag.wrapping_add(1));
+            }
+        }
+        Start::CeColl {
+            seq,
+            func,
+            count,
+            dtype,
+            root,
+            sync_strategy,
+            user_tag,
+        } => {
+            set(P_SEQ, seq);
+            set(P_FUNC, u64::from(name_code(&PLUGIN_FUNCS, func)));
+            set(P_COUNT, count);
+            set(P_DTYPE, dtype_code(dtype));
+            set(P_ALGO, u64::from(name_code(&CE_SYNC_STRATEGIES, sync_strategy)));
+            set(P_PEER, (root as u32 as u64) + 1);
+            if abi() >= 7 {
+                set_t(s, T_USER_TAG, user_tag.wrapping_add(1));
+            }
         }
         Start::ProxyOp {
             pid,
@@ -461,6 +584,25 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
     }
     release(s, gen_);
     encode(gen_, idx)
+}
+
+fn set_t(s: &Slot, i: usize, v: u64) {
+    s.t[i].store(v as i64, Ordering::Relaxed);
+}
+
+/// Counts a CeSync/CeBatch child into its CeColl parent's slot (NCCL starts and
+/// stops the children inside the parent, on the same thread).
+fn add_to_ce_coll(parent: usize, adds: &[(usize, i64)]) {
+    let Some((s, g)) = decode(parent) else { return };
+    if !claim(s, g) {
+        return;
+    }
+    if s.kind.load(Ordering::Relaxed) == K_CE_COLL {
+        for &(i, v) in adds {
+            s.t[i].fetch_add(v, Ordering::Relaxed);
+        }
+    }
+    release(s, g);
 }
 
 fn dtype_code(name: &str) -> u64 {
@@ -548,18 +690,26 @@ fn read_claimed(s: &Slot) -> Option<PluginEvent> {
     // The context's rank; else the descriptor's, which NCCL leaves unset (0) for
     // ProxyCtrl and KernelCh: NULL for those.
     let rank = ctx_rank.or_else(|| {
-        matches!(kind, K_COLL | K_P2P | K_PROXY_OP | K_PROXY_STEP).then(|| s.rank.load(Ordering::Relaxed))
+        matches!(kind, K_COLL | K_P2P | K_CE_COLL | K_PROXY_OP | K_PROXY_STEP)
+            .then(|| s.rank.load(Ordering::Relaxed))
     });
+    let tv = |i: usize| s.t[i].load(Ordering::Relaxed) as u64;
     let start_ns = s.start_ns.load(Ordering::Relaxed);
     let ev = match kind {
         K_COLL | K_P2P => {
             let coll = kind == K_COLL;
             let algo = p(P_ALGO);
+            let sym = tv(T_SYM).checked_sub(1).map(|v| v != 0);
+            let variant = match tv(T_VARIANT) {
+                0 => None,
+                // The kernelVariant pointer NCCL passed at start.
+                v => Some(SmallStr::new(ffi::plugin::nccl_static_str(v))),
+            };
             PluginEvent::NcclOp(NcclOpRecord {
                 op_id,
                 comm_hash,
                 rank,
-                coll,
+                event: if coll { NcclOpEvent::Coll } else { NcclOpEvent::P2p },
                 func: p(P_FUNC) as u8,
                 seq_number: coll.then(|| p(P_SEQ)),
                 algo: coll.then_some((algo & 0xff) as u8).filter(|&a| a != u8::MAX),
@@ -574,8 +724,42 @@ fn read_claimed(s: &Slot) -> Option<PluginEvent> {
                 start_ns,
                 stop_ns: Some(stop_ns),
                 tid: ffi::sys::gettid(),
+                user_tag: tv(T_USER_TAG).checked_sub(1),
+                kernel_variant: variant,
+                is_sym_coll: sym,
+                sync_strategy: None,
+                ce_batches: None,
+                ce_batch_ops: None,
+                ce_batch_bytes: None,
+                ce_syncs: None,
             })
         }
+        K_CE_COLL => PluginEvent::NcclOp(NcclOpRecord {
+            op_id,
+            comm_hash,
+            rank,
+            event: NcclOpEvent::CeColl,
+            func: p(P_FUNC) as u8,
+            seq_number: Some(p(P_SEQ)),
+            algo: None,
+            proto: None,
+            n_channels: 0,
+            n_warps: None,
+            peer: None,
+            count: p(P_COUNT),
+            dtype: p(P_DTYPE).checked_sub(1).map(|v| v as i32),
+            start_ns,
+            stop_ns: Some(stop_ns),
+            tid: ffi::sys::gettid(),
+            user_tag: tv(T_USER_TAG).checked_sub(1),
+            kernel_variant: None,
+            is_sym_coll: None,
+            sync_strategy: Some(p(P_ALGO) as u8).filter(|&v| v != u8::MAX),
+            ce_batches: Some(tv(T_CE_BATCHES) as u32),
+            ce_batch_ops: Some(tv(T_CE_OPS)),
+            ce_batch_bytes: Some(tv(T_CE_BYTES)),
+            ce_syncs: Some(tv(T_CE_SYNCS) as u32),
+        }),
         K_PROXY_OP | K_PROXY_STEP | K_PROXY_CTRL | K_KERNEL_CH => {
             let proxy_kind = match kind {
                 K_PROXY_OP => ProxyKind::Op,

@@ -14,5 +14,6 @@ crate::define_table! {
     init_ns: I64, required, default, "time of the plugin init call, ns since the UNIX epoch (CLOCK_REALTIME)" => |r, c| Some(r.init_ns);
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
     tid: I32, required, default, "Linux thread id NCCL called init on" => |r, c| Some(r.tid);
+    profiler_abi: Utf8, nullable, default, "profiler plugin API version NCCL loaded the plugin as: v5 (NCCL 2.28), v6 (2.29-2.30), v7 (2.31+); NULL in files written before it existed" => |r, c| crate::nccl::profiler_abi_name(r.abi);
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
 }

@@ -27,6 +27,7 @@ crate::define_table! {
     records_dropped: U64, nullable, default, "records not written because the queue was full, the writer failed, or recording stopped after an internal error (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
     profiler_plugin: Utf8, required, default, "NCCL profiler plugin: zcta (the shim set NCCL_PROFILER_PLUGIN to itself; `zcta (developer setting: event mask 0x…)` under ZCTA_NCCL_MASK), user:<value> (the user's plugin was left in place: no NCCL view), off (ZCTA_NCCL_PLUGIN=0)" => |r, c| Some(r.profiler_plugin.as_str());
     plugin_comms: U64, required, default, "communicators for which NCCL initialised our plugin (0 with profiler_plugin = zcta: NCCL did not load it)" => |r, c| Some(r.plugin_comms);
+    profiler_abi: Utf8, nullable, default, "profiler plugin API version NCCL loaded the plugin as (the newest it knows of the shim's three): v5 (NCCL 2.28: Coll/P2p, proxy events), v6 (2.29-2.30: also copy-engine collectives, CeColl), v7 (2.31+: also user tags, kernel variants, symmetric kernels); the last communicator's when several differ; NULL when NCCL did not load it (plugin_comms = 0) and in files written before it existed" => |r, c| r.profiler_abi.as_deref();
     cupti: Utf8, required, default, "GPU capture: on (CUPTI activity records joined to ops; `on (with gpu_ready: …)` with ZCTA_GPU_READY=1, `on (developer settings: …)` when ZCTA_CUPTI_KINDS or ZCTA_CUPTI_CALLBACKS changed what is captured), off: <why> (ZCTA_CUPTI=0, libcupti not found, no communicator created, another CUPTI client such as torch.profiler or Nsight was active, CUPTI error …), or stopped: <why> (capture ended early; rows after that have NULL GPU columns)" => |r, c| Some(r.cupti.as_str());
     cupti_lib: Utf8, nullable, default, "path of the libcupti used (the copy already loaded in the process when there was one)" => |r, c| r.cupti_lib.as_deref();
     cupti_version: U32, nullable, default, "cuptiGetVersion (CUPTI API version, e.g. 130001)" => |r, c| r.cupti_version;
@@ -97,4 +98,5 @@ pub struct ProcessRow {
     pub gpu_clock_drift_ns_per_s: Option<i64>,
     pub profiler_plugin: String,
     pub plugin_comms: u64,
+    pub profiler_abi: Option<String>,
 }

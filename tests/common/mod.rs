@@ -70,12 +70,13 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 9] = [
+const SOURCES: [&str; 10] = [
     "fake_disk.c",
     "fake_cupti.c",
     "fake_cuda.c",
     "nccl_min.h",
     "profiler_v5_min.h",
+    "profiler_v7_min.h",
     "fake_nccl.h",
     "fake_nccl.c",
     "glue.c",
