@@ -616,10 +616,14 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         .flatten();
     // ncclGroupSimulateEnd launches nothing: nothing to time.
     let begun = match (rows, outermost) {
-        (true, Some(_)) if kind == CallKind::GroupEnd && timing::on() => {
-            protect(|| group_stream().map(|s| s.and_then(|s| timing::begin(s, group_pick()))))
-                .unwrap_or(Some(Err(Timing::Error)))
-        }
+        (true, Some(_)) if kind == CallKind::GroupEnd && timing::on() => protect(|| {
+            let pick = group_pick();
+            // NCCL reads the live mask, not its tasks' copies, for the events it starts
+            // at the launch (v6's copy-engine events): they follow the group's choice.
+            ffi::plugin::follow_op(pick.selected);
+            group_stream().map(|s| s.and_then(|s| timing::begin(s, pick)))
+        })
+        .unwrap_or(Some(Err(Timing::Error))),
         _ => None,
     };
     let t0 = now_ns();
