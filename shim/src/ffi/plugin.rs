@@ -269,38 +269,29 @@ const _: () = {
 /// first (`ncclProfiler_v7`, then `_v6`, `_v5`, ...); it takes the newest it knows.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 #[allow(non_upper_case_globals)]
-pub static ncclProfiler_v5: ProfilerV5 = ProfilerV5 {
-    name: c"zcta-prof".as_ptr(),
-    init: init_abi::<5>,
-    start_event: start_event::<5>,
-    stop_event,
-    record_event_state,
-    finalize,
-};
+pub static ncclProfiler_v5: ProfilerV5 = exports::<5>();
 
 /// See [`ncclProfiler_v5`].
 #[cfg_attr(not(test), unsafe(no_mangle))]
 #[allow(non_upper_case_globals)]
-pub static ncclProfiler_v6: ProfilerV5 = ProfilerV5 {
-    name: c"zcta-prof".as_ptr(),
-    init: init_abi::<6>,
-    start_event: start_event::<6>,
-    stop_event,
-    record_event_state,
-    finalize,
-};
+pub static ncclProfiler_v6: ProfilerV5 = exports::<6>();
 
 /// See [`ncclProfiler_v5`].
 #[cfg_attr(not(test), unsafe(no_mangle))]
 #[allow(non_upper_case_globals)]
-pub static ncclProfiler_v7: ProfilerV5 = ProfilerV5 {
-    name: c"zcta-prof".as_ptr(),
-    init: init_abi::<7>,
-    start_event: start_event::<7>,
-    stop_event,
-    record_event_state,
-    finalize,
-};
+pub static ncclProfiler_v7: ProfilerV5 = exports::<7>();
+
+/// The function table of version `V` (the three share its layout).
+const fn exports<const V: u8>() -> ProfilerV5 {
+    ProfilerV5 {
+        name: c"zcta-prof".as_ptr(),
+        init: init_abi::<V>,
+        start_event: start_event::<V>,
+        stop_event,
+        record_event_state,
+        finalize,
+    }
+}
 
 /// `init` of the version NCCL loaded: notes which one before the common `init`.
 #[allow(clippy::too_many_arguments)]
