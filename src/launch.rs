@@ -6,14 +6,21 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim to preload: `arg` (`--shim`), `$ZCTA_SHIM`, or `libzcta_prof.so` next to
-/// the running executable. Err says what is missing and how to fix it.
+/// the running executable (a build's `target/release/`), else in `../lib/` from it (the
+/// wheel's layout: `bin/zcta` and `lib/libzcta_prof.so` under the environment's prefix).
+/// Err says what is missing and how to fix it.
 pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
     let cand = arg
         .or_else(|| std::env::var_os("ZCTA_SHIM").map(PathBuf::from))
         .or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|e| e.parent().map(|d| d.join("libzcta_prof.so")))
+            let dir = std::env::current_exe().ok()?.parent()?.to_path_buf();
+            let here = dir.join("libzcta_prof.so");
+            let installed = dir.join("..").join("lib").join("libzcta_prof.so");
+            Some(if !here.is_file() && installed.is_file() {
+                installed
+            } else {
+                here
+            })
         });
     match cand {
         Some(p) if p.is_file() => Ok(std::fs::canonicalize(&p).unwrap_or(p)),

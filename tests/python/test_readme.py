@@ -6,7 +6,8 @@ How a snippet is read:
 - fenced blocks tagged `sh`, `bash`, `sql` or `python`; other blocks are text;
 - a block whose first line says `needs a GPU` (`# needs a GPU …`, `-- needs a GPU …`)
   is not run, and a shell line ending in `# needs a GPU …` neither: the README shows
-  the reader the same words;
+  the reader the same words; a block whose first line says `checked by
+  tests/wheel.sh` is run by that script (it builds and installs the wheel);
 - `<run id>`, `<run A>`, `<run B>` and `RUN` name stand-in runs in `zcta-runs/` of a
   scratch directory the snippets run in, which also holds the repository's
   `analysis/` and `examples/`; `target/release/` is the build the tests
@@ -32,6 +33,7 @@ from test_readers import ROOT, host, run_job, shim  # noqa: F401 (fixture)
 DOCS = [ROOT / "README.md", ROOT / "examples" / "README.md"]
 BIN = pathlib.Path(os.environ.get("ZCTA_BIN_DIR", ROOT / "target" / "debug"))
 GPU = "needs a GPU"
+WHEEL = "checked by tests/wheel.sh"
 SKIP_LINES = ("cargo build", "./demo.sh", "./tests/run_all.sh")
 
 
@@ -56,9 +58,12 @@ def runnable():
             if lang not in ("sh", "bash", "sql", "python"):
                 continue
             first = text.strip().splitlines()[0] if text.strip() else ""
-            marked = GPU in first
-            yield pytest.param(doc, lang, line, text, id=f"{doc.relative_to(ROOT)}:{line}",
-                               marks=[pytest.mark.skip(reason=f"marked '{GPU}'")] if marked else [])
+            skip = []
+            if GPU in first:
+                skip = [pytest.mark.skip(reason=f"marked '{GPU}'")]
+            elif WHEEL in first:
+                skip = [pytest.mark.skip(reason="tests/wheel.sh runs it (CI runs that)")]
+            yield pytest.param(doc, lang, line, text, id=f"{doc.relative_to(ROOT)}:{line}", marks=skip)
 
 
 @pytest.fixture(scope="module")
