@@ -738,3 +738,49 @@ fn help_opens_with_what_zcta_does() {
         "{out}"
     );
 }
+
+#[test]
+fn bcast_and_broadcast_are_one_op() {
+    // ncclBcast is ncclBroadcast in place: one report row, whichever was called.
+    let t = tempfile::tempdir().unwrap();
+    for r in &RANKS {
+        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
+        let ctx = Ctx {
+            pid: r.pid,
+            host: r.host.into(),
+        };
+        let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+        for k in 0..5u64 {
+            let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+            let kind = if k < 3 { OpKind::Broadcast } else { OpKind::Bcast };
+            let mut row = op(
+                r,
+                k + 1,
+                kind,
+                k,
+                1 << 20,
+                [t0, t0 + 2 * US, t0 + 3 * US, t0 + 40 * US],
+                0x55,
+            );
+            row.rec.root = Some(0);
+            w.append(&row, &ctx).unwrap();
+        }
+        w.close().unwrap();
+        let row = ProcessRow {
+            run_id: "bcast".into(),
+            run_id_source: "ZCTA_RUN_ID".into(),
+            zcta_version: "test".into(),
+            schema_version: zcta::SCHEMA_VERSION,
+            clock: "CLOCK_REALTIME".into(),
+            end_reason: "exit".into(),
+            env_json: "{}".into(),
+            cupti: "on".into(),
+            ..ProcessRow::default()
+        };
+        write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+    }
+    let j = json(t.path());
+    let groups = j["groups"].as_array().unwrap();
+    assert!(groups.iter().all(|g| g["op"] != "Bcast"), "{groups:?}");
+    assert_eq!(group(&j, "Broadcast")["count"], 5 * 4, "{groups:?}");
+}

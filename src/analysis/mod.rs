@@ -65,6 +65,12 @@ impl OpView {
     }
 }
 
+/// The op a report groups by: `ncclBcast` is `ncclBroadcast` in place, one op to a
+/// user (`ops.op` keeps the API name that was called).
+pub fn report_op(op: &'static str) -> &'static str {
+    if op == "Bcast" { "Broadcast" } else { op }
+}
+
 /// `ops.op` as a static name.
 pub fn op_name(s: &str) -> &'static str {
     crate::nccl::OpKind::from_name(s).map_or("unknown", crate::nccl::OpKind::name)

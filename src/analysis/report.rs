@@ -306,14 +306,19 @@ impl Builder {
         } else {
             "not measured"
         });
-        *self.mix.entry((o.op, engine)).or_default() += 1;
+        *self.mix.entry((super::report_op(o.op), engine)).or_default() += 1;
         if o.gpu_start.is_some() {
             self.gpu_timed += 1;
             self.ready_known += u64::from(o.ready.is_some());
         }
         let g = self
             .groups
-            .entry((o.op, size_bucket(o.bytes.unwrap_or(0)), engine, o.is_local()))
+            .entry((
+                super::report_op(o.op),
+                size_bucket(o.bytes.unwrap_or(0)),
+                engine,
+                o.is_local(),
+            ))
             .or_default();
         g.count += 1;
         g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
