@@ -655,7 +655,10 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Re
         for i in 0..b.num_rows() {
             let what = plugin.value(i);
             let line = if what == "zcta" && n.value(i) > 0 {
-                format!("loaded by NCCL for {} communicators", n.value(i))
+                format!(
+                    "loaded by NCCL for {}",
+                    plural(n.value(i), "communicator", "communicators")
+                )
             } else if what == "zcta" {
                 "offered, but NCCL never called it (no communicator, or NCCL_PROFILER_PLUGIN came from nccl.conf)".into()
             } else if let Some(user) = what.strip_prefix("user: ") {
@@ -696,7 +699,8 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Re
             }
         }
     }
-    let mut cover: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    // (ops, with NCCL's view, without it because the budget skipped them)
+    let mut cover: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for b in &ops.batches {
         let (Some(host), Some(pid), Some(id), Some(op)) = (
             strings(b, "host"),
@@ -706,20 +710,33 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Re
         ) else {
             continue;
         };
+        let timing = strings(b, "timing");
         for i in 0..b.num_rows() {
             let e = cover.entry(op.value(i).to_owned()).or_default();
             e.0 += 1;
-            e.1 += u64::from(seen.contains(&(host.value(i).to_owned(), pid.value(i), id.value(i))));
+            let with = seen.contains(&(host.value(i).to_owned(), pid.value(i), id.value(i)));
+            e.1 += u64::from(with);
+            let skipped = timing.is_some_and(|t| t.is_valid(i) && t.value(i) == "budget");
+            e.2 += u64::from(!with && skipped);
         }
     }
-    for (op, (n, with)) in cover {
-        let note = if with == n {
+    for (op, (n, with, skipped)) in cover {
+        let mut why = Vec::new();
+        if skipped > 0 {
+            why.push(format!(
+                "{skipped} not selected by the budget: NCCL is asked for events for the timed ops only"
+            ));
+        }
+        if n - with > skipped {
+            why.push(format!(
+                "{} not reported by NCCL: copy-engine and symmetric-kernel ops, single-rank communicators and plugin-less processes have no events",
+                n - with - skipped
+            ));
+        }
+        let note = if why.is_empty() {
             String::new()
         } else {
-            format!(
-                "  ({} not reported by NCCL: copy-engine and symmetric-kernel ops, single-rank communicators and plugin-less processes have no events)",
-                n - with
-            )
+            format!("  ({})", why.join("; "))
         };
         outln!("    {op:<14} {with:>8} of {n:<8} ops with NCCL's view{note}");
     }

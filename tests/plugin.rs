@@ -163,7 +163,7 @@ fn nccl_view_joins_every_op() {
 
     // `zcta summary` tells the same story.
     let out = summary(&run);
-    assert!(out.contains("loaded by NCCL for 1 communicators"), "{out}");
+    assert!(out.contains("loaded by NCCL for 1 communicator\n"), "{out}");
     assert!(out.contains("AllReduce             6 of 6"), "{out}");
     assert!(
         out.contains("AllReduce      RING       LL        2 channels"),
@@ -479,6 +479,9 @@ fn nccl_events_follow_the_budget() {
         ops.len()
     );
     assert!(with > 0, "some ops were selected");
+    // `zcta summary` says why most ops have no NCCL view.
+    let out = summary(&run);
+    assert!(out.contains("not selected by the budget"), "{out}");
     // The budget applies only while ops are timed.
     let procs = run.rows("process");
     assert!(
