@@ -784,3 +784,55 @@ fn bcast_and_broadcast_are_one_op() {
     assert!(groups.iter().all(|g| g["op"] != "Bcast"), "{groups:?}");
     assert_eq!(group(&j, "Broadcast")["count"], 5 * 4, "{groups:?}");
 }
+
+#[test]
+fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
+    // Two ops timed at level 0 (10 and 20 µs) and one at level 3 (100 µs): the last
+    // stands for 8 ops, so the median of the ops the rows stand for is 100 µs (the
+    // rows' own median would be 20).
+    let t = tempfile::tempdir().unwrap();
+    let r = &RANKS[0];
+    let prefix = format!("{}-r0-p{}", r.host, r.pid);
+    let ctx = Ctx {
+        pid: r.pid,
+        host: r.host.into(),
+    };
+    let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+    for (k, (level, us)) in [(0u8, 10i64), (0, 20), (3, 100)].into_iter().enumerate() {
+        let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+        let mut row = op(
+            r,
+            k as u64 + 1,
+            OpKind::AllReduce,
+            k as u64,
+            1 << 20,
+            [t0, t0 + US, t0 + 2 * US, t0 + us * US],
+            0x55,
+        );
+        row.rec.timing.timing = zcta::record::Timing::Timed(level);
+        let g = row.gpu.as_mut().unwrap();
+        g.gpu_start_ns = None;
+        g.source = zcta::gpu::GpuSourceKind::Events;
+        w.append(&row, &ctx).unwrap();
+    }
+    w.close().unwrap();
+    let row = ProcessRow {
+        run_id: "weights".into(),
+        run_id_source: "ZCTA_RUN_ID".into(),
+        zcta_version: "test".into(),
+        schema_version: zcta::SCHEMA_VERSION,
+        clock: "CLOCK_REALTIME".into(),
+        end_reason: "exit".into(),
+        env_json: "{}".into(),
+        cupti: "off: ZCTA_GPU=events".into(),
+        ..ProcessRow::default()
+    };
+    write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+    let j = json(t.path());
+    let g = group(&j, "AllReduce");
+    assert_eq!(g["count"], 3, "{g}");
+    let p50 = g["p50_us"].as_f64().unwrap();
+    assert!((p50 - 100.0).abs() < 1.0, "{g}");
+    // Events-mode ops have a GPU time too: their time on the stream.
+    assert!(g["gpu_median_us"].as_f64().is_some(), "{g}");
+}

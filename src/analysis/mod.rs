@@ -47,6 +47,10 @@ pub struct OpView {
     pub gpu_end: Option<i64>,
     /// `ops.engine`; `None`: not measured (CUPTI off).
     pub engine: Option<&'static str>,
+    /// How many ops this row stands for in a report's aggregates: 2^`timing_level` for
+    /// an op whose GPU side comes from CUDA events the budget chose it for (a rank
+    /// times 1 op in 2^level), 1 otherwise (every op of deep mode has CUPTI's times).
+    pub weight: u64,
 }
 
 impl OpView {

@@ -164,14 +164,17 @@ fn pids(v: &[i32]) -> String {
     format!("pid {}{more}", s.join(", "))
 }
 
-/// Quantiles of a stream of ns values: exact up to 100,000 values, then a log
-/// histogram with 1 % wide buckets (±0.5 % error), so memory stays bounded.
+/// Quantiles of a stream of weighted ns values (a value stands for `weight` ops):
+/// exact up to 100,000 values, then a log histogram with 1 % wide buckets (±0.5 %
+/// error), so memory stays bounded.
 #[derive(Clone, Debug, Default)]
 pub struct Quant {
-    exact: Vec<i64>,
+    exact: Vec<(i64, u64)>,
     zero: u64,
     hist: Vec<u64>,
+    /// Values pushed, and their summed weight.
     n: u64,
+    weight: u64,
 }
 
 const EXACT_MAX: usize = 100_000;
@@ -182,39 +185,52 @@ fn bucket_of(v: i64) -> usize {
 
 impl Quant {
     pub fn push(&mut self, v: i64) {
+        self.push_weighted(v, 1);
+    }
+    /// `v` for `w` ops.
+    pub fn push_weighted(&mut self, v: i64, w: u64) {
+        let w = w.max(1);
         self.n += 1;
+        self.weight += w;
         if self.hist.is_empty() && self.exact.len() < EXACT_MAX {
-            self.exact.push(v);
+            self.exact.push((v, w));
             return;
         }
         if self.hist.is_empty() {
-            for x in std::mem::take(&mut self.exact) {
-                self.add_hist(x);
+            for (x, xw) in std::mem::take(&mut self.exact) {
+                self.add_hist(x, xw);
             }
         }
-        self.add_hist(v);
+        self.add_hist(v, w);
     }
-    fn add_hist(&mut self, v: i64) {
+    fn add_hist(&mut self, v: i64, w: u64) {
         if v <= 0 {
-            self.zero += 1;
+            self.zero += w;
             return;
         }
         let i = bucket_of(v);
         if self.hist.len() <= i {
             self.hist.resize(i + 1, 0);
         }
-        self.hist[i] += 1;
+        self.hist[i] += w;
     }
-    /// The `q` quantile (ns); `None` when empty.
+    /// The `q` quantile (ns) of the ops the values stand for; `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
         if self.n == 0 {
             return None;
         }
-        let rank = ((self.n - 1) as f64 * q).round() as u64;
+        let rank = ((self.weight - 1) as f64 * q).round() as u64;
         if self.hist.is_empty() {
             let mut v = self.exact.clone();
             v.sort_unstable();
-            return Some(v[rank as usize] as f64);
+            let mut seen = 0;
+            for (x, w) in v {
+                seen += w;
+                if seen > rank {
+                    return Some(x as f64);
+                }
+            }
+            return None;
         }
         if rank < self.zero {
             return Some(0.0);
@@ -228,8 +244,13 @@ impl Quant {
         }
         None
     }
+    /// Values pushed.
     pub fn len(&self) -> u64 {
         self.n
+    }
+    /// The ops they stand for.
+    pub fn weight(&self) -> u64 {
+        self.weight
     }
     pub fn is_empty(&self) -> bool {
         self.n == 0
@@ -322,16 +343,26 @@ impl Builder {
             .or_default();
         g.count += 1;
         g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
-        if let (Some(s), Some(e)) = (o.gpu_start, o.gpu_end) {
-            g.gpu.push(e - s);
-            g.bytes_gpu += o.bytes.unwrap_or(0);
+        // An op the budget timed 1 in 2^level of stands for 2^level ops.
+        let weight = o.weight.max(1);
+        // The op's GPU time: its kernels' span (deep mode), else its time on its stream
+        // from when the stream was free after the launch (CUDA events).
+        let span = match (o.gpu_start, o.gpu_end) {
+            (Some(s), Some(e)) => Some(e - s),
+            (None, Some(e)) => o.gpu_begin().map(|b| e - b),
+            _ => None,
+        };
+        if let Some(d) = span.filter(|&d| d >= 0) {
+            g.gpu.push_weighted(d, weight);
+            g.bytes_gpu += o.bytes.unwrap_or(0) * weight;
         }
         if let Some(w) = p.window {
-            g.windows.push(w);
-            g.total += w;
+            let k_w = weight as i64;
+            g.windows.push_weighted(w, weight);
+            g.total += w * k_w;
             for (k, v) in p.values().iter().enumerate() {
                 if let Some(v) = v {
-                    g.sums[k] += v;
+                    g.sums[k] += v * k_w;
                     g.any[k] = true;
                 }
             }
@@ -395,7 +426,7 @@ impl Builder {
             let gpu_median_us = g.gpu.quantile(0.5).map(|v| v / 1e3);
             let algbw = gpu_median_us
                 .filter(|&m| m > 0.0)
-                .map(|m| g.bytes_gpu as f64 / g.gpu.len() as f64 / (m * 1e3));
+                .map(|m| g.bytes_gpu as f64 / g.gpu.weight() as f64 / (m * 1e3));
             // A local copy is not link traffic: no bus bandwidth against the link's peak.
             let busbw = algbw.filter(|_| !local).map(|b| b * busbw_factor(op, g.nranks));
             groups.push(Group {

@@ -9,14 +9,14 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 
 use super::{OpView, Run, engine_name, op_key, op_name};
 use crate::reader::{self, Skipped};
 use crate::tables;
 
 /// Columns of `ops` the analysis reads.
-pub const OPS_COLUMNS: [&str; 23] = [
+pub const OPS_COLUMNS: [&str; 26] = [
     "host",
     "pid",
     "op_id",
@@ -40,6 +40,9 @@ pub const OPS_COLUMNS: [&str; 23] = [
     "gpu_start_ns",
     "gpu_end_ns",
     "engine",
+    "timing",
+    "timing_level",
+    "gpu_source",
 ];
 
 /// Rows per batch read.
@@ -77,6 +80,9 @@ struct Cols {
     host: Option<StringArray>,
     op: Option<StringArray>,
     engine: Option<StringArray>,
+    timing: Option<StringArray>,
+    gpu_source: Option<StringArray>,
+    timing_level: Option<UInt32Array>,
     u: [Option<UInt64Array>; 9],
     i: [Option<Int32Array>; 6],
     l: [Option<Int64Array>; 6],
@@ -105,6 +111,9 @@ impl Cols {
             host: get(b, "host"),
             op: get(b, "op"),
             engine: get(b, "engine"),
+            timing: get(b, "timing"),
+            gpu_source: get(b, "gpu_source"),
+            timing_level: get(b, "timing_level"),
             u: U.map(|n| get(b, n)),
             i: I.map(|n| get(b, n)),
             l: L.map(|n| get(b, n)),
@@ -266,6 +275,20 @@ impl Stream {
                     Some(self.last_engine.1)
                 }
                 _ => None,
+            },
+            weight: {
+                let is = |a: &Option<StringArray>, v: &str| {
+                    a.as_ref().is_some_and(|a| !a.is_null(r) && a.value(r) == v)
+                };
+                let level = c
+                    .timing_level
+                    .as_ref()
+                    .filter(|a| !a.is_null(r))
+                    .map(|a| a.value(r));
+                match level {
+                    Some(l) if is(&c.timing, "timed") && is(&c.gpu_source, "events") => 1u64 << l.min(32),
+                    _ => 1,
+                }
             },
         }
     }
