@@ -191,7 +191,7 @@ impl Quant {
     pub fn push_weighted(&mut self, v: i64, w: u64) {
         let w = w.max(1);
         self.n += 1;
-        self.weight += w;
+        self.weight = self.weight.saturating_add(w);
         if self.hist.is_empty() && self.exact.len() < EXACT_MAX {
             self.exact.push((v, w));
             return;
@@ -205,14 +205,14 @@ impl Quant {
     }
     fn add_hist(&mut self, v: i64, w: u64) {
         if v <= 0 {
-            self.zero += w;
+            self.zero = self.zero.saturating_add(w);
             return;
         }
         let i = bucket_of(v);
         if self.hist.len() <= i {
             self.hist.resize(i + 1, 0);
         }
-        self.hist[i] += w;
+        self.hist[i] = self.hist[i].saturating_add(w);
     }
     /// The `q` quantile (ns) of the ops the values stand for; `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
@@ -354,15 +354,18 @@ impl Builder {
         };
         if let Some(d) = span.filter(|&d| d >= 0) {
             g.gpu.push_weighted(d, weight);
-            g.bytes_gpu += o.bytes.unwrap_or(0) * weight;
+            g.bytes_gpu = g
+                .bytes_gpu
+                .saturating_add(o.bytes.unwrap_or(0).saturating_mul(weight));
         }
         if let Some(w) = p.window {
+            // Saturating: a sum of many windows each standing for up to 2^16 ops.
             let k_w = weight as i64;
             g.windows.push_weighted(w, weight);
-            g.total += w * k_w;
+            g.total = g.total.saturating_add(w.saturating_mul(k_w));
             for (k, v) in p.values().iter().enumerate() {
                 if let Some(v) = v {
-                    g.sums[k] += v * k_w;
+                    g.sums[k] = g.sums[k].saturating_add(v.saturating_mul(k_w));
                     g.any[k] = true;
                 }
             }
