@@ -521,7 +521,9 @@ pub fn start(ctx: usize, parent: usize, rank: i32, ev: Start<'_>) -> usize {
             if let Some(sym) = is_sym_coll {
                 set_t(s, T_USER_TAG, user_tag.wrapping_add(1));
                 set_t(s, T_SYM, u64::from(sym) + 1);
-                set_t(s, T_VARIANT, kernel_variant.map_or(0, |v| v.as_ptr() as u64));
+                // Only NCCL's own (NUL-terminated) string: an empty one may be ours.
+                let variant = kernel_variant.filter(|v| !v.is_empty());
+                set_t(s, T_VARIANT, variant.map_or(0, |v| v.as_ptr() as u64));
             }
         }
         Start::P2p {

@@ -310,9 +310,11 @@ unsafe extern "C" fn init_abi<const ABI: u8>(
     unsafe { init(ctx, comm_id, mask, comm_name, n_nodes, nranks, rank, log) }
 }
 
-/// The string at `addr`, the address of a `&str` that [`decode`] handed out (its
-/// `as_ptr`): NCCL's static literals (v7's kernelVariant comes from a static table of
-/// the kernel names), valid while libnccl is loaded, which it is while it calls us.
+/// The string at `addr`, the address of a non-empty `&str` that [`decode`] handed out
+/// (its `as_ptr`, which is NCCL's own NUL-terminated pointer: an empty one may be our
+/// literal and is never stored): NCCL's static literals (v7's kernelVariant comes from
+/// a static table of the kernel names), valid while libnccl is loaded, which it is
+/// while it calls us.
 pub fn nccl_static_str(addr: u64) -> &'static str {
     if addr == 0 {
         return "";
