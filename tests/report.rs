@@ -149,21 +149,30 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u6
         }
         w.close().unwrap();
         let row = ProcessRow {
-            run_id: "golden".into(),
-            run_id_source: "ZCTA_RUN_ID".into(),
-            zcta_version: "test".into(),
-            schema_version: zcta::SCHEMA_VERSION,
-            clock: "CLOCK_REALTIME".into(),
-            end_reason: "exit".into(),
             env_json: r#"{"NCCL_CTA_POLICY":"2"}"#.into(),
             profiler_plugin: "zcta".into(),
             plugin_comms: 1,
-            cupti: "on".into(),
             gpu_sampling: (rank3_unmeasured > 0)
                 .then(|| "50 ms of every 250 ms (windows aligned to CLOCK_REALTIME)".into()),
-            ..ProcessRow::default()
+            ..process_row("golden", "on")
         };
         write_process_file(dir, &prefix, &row, &ctx).unwrap();
+    }
+}
+
+/// A process row of a finished run: `run_id`, `cupti` as given, the rest as a test
+/// run's.
+fn process_row(run_id: &str, cupti: &str) -> ProcessRow {
+    ProcessRow {
+        run_id: run_id.into(),
+        run_id_source: "ZCTA_RUN_ID".into(),
+        zcta_version: "test".into(),
+        schema_version: zcta::SCHEMA_VERSION,
+        clock: "CLOCK_REALTIME".into(),
+        end_reason: "exit".into(),
+        env_json: "{}".into(),
+        cupti: cupti.into(),
+        ..ProcessRow::default()
     }
 }
 
@@ -687,17 +696,7 @@ fn local_ops_are_not_link_traffic_nor_lacking_a_rank() {
         }
     }
     w.close().unwrap();
-    let row = ProcessRow {
-        run_id: "local".into(),
-        run_id_source: "ZCTA_RUN_ID".into(),
-        zcta_version: "test".into(),
-        schema_version: zcta::SCHEMA_VERSION,
-        clock: "CLOCK_REALTIME".into(),
-        end_reason: "exit".into(),
-        env_json: "{}".into(),
-        cupti: "on".into(),
-        ..ProcessRow::default()
-    };
+    let row = process_row("local", "on");
     write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
 
     let j = json(t.path());
@@ -766,17 +765,7 @@ fn bcast_and_broadcast_are_one_op() {
             w.append(&row, &ctx).unwrap();
         }
         w.close().unwrap();
-        let row = ProcessRow {
-            run_id: "bcast".into(),
-            run_id_source: "ZCTA_RUN_ID".into(),
-            zcta_version: "test".into(),
-            schema_version: zcta::SCHEMA_VERSION,
-            clock: "CLOCK_REALTIME".into(),
-            end_reason: "exit".into(),
-            env_json: "{}".into(),
-            cupti: "on".into(),
-            ..ProcessRow::default()
-        };
+        let row = process_row("bcast", "on");
         write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
     }
     let j = json(t.path());
@@ -816,17 +805,7 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
         w.append(&row, &ctx).unwrap();
     }
     w.close().unwrap();
-    let row = ProcessRow {
-        run_id: "weights".into(),
-        run_id_source: "ZCTA_RUN_ID".into(),
-        zcta_version: "test".into(),
-        schema_version: zcta::SCHEMA_VERSION,
-        clock: "CLOCK_REALTIME".into(),
-        end_reason: "exit".into(),
-        env_json: "{}".into(),
-        cupti: "off: ZCTA_GPU=events".into(),
-        ..ProcessRow::default()
-    };
+    let row = process_row("weights", "off: ZCTA_GPU=events");
     write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
     let j = json(t.path());
     let g = group(&j, "AllReduce");
