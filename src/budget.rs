@@ -52,20 +52,33 @@ pub fn parse_budget(v: &str) -> Option<f64> {
     (pct > 0.0 && pct <= 100.0).then_some(pct / 100.0)
 }
 
-/// Whether timing that cost `cost_ns` since `since_ns` is over a `budget` share of the
-/// time until `now_ns` by more than `burst_ns`: the hot path then raises the level at
-/// once, rather than run a burst of ops at a quiet stretch's level until the next
-/// evaluation.
-pub fn over(cost_ns: u64, since_ns: i64, now_ns: i64, budget: f64, burst_ns: u64) -> bool {
-    if since_ns == 0 || budget.is_infinite() {
-        return false;
+/// Charges `cost_ns` of timing, spent at `now_ns`, to a rate limiter that lets the
+/// cost of any stretch of wall time T reach `budget` × T plus `burst_ns` at most: the
+/// generic cell rate algorithm, whose one state is `tat`, the wall time by which all
+/// that was charged is paid for at the budget's rate. Quiet time earns no credit
+/// beyond `burst_ns`, so a burst of ops after a pause, or a loop of collectives after
+/// a training step's compute, pays the budget's share as it goes, not a share of the
+/// quiet stretch before it. Returns the new `tat` and whether the charge went over:
+/// then the caller times fewer ops, and `tat` keeps only the `burst_ns` of debt (the
+/// next charge is over again only if the fewer ops still cost too much).
+pub fn charge(tat: i64, now_ns: i64, cost_ns: u64, budget: f64, burst_ns: u64) -> (i64, bool) {
+    if !(budget.is_finite() && budget > 0.0) {
+        return (tat, false);
     }
-    cost_ns as f64 > budget * (now_ns - since_ns).max(0) as f64 + burst_ns as f64
+    let pay = |ns: u64| (ns as f64 / budget).min(i64::MAX as f64 / 4.0) as i64;
+    let tolerance = pay(burst_ns);
+    let due = tat.max(now_ns).saturating_add(pay(cost_ns));
+    if due.saturating_sub(now_ns) > tolerance {
+        (now_ns.saturating_add(tolerance), true)
+    } else {
+        (due, false)
+    }
 }
 
-/// How many levels to go up when [`over`]: as many as halve the cost since `since_ns`
-/// under its budget share (at least one), so that a burst after a quiet stretch
-/// reaches its level in one step instead of paying `burst_ns` once per level.
+/// How many levels to go up when a [`charge`] went over: as many as halve the cost
+/// since `since_ns` (the last change of level) under its budget share, at least one,
+/// so that a steady stream of ops reaches its level in one step instead of paying
+/// `burst_ns` once per level.
 pub fn raise_by(cost_ns: u64, since_ns: i64, now_ns: i64, budget: f64) -> u8 {
     let allowed = budget * (now_ns - since_ns).max(1) as f64;
     let ratio = cost_ns as f64 / allowed.max(1.0);
@@ -172,26 +185,79 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_over_the_budget_is_caught_within_a_few_ops() {
-        // 12 µs ops costing 4.6 µs each to time, from a quiet start: at a 1 % budget
-        // with 50 µs of slack, the 12th timed op is over.
-        let (mut cost, mut t) = (0u64, 1_000i64);
+    fn a_burst_after_a_quiet_stretch_is_caught_within_a_few_ops() {
+        // 12 µs ops costing 4.6 µs each to time, one second after the last charge: at a
+        // 1 % budget with 20 µs of burst, the quiet second earns nothing and the 5th
+        // timed op is over.
+        let (mut tat, mut t) = (1_000i64, 1_000_000_000i64);
         let mut n = 0;
-        while !over(cost, 1_000, t, 0.01, 50_000) {
-            cost += 4_600;
-            t += 12_000;
+        loop {
             n += 1;
+            let (next, over) = charge(tat, t, 4_600, 0.01, 20_000);
+            tat = next;
+            if over {
+                break;
+            }
+            t += 12_000;
         }
-        assert_eq!(n, 12);
+        assert_eq!(n, 5);
+        // Only the burst is kept as debt: the next op is over again.
+        assert_eq!(tat, t + 2_000_000);
+        assert!(charge(tat, t + 12_000, 4_600, 0.01, 20_000).1);
         // From there one step reaches a level whose cost is under the budget: 4.6 µs
         // per 12 µs op is 38 % of wall time, 1 op in 64 is 0.6 %.
-        let up = raise_by(cost, 1_000, t, 0.01);
+        let up = raise_by(4_600 * 5, 1_000_000_000, t + 12_000, 0.01);
         assert_eq!(up, 6);
         assert!(4_600.0 / 12_000.0 / f64::from(1u32 << up) <= 0.01);
         assert_eq!(raise_by(0, 1_000, 2_000, 0.01), 1, "at least one");
         assert_eq!(raise_by(u64::MAX, 1_000, 1_000, 1e-9), MAX_LEVEL);
-        assert!(!over(u64::MAX, 0, 1, 0.01, 0), "not started");
-        assert!(!over(u64::MAX, 1, 2, f64::INFINITY, 0), "every op");
+        assert_eq!(charge(5, 1, u64::MAX, f64::INFINITY, 0), (5, false), "every op");
+    }
+
+    #[test]
+    fn a_stream_under_the_budget_is_never_over() {
+        // 100 ns of timing every 20 µs is 0.5 % of wall time.
+        let mut tat = 0;
+        for i in 0..100_000i64 {
+            let (next, over) = charge(tat, 1_000 + i * 20_000, 100, 0.01, 20_000);
+            assert!(!over, "charge {i}");
+            tat = next;
+        }
+    }
+
+    proptest! {
+        /// Between any two charges that were not over, nor any between them, the cost
+        /// charged is at most the budget's share of the time between them plus the
+        /// burst (and a ns of rounding per charge).
+        #[test]
+        fn what_is_charged_stays_within_the_budget_and_the_burst(
+            ops in proptest::collection::vec((0i64..50_000, 0u64..20_000), 1..60),
+            budget in 0.001f64..0.5,
+        ) {
+            let burst = 20_000u64;
+            let (mut tat, mut t) = (0i64, 1_000_000i64);
+            let mut seen: Vec<(i64, u64, bool)> = Vec::new();
+            for (gap, cost) in ops {
+                t += gap;
+                let (next, over) = charge(tat, t, cost, budget, burst);
+                tat = next;
+                seen.push((t, cost, over));
+            }
+            for i in 0..seen.len() {
+                let mut sum = 0u64;
+                for j in i..seen.len() {
+                    if seen[j].2 {
+                        break;
+                    }
+                    sum += seen[j].1;
+                    let allowed = budget * (seen[j].0 - seen[i].0) as f64 + burst as f64;
+                    prop_assert!(
+                        sum as f64 <= allowed + budget * (j - i + 1) as f64 + 1.0,
+                        "charges {i}..={j}: {sum} > {allowed}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -466,6 +466,29 @@ fn pause_and_resume_around_timed_ops() {
 }
 
 #[test]
+fn a_burst_after_a_quiet_stretch_pays_as_it_goes() {
+    // One op, 600 ms of nothing (the writer evaluates the budget twice meanwhile),
+    // then 3,000 ops back to back. The quiet stretch earns no credit: the burst's
+    // timing costs at most the budget's share of the burst itself plus 20 µs, and a
+    // timed op costs at least its two records' stream time (2 x 1,330 ns). A budget
+    // summed since its last evaluation would have let the burst spend 1 % of the
+    // quiet stretch too: hundreds of timed ops.
+    let run = Run::new("adv-burst");
+    run_driver(&run, &["burst", "600", "3000"], &[], LIMIT);
+    let (_, ops, _) = counts_agree(&run);
+    let ars: Vec<_> = ops.iter().filter(|o| o.str("op") == Some("AllReduce")).collect();
+    assert_eq!(ars.len(), 3001);
+    let burst = &ars[1..];
+    let span = burst.last().unwrap().req_i64("api_end_ns") - burst[0].req_i64("api_start_ns");
+    let timed = burst.iter().filter(|o| o.str("timing") == Some("timed")).count() as f64;
+    let most = (0.01 * span as f64 + 20_000.0) / 2_660.0 + 2.0;
+    assert!(
+        timed >= 1.0 && timed <= most,
+        "{timed} ops timed in {span} ns (at most {most})"
+    );
+}
+
+#[test]
 fn budget_edge_values() {
     // 100 %: the cost model counts each record's stream time as if on the critical
     // path, so a tight loop of ops can cost more than its wall time: some may still be

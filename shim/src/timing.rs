@@ -42,10 +42,16 @@ static LEVEL: AtomicU8 = AtomicU8::new(0);
 static COST_NS: AtomicU64 = AtomicU64::new(0);
 /// Since when `COST_NS` has been summed (CLOCK_REALTIME ns; 0: not yet).
 static COST_SINCE_NS: AtomicI64 = AtomicI64::new(0);
-/// Cost the hot path allows beyond the budget's share before it raises the level
-/// itself: a burst of ops after a quiet stretch (a loop after a training step) must
-/// not run a whole evaluation interval at the quiet stretch's level.
-const BURST_NS: u64 = 50_000;
+/// The budget's rate limiter ([`zcta::budget::charge`]): the wall time by which all
+/// that timing cost is paid for at the budget's rate.
+static PAID_BY_NS: AtomicI64 = AtomicI64::new(0);
+/// Cost the hot path allows beyond the budget's share of any stretch of time before
+/// it raises the level itself: about four timed send/recv groups.
+const BURST_NS: u64 = 20_000;
+/// Launching calls the budget chose among since the writer last looked: a stretch
+/// without any (recording paused, a program between phases) says nothing about the
+/// op rate, and the level is kept.
+static CHOSEN: AtomicU64 = AtomicU64::new(0);
 
 /// Stream time one event record adds between back-to-back work on an H200: 2,661 ns
 /// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
@@ -273,6 +279,7 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
         }
     }
     let level = pick.level;
+    CHOSEN.fetch_add(1, Ordering::Relaxed);
     if !pick.selected {
         return Err(Timing::Skipped(level));
     }
@@ -343,19 +350,28 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let now = now_ns();
     let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
     let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
-    over_budget(cost, now);
+    over_budget(spent, cost, now);
     Timing::Timed(b.level)
 }
 
-/// Raises the level at once when the cost since the last evaluation exceeds the
-/// budget's share of the time since then by more than a burst, by as many levels as
-/// bring it under (the writer lowers it again, one level every [`BUDGET_EVERY_NS`],
-/// when the cost allows).
+/// Charges what timing an op cost (`spent`, of which `cost` since the level last
+/// changed) to the budget's rate limiter, and raises the level at once when it is
+/// over: by as many levels as bring the cost since the last change under the budget
+/// (the writer lowers it again, one level every [`BUDGET_EVERY_NS`], when the cost
+/// allows).
 #[inline]
-fn over_budget(cost: u64, now: i64) {
-    let since = COST_SINCE_NS.load(Ordering::Relaxed);
+fn over_budget(spent: u64, cost: u64, now: i64) {
     let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
-    if zcta::budget::over(cost, since, now, budget, BURST_NS) {
+    let mut paid_by = PAID_BY_NS.load(Ordering::Relaxed);
+    let over = loop {
+        let (next, over) = zcta::budget::charge(paid_by, now, spent, budget, BURST_NS);
+        match PAID_BY_NS.compare_exchange_weak(paid_by, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break over,
+            Err(v) => paid_by = v,
+        }
+    };
+    if over {
+        let since = COST_SINCE_NS.load(Ordering::Relaxed);
         let level = LEVEL.load(Ordering::Relaxed);
         let up = zcta::budget::raise_by(cost, since, now, budget);
         let to = level.saturating_add(up).min(zcta::budget::MAX_LEVEL);
@@ -635,6 +651,10 @@ impl Timer {
         // The hot path may have raised the level (and restarted the sum) meanwhile.
         let since = COST_SINCE_NS.swap(now, Ordering::Relaxed);
         let cost = COST_NS.swap(0, Ordering::Relaxed);
+        // No op to choose among: nothing learnt about the op rate; the level stays.
+        if CHOSEN.swap(0, Ordering::Relaxed) == 0 {
+            return;
+        }
         ctl.level = LEVEL.load(Ordering::Relaxed);
         let wall = (now - since).max(1) as u64;
         LEVEL.store(ctl.update(cost, wall), Ordering::Relaxed);
