@@ -785,17 +785,22 @@ fn dropped_view(procs: &TableData) -> anyhow::Result<()> {
 }
 
 fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
-    outln!("\n  GPU (CUPTI)");
+    outln!("\n  GPU side (CUDA events by default, CUPTI in deep mode)");
     for b in &procs.batches {
-        let (Some(cupti), Some(pid)) = (strings(b, "cupti"), i32s(b, "pid")) else {
-            outln!("    no CUPTI status (files from schema version 1)");
-            continue;
-        };
+        let Some(pid) = i32s(b, "pid") else { continue };
+        let timing = strings(b, "gpu_timing");
+        let cupti = strings(b, "cupti");
         let sampling = strings(b, "gpu_sampling");
         let unsampled = u64s(b, "ops_unsampled");
         let captured = u64s(b, "ops_graph_captured");
+        let at =
+            |a: Option<&StringArray>, i: usize| a.filter(|a| !a.is_null(i)).map(|a| a.value(i).to_owned());
         for i in 0..b.num_rows() {
-            outln!("    pid {:<8} {}", pid.value(i), cupti.value(i));
+            let events =
+                at(timing, i).unwrap_or_else(|| "no status (files written before it existed)".into());
+            outln!("    pid {:<8} CUDA events: {events}", pid.value(i));
+            let cupti = at(cupti, i).unwrap_or_else(|| "no status (files from schema version 1)".into());
+            outln!("    {:12} CUPTI: {cupti}", "");
             if let Some(n) = captured
                 .filter(|c| !c.is_null(i))
                 .map(|c| c.value(i))
@@ -826,42 +831,60 @@ fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
             }
         }
     }
-    // op -> (engine -> count, GPU durations, launch-to-start times)
-    type Acc = (BTreeMap<String, u64>, Vec<i64>, Vec<i64>);
+    // op -> (ops, ops with a GPU span, engine -> count, GPU durations, launch-to-start times)
+    #[derive(Default)]
+    struct Acc {
+        n: u64,
+        spans: u64,
+        engines: BTreeMap<String, u64>,
+        dur: Vec<i64>,
+        queue: Vec<i64>,
+    }
     let mut by: BTreeMap<String, Acc> = BTreeMap::new();
     for b in &ops.batches {
-        let (Some(op), Some(engine), Some(start), Some(end), Some(launch)) = (
-            strings(b, "op"),
-            strings(b, "engine"),
-            i64s(b, "gpu_start_ns"),
-            i64s(b, "gpu_end_ns"),
-            i64s(b, "launch_ns"),
-        ) else {
+        let (Some(op), Some(engine), Some(end)) =
+            (strings(b, "op"), strings(b, "engine"), i64s(b, "gpu_end_ns"))
+        else {
             continue;
         };
+        let (start, ready, launch) = (
+            i64s(b, "gpu_start_ns"),
+            i64s(b, "gpu_ready_ns"),
+            i64s(b, "launch_ns"),
+        );
+        let val =
+            |a: Option<&arrow_array::Int64Array>, i: usize| a.filter(|a| !a.is_null(i)).map(|a| a.value(i));
         for i in 0..b.num_rows() {
             let e = by.entry(op.value(i).to_owned()).or_default();
+            e.n += 1;
             let eng = if engine.is_null(i) {
                 "not measured"
             } else {
                 engine.value(i)
             };
-            *e.0.entry(eng.to_owned()).or_default() += 1;
-            if !start.is_null(i) && !end.is_null(i) {
-                e.1.push(end.value(i) - start.value(i));
-                if !launch.is_null(i) {
-                    e.2.push(start.value(i) - launch.value(i));
-                }
+            *e.engines.entry(eng.to_owned()).or_default() += 1;
+            let (s, l) = (val(start, i), val(launch, i));
+            // Where the GPU side begins: the first kernel (deep mode), else the later
+            // of the stream's readiness and the launch (docs/phases.md).
+            let begin = zcta::analysis::phases::gpu_begin(s, val(ready, i), l);
+            if let (Some(b0), false) = (begin, end.is_null(i)) {
+                e.spans += 1;
+                e.dur.push(end.value(i) - b0);
+            }
+            if let (Some(s), Some(l)) = (s, l) {
+                e.queue.push(s - l);
             }
         }
     }
-    for (op, (engines, mut dur, mut queue)) in by {
-        let mix: Vec<String> = engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
+    for (op, mut a) in by {
+        let mix: Vec<String> = a.engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let us = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{:.1} us", v as f64 / 1e3));
         outln!(
-            "    {op:<14} GPU median {:>10}  launch->start median {:>10}  {}",
-            us(median(&mut dur)),
-            us(median(&mut queue)),
+            "    {op:<14} GPU side measured {:>7} of {:<7} GPU median {:>10}  launch->kernel median {:>10}  {}",
+            a.spans,
+            a.n,
+            us(median(&mut a.dur)),
+            us(median(&mut a.queue)),
             mix.join(", ")
         );
     }

@@ -80,17 +80,17 @@ fn every_op_gets_its_kernel_through_its_launch_call() {
     }
     // The summary shows the GPU side per op.
     let sum = text(&zcta_on("summary", &run).stdout);
-    assert!(sum.contains("GPU (CUPTI)"), "{sum}");
     assert!(
-        sum.lines()
-            .any(|l| l.trim_start().starts_with("pid ") && l.trim_end().ends_with(" on")),
+        sum.contains("GPU side (CUDA events by default, CUPTI in deep mode)"),
         "{sum}"
     );
+    assert!(sum.lines().any(|l| l.trim() == "CUPTI: on"), "{sum}");
     let line = sum
         .lines()
         .find(|l| l.trim_start().starts_with("AllReduce ") && l.contains("GPU median"))
         .unwrap();
     assert!(line.contains("sm_kernel 3") && line.contains(" us"), "{line}");
+    assert!(line.contains("measured       3 of 3 "), "{line}");
     // One kernel per launch: 9 ungrouped ops and one group per iteration.
     let gpu = run.rows("gpu");
     assert_eq!(gpu.len(), 3 * 10);

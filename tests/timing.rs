@@ -110,6 +110,26 @@ fn every_op_and_every_group_gets_one_event_pair() {
             assert!(o.is_null("launch_ns") && o.is_null("engine"), "{o:?}");
         }
     }
+    // The summary shows what the events measured, per op.
+    let sum = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
+        .arg("summary")
+        .arg(run.dir())
+        .output()
+        .unwrap();
+    let sum = text(&sum.stdout);
+    assert!(
+        sum.lines()
+            .any(|l| l.contains("CUDA events: on (CUDA events, every op")),
+        "{sum}"
+    );
+    let line = sum
+        .lines()
+        .find(|l| l.trim_start().starts_with("AllReduce ") && l.contains("GPU median"))
+        .unwrap_or_else(|| panic!("{sum}"));
+    assert!(
+        line.contains("measured       3 of 3 ") && line.contains(" us "),
+        "{line}"
+    );
     assert_eq!(groups.len(), 4);
     for (g, members) in &groups {
         let t: Vec<_> = members.iter().map(|o| o.req_str("timing")).collect();
