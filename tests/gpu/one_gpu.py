@@ -114,8 +114,9 @@ def check(ok, msg):
 def record(kind, shim_dir, env_extra):
     out = tempfile.mkdtemp(prefix=f"zcta-one-{kind}-")
     res = os.path.join(out, "timed.json")
+    # Deep mode: these checks are of CUPTI's records (the default has none).
     env = dict(os.environ, LD_PRELOAD=str(shim_dir / "libzcta_prof.so"), ZCTA_OUT=out, ZCTA_RUN_ID="r",
-               NCCL_NVLS_ENABLE="0", **env_extra)
+               NCCL_NVLS_ENABLE="0", ZCTA_GPU="deep", **env_extra)
     t0 = time.monotonic()
     try:
         p = subprocess.run([sys.executable, __file__, "--child", kind, res], env=env, capture_output=True,
