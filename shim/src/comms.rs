@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 
 /// One communicator on this rank.
 #[derive(Debug)]
@@ -20,12 +20,20 @@ pub struct CommState {
     device: AtomicI32,
     coll_seq: AtomicU64,
     call_seq: AtomicU64,
+    /// Per-peer counters, two per rank (send, receive), made when `nranks` is first
+    /// known: a Send's or Recv's lookup is one load, its count one atomic add.
+    p2p: OnceLock<Box<[AtomicU64]>>,
+    /// Counters of peers outside `0..nranks` (an invalid peer NCCL will refuse, or
+    /// ops before `nranks` was known).
     p2p_seq: Mutex<HashMap<(bool, i32), u64, BuildHasherDefault<PeerHasher>>>,
     split_index: AtomicU64,
     shrink_index: AtomicU64,
 }
 
 const UNKNOWN: i32 = i32::MIN;
+/// Communicators larger than this count their peers in the map (16 B a rank would
+/// be 1 MiB each).
+const MAX_COUNTED_RANKS: i32 = 1 << 16;
 
 /// The hasher of the per-peer counters, which every Send/Recv looks up (twice when
 /// timing picks it): a (direction, peer) key needs no DoS-resistant SipHash.
@@ -66,6 +74,7 @@ impl CommState {
             device: AtomicI32::new(device.unwrap_or(UNKNOWN)),
             coll_seq: AtomicU64::new(0),
             call_seq: AtomicU64::new(0),
+            p2p: OnceLock::new(),
             p2p_seq: Mutex::new(HashMap::default()),
             split_index: AtomicU64::new(0),
             shrink_index: AtomicU64::new(0),
@@ -104,15 +113,40 @@ impl CommState {
     }
     /// The sequence number the next send to (receive from) `peer` will take.
     pub fn peek_p2p_seq(&self, send: bool, peer: i32) -> u64 {
+        if let Some(c) = self.p2p_counter(send, peer) {
+            return c.load(Ordering::Relaxed);
+        }
         let m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         m.get(&(send, peer)).copied().unwrap_or(0)
     }
     pub fn next_p2p_seq(&self, send: bool, peer: i32) -> u64 {
+        if let Some(c) = self.p2p_counter(send, peer) {
+            return c.fetch_add(1, Ordering::Relaxed);
+        }
         let mut m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         let c = m.entry((send, peer)).or_insert(0);
         let v = *c;
         *c += 1;
         v
+    }
+    /// The counter of sends to (receives from) `peer` in `0..nranks`, once `nranks` is
+    /// known; continuing from what the map counted before.
+    #[inline]
+    fn p2p_counter(&self, send: bool, peer: i32) -> Option<&AtomicU64> {
+        let n = self.nranks()?;
+        if !(0..n).contains(&peer) || n > MAX_COUNTED_RANKS {
+            return None;
+        }
+        let counters = self.p2p.get_or_init(|| {
+            let m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
+            (0..2 * n as usize)
+                .map(|i| {
+                    let key = (i % 2 == 0, (i / 2) as i32);
+                    AtomicU64::new(m.get(&key).copied().unwrap_or(0))
+                })
+                .collect()
+        });
+        counters.get(2 * peer as usize + usize::from(!send))
     }
     pub fn next_split_index(&self) -> u64 {
         self.split_index.fetch_add(1, Ordering::Relaxed)
@@ -203,6 +237,19 @@ mod tests {
         assert_eq!(c.next_p2p_seq(true, 2), 0);
         c.fill(None, None, Some(3));
         assert_eq!(c.device(), Some(3));
+        // Counted before nranks was known, then per peer: one sequence throughout.
+        let late = CommState::new(Some(2), Some(0), None, None);
+        assert_eq!(late.next_p2p_seq(true, 1), 0);
+        assert_eq!(late.next_p2p_seq(false, 3), 0);
+        late.fill(None, Some(4), None);
+        assert_eq!(late.peek_p2p_seq(true, 1), 1);
+        assert_eq!(late.next_p2p_seq(true, 1), 1);
+        assert_eq!(late.next_p2p_seq(false, 3), 1);
+        assert_eq!(late.next_p2p_seq(false, 1), 0);
+        // A peer NCCL will refuse keeps its own count.
+        assert_eq!(late.next_p2p_seq(true, 9), 0);
+        assert_eq!(late.next_p2p_seq(true, -1), 0);
+        assert_eq!(late.peek_p2p_seq(true, 9), 1);
         c.fill(Some(5), None, Some(4));
         assert_eq!((c.rank(), c.device()), (Some(0), Some(3)));
     }
