@@ -489,12 +489,16 @@ fn group_stream() -> Option<Result<u64, Timing>> {
 /// its ops will take (so that the rank of each op's peer, whose group holds the same
 /// op, selects it too).
 fn pick_op(kind: OpKind, a: &OpArgs, st: Option<&CommState>, op_id: u64, launching: bool) -> timing::Pick {
-    let (level, ahead) = if launching {
-        (timing::level(), 0)
-    } else {
-        (group_level(), pending_ahead(kind, a.comm, a.peer))
+    let level = if launching { timing::level() } else { group_level() };
+    // Level 0 selects every op: no key to compute.
+    let selected = level == 0 || {
+        let ahead = if launching {
+            0
+        } else {
+            pending_ahead(kind, a.comm, a.peer)
+        };
+        budget::selected(op_key(kind, st, a.peer, op_id, ahead), level)
     };
-    let selected = budget::selected(op_key(kind, st, a.peer, op_id, ahead), level);
     timing::Pick {
         level,
         selected,
