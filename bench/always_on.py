@@ -16,11 +16,11 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   allows a rank to send to itself;
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
-With --ab (zcta's configurations), every repetition also measures each loop with
-recording paused (`zcta_set_recording(0)`: the shim forwards, NCCL generates no
-profiler events) right before or after the recording one, alternating: the ratio of
-the two, per repetition, is an in-process A/B that the spread between processes
-does not blur. Writes DIR/<config>-<round>.json.
+With --ab (zcta's configurations), every repetition measures each loop in
+--ab-blocks (10) blocks with recording on and as many with it paused
+(`zcta_set_recording(0)`: the shim forwards, NCCL generates no profiler events),
+interleaved: the ratio of the two, per repetition, is an in-process A/B that the
+spread between processes, and drifts within one, do not blur. Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -50,12 +50,13 @@ MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us
 ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True,
                 choices=["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
-                         "all", "tiny"])
+                         "all", "tiny", "events0"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=7)
 ap.add_argument("--measures", default=",".join(MEASURES))
 ap.add_argument("--ab", action="store_true")
+ap.add_argument("--ab-blocks", type=int, default=10)
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -171,10 +172,17 @@ with prof:
             if set_recording is None:
                 res[m].append(per_item(fn, k) * scale)
                 continue
-            for on in ((False, True) if rep % 2 == 0 else (True, False)):
-                set_recording(int(on))
-                (res if on else paused)[m].append(per_item(fn, k) * scale)
+            # Interleaved in blocks (paused, recording, recording, paused, ...), so that
+            # a drift of the machine's speed within the repetition falls on both.
+            sums = {True: 0.0, False: 0.0}
+            blocks = max(min(args.ab_blocks, k // 2), 1)
+            for b in range(blocks):
+                for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
+                    set_recording(int(on))
+                    sums[on] += per_item(fn, k // blocks)
             set_recording(1)
+            res[m].append(sums[True] / blocks * scale)
+            paused[m].append(sums[False] / blocks * scale)
 me.destroy()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)

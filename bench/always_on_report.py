@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 
-CONFIGS = ["plain", "default", "deep", "all", "tiny", "off", "nomask", "noplugin", "disabled", "profiler"]
+CONFIGS = ["plain", "default", "deep", "all", "tiny", "events0", "off", "nomask", "noplugin", "disabled", "profiler"]
 
 
 def load(d, key="median"):
