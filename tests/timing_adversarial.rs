@@ -489,6 +489,27 @@ fn a_burst_after_a_quiet_stretch_pays_as_it_goes() {
 }
 
 #[test]
+fn a_slow_driver_costs_the_budget_too() {
+    // 300 ops 1 ms apart; each of the writer's event queries takes 300 µs under the
+    // driver's lock, so a timed op costs it about a millisecond there: a 1 % budget
+    // pays for a few of them, not for the hot path's few µs alone (every op).
+    let run = Run::new("adv-slow-driver");
+    let (_, stats) = run_driver(
+        &run,
+        &["threads", "1", "300"],
+        &[("HOST_ITER_GAP_MS", "1"), ("FAKE_CUDA_QUERY_NS", "300000")],
+        Duration::from_secs(30),
+    );
+    let (_, _, t) = counts_agree(&run);
+    let timed = t.n("timed");
+    assert!(
+        (1..=40).contains(&timed),
+        "{timed} of 300 timed: {:?} {stats:?}",
+        t.by_timing
+    );
+}
+
+#[test]
 fn budget_edge_values() {
     // 100 %: the cost model counts each record's stream time as if on the critical
     // path, so a tight loop of ops can cost more than its wall time: some may still be

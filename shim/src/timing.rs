@@ -349,18 +349,18 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     }
     let now = now_ns();
     let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
-    let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
-    over_budget(spent, cost, now);
+    charge(spent, now);
     Timing::Timed(b.level)
 }
 
-/// Charges what timing an op cost (`spent`, of which `cost` since the level last
-/// changed) to the budget's rate limiter, and raises the level at once when it is
-/// over: by as many levels as bring the cost since the last change under the budget
-/// (the writer lowers it again, one level every [`BUDGET_EVERY_NS`], when the cost
-/// allows).
+/// Charges what timing cost (`spent` ns, by the hot path for an op or by the writer
+/// for the ops it polled) to the budget's rate limiter, and raises the level at once
+/// when it is over: by as many levels as bring the cost since the last change under
+/// the budget (the writer lowers it again, one level every [`BUDGET_EVERY_NS`], when
+/// the cost allows).
 #[inline]
-fn over_budget(spent: u64, cost: u64, now: i64) {
+fn charge(spent: u64, now: i64) {
+    let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
     let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
     let mut paid_by = PAID_BY_NS.load(Ordering::Relaxed);
     let over = loop {
@@ -570,7 +570,15 @@ impl Timer {
                 }
             }
         }
-        self.resolve(now, out);
+        // What asking the timed ops' events cost this thread in driver calls counts
+        // in the budget: the driver's locks are the program's launches' too (the pool's
+        // events, made once and reused, do not).
+        if !self.pending.is_empty() {
+            let t0 = now_ns();
+            self.resolve(now, out);
+            let t1 = now_ns();
+            charge((t1 - t0).max(0) as u64, t1);
+        }
         self.budget(now);
     }
 
