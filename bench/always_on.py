@@ -20,7 +20,9 @@ With --ab (zcta's configurations), every repetition measures each loop in
 --ab-blocks (10) blocks with recording on and as many with it paused
 (`zcta_set_recording(0)`: the shim forwards, NCCL generates no profiler events),
 interleaved: the ratio of the two, per repetition, is an in-process A/B that the
-spread between processes, and drifts within one, do not blur. Writes DIR/<config>-<round>.json.
+spread between processes, and drifts within one, do not blur; and the ratio of the
+fastest block of each side, for loops whose speed jumps between two modes (the
+all_to_all loops on one H200). Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -165,6 +167,8 @@ if set_recording is not None:
     set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
 res = {m: [] for m in wanted}
 paused = {m: [] for m in wanted}
+# The fastest block of each side (A/B), for loops whose speed jumps between modes.
+fastest = {True: {}, False: {}}
 with prof:
     for rep in range(args.reps):
         for m in wanted:
@@ -179,7 +183,9 @@ with prof:
             for b in range(blocks):
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
                     set_recording(int(on))
-                    sums[on] += per_item(fn, k // blocks)
+                    t = per_item(fn, k // blocks)
+                    sums[on] += t
+                    fastest[on][m] = min(fastest[on].get(m, t), t)
             set_recording(1)
             res[m].append(sums[True] / blocks * scale)
             paused[m].append(sums[False] / blocks * scale)
@@ -190,7 +196,8 @@ out.mkdir(parents=True, exist_ok=True)
     json.dumps({"config": args.config, "round": args.round, "reps": res,
                 "median": {m: statistics.median(v) for m, v in res.items()},
                 **({"paused": paused,
-                    "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted}}
+                    "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
+                    "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted}}
                    if set_recording is not None else {})}))
 print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
 dist.destroy_process_group()

@@ -1,6 +1,7 @@
-"""The table of bench/always_on.sh: per measure and configuration the median over
-rounds, and the ratio to plain paired by round (median [min, max] over rounds); then,
-for zcta's runs, how many ops were timed and at which budget level.
+"""The tables of bench/always_on.sh: for zcta's runs how many ops were timed and at
+which budget level; the in-process A/B (median ratio, and ratio of the fastest
+blocks); per measure and configuration the median over rounds, and the ratio to
+plain paired by round (median [min, max] over rounds).
 
     python3 bench/always_on_report.py JSON_DIR [RUNS_DIR]
 """
@@ -23,15 +24,16 @@ def load(d, key="median"):
     return runs
 
 
-def ab_table(d):
+def ab_table(d, key="ab", title="in-process A/B (recording / paused, same process)"):
     """In-process A/B: per measure and configuration, the median over rounds of each
-    process's median ratio recording / paused, [min, max] over rounds."""
-    ab = load(d, "ab")
+    process's median ratio recording / paused (`key` ab), or of the ratio of its
+    fastest blocks (ab_fastest), [min, max] over rounds."""
+    ab = load(d, key)
     if not ab:
         return ""
     configs = [c for c in CONFIGS if c in ab]
     measures = sorted({m for c in ab.values() for r in c.values() for m in r})
-    lines = ["in-process A/B (recording / paused, same process)",
+    lines = [title,
              "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     for m in measures:
         cells = []
@@ -94,4 +96,5 @@ if __name__ == "__main__":
     if len(sys.argv) > 2:
         print(timing(sys.argv[2]))
     print(ab_table(sys.argv[1]))
+    print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
     print(table(runs))
