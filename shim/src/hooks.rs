@@ -8,7 +8,7 @@
 //! (outside any `catch_unwind`), take the time, build and enqueue the record inside
 //! [`protect`], and return the real result unchanged.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,60 +24,93 @@ use crate::gpu;
 use crate::state::{self, protect};
 use crate::timing;
 
-thread_local! {
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+/// What the hooks keep per thread, in one thread-local: in a shared library every
+/// thread-local access is a call (`__tls_get_addr`), so a hook looks this up once and
+/// passes it on ([`with_hot`]).
+struct Hot {
+    depth: Cell<u32>,
     /// (nesting depth, id of the outermost open group, ops recorded in it)
-    static GROUP: Cell<(u32, u64, u32)> = const { Cell::new((0, 0, 0)) };
+    group: Cell<(u32, u64, u32)>,
+    /// op_id of the interposed call running on this thread (0: none). NCCL's profiler
+    /// plugin starts its CollApi/P2pApi events synchronously inside that call, which
+    /// is how the plugin's view is joined to ours.
+    current_op: Cell<u64>,
+    /// comm_id of the communicator an interposed creating call is making (0: none),
+    /// for the plugin's `init`, which NCCL calls inside it when it runs on this thread.
+    current_init: Cell<u64>,
+    /// What NCCL's CollApi/P2pApi events said during the interposed op running on this
+    /// thread: 0 none arrived, 1 not graph-captured, 2 captured into a CUDA graph.
+    api_event: Cell<u8>,
+    /// What NCCL's profiler events said during the launching call running on this
+    /// thread: its KernelLaunch's start, and the engine its Coll/P2p/CeColl plans named.
+    launch_note: Cell<(Option<i64>, PlanEngine)>,
+    /// The budget's level when the open outermost group's first op was issued.
+    group_level: Cell<Option<u8>>,
+    /// The ops of the open group, waiting for its end.
+    pending: RefCell<Vec<Pending>>,
+}
+
+thread_local! {
+    static HOT: Hot = const {
+        Hot {
+            depth: Cell::new(0),
+            group: Cell::new((0, 0, 0)),
+            current_op: Cell::new(0),
+            current_init: Cell::new(0),
+            api_event: Cell::new(0),
+            launch_note: Cell::new((None, PlanEngine::Unknown)),
+            group_level: Cell::new(None),
+            pending: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+/// Runs `body` with this thread's [`Hot`]; while the thread is exiting (its
+/// thread-locals gone) calls `real` alone: the call is forwarded, not recorded.
+#[inline(always)]
+fn with_hot<F: FnOnce() -> i32>(real: F, body: impl FnOnce(&Hot, F) -> i32) -> i32 {
+    let mut real = Some(real);
+    let mut rc = None;
+    let _ = HOT.try_with(|h| {
+        if let Some(r) = real.take() {
+            rc = Some(body(h, r));
+        }
+    });
+    match (rc, real) {
+        (Some(rc), _) => rc,
+        (None, Some(r)) => r(),
+        // Not reached: `real` is taken only to run `body`, which sets `rc`.
+        (None, None) => nccl::NCCL_INTERNAL_ERROR,
+    }
 }
 
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
 static NEXT_OP: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    /// op_id of the interposed call running on this thread (0: none). NCCL's profiler
-    /// plugin starts its CollApi/P2pApi events synchronously inside that call, which
-    /// is how the plugin's view is joined to ours.
-    static CURRENT_OP: Cell<u64> = const { Cell::new(0) };
-    /// comm_id of the communicator an interposed creating call is making (0: none),
-    /// for the plugin's `init`, which NCCL calls inside it when it runs on this thread.
-    static CURRENT_INIT: Cell<u64> = const { Cell::new(0) };
-    /// What NCCL's CollApi/P2pApi events said during the interposed op running on this
-    /// thread: 0 none arrived, 1 not graph-captured, 2 captured into a CUDA graph.
-    static API_EVENT: Cell<u8> = const { Cell::new(0) };
-}
-
-thread_local! {
-    /// What NCCL's profiler events said during the launching call running on this
-    /// thread: its KernelLaunch's start, and the engine its Coll/P2p/CeColl plans named.
-    static LAUNCH_NOTE: Cell<(Option<i64>, PlanEngine)> = const { Cell::new((None, PlanEngine::Unknown)) };
-}
-
 /// NCCL started launching the work of the call running on this thread (KernelLaunch).
 pub fn note_kernel_launch() {
-    let _ = LAUNCH_NOTE.try_with(|c| {
-        let (l, k) = c.get();
-        c.set((l.or_else(|| Some(now_ns())), k));
+    let _ = HOT.try_with(|h| {
+        let (l, k) = h.launch_note.get();
+        h.launch_note.set((l.or_else(|| Some(now_ns())), k));
     });
 }
 
 /// NCCL planned work (a Coll, P2p or CeColl event) during the call running on this
 /// thread, to run on `engine`; of several plans the strongest wins ([`PlanEngine`]).
 pub fn note_nccl_plan(engine: PlanEngine) {
-    let _ = LAUNCH_NOTE.try_with(|c| {
-        let (l, e) = c.get();
-        c.set((l, e.max(engine)));
+    let _ = HOT.try_with(|h| {
+        let (l, e) = h.launch_note.get();
+        h.launch_note.set((l, e.max(engine)));
     });
 }
 
-fn reset_launch_note() {
-    let _ = LAUNCH_NOTE.try_with(|c| c.set((None, PlanEngine::Unknown)));
+fn reset_launch_note(h: &Hot) {
+    h.launch_note.set((None, PlanEngine::Unknown));
 }
 
 /// What a launching call measured of its GPU side: `timing`, and the launch note.
-fn take_op_timing(timing: Timing) -> OpTiming {
-    let (launch_ns, nccl_engine) = LAUNCH_NOTE
-        .try_with(|c| c.replace((None, PlanEngine::Unknown)))
-        .unwrap_or_default();
+fn take_op_timing(h: &Hot, timing: Timing) -> OpTiming {
+    let (launch_ns, nccl_engine) = h.launch_note.replace((None, PlanEngine::Unknown));
     OpTiming {
         timing,
         launch_ns,
@@ -107,13 +140,13 @@ fn op_key(kind: OpKind, st: Option<&CommState>, peer: Option<i32>, op_id: u64, s
 /// NCCL started a CollApi/P2pApi event inside the interposed op on this thread
 /// (`captured`: its `graphCaptured`).
 pub fn note_api_event(captured: bool) {
-    let _ = API_EVENT.try_with(|c| c.set(if captured { 2 } else { 1 }));
+    let _ = HOT.try_with(|h| h.api_event.set(if captured { 2 } else { 1 }));
 }
 
 /// Whether the op that just returned on this thread was captured into a CUDA graph,
 /// as NCCL's API events said (`None`: none arrived); clears it for the next op.
-fn take_graph_captured() -> Option<bool> {
-    match API_EVENT.try_with(|c| c.replace(0)).unwrap_or(0) {
+fn take_graph_captured(h: &Hot) -> Option<bool> {
+    match h.api_event.replace(0) {
         0 => None,
         v => Some(v == 2),
     }
@@ -121,22 +154,22 @@ fn take_graph_captured() -> Option<bool> {
 
 /// op_id of the interposed op running on this thread, if any.
 pub fn current_op() -> Option<u64> {
-    CURRENT_OP.try_with(Cell::get).ok().filter(|&v| v != 0)
+    HOT.try_with(|h| h.current_op.get()).ok().filter(|&v| v != 0)
 }
 
 /// comm_id being created by an interposed call on this thread, if any.
 pub fn current_init() -> Option<u64> {
-    CURRENT_INIT.try_with(Cell::get).ok().filter(|&v| v != 0)
+    HOT.try_with(|h| h.current_init.get()).ok().filter(|&v| v != 0)
 }
 static NEXT_LOCAL_COMM: AtomicU64 = AtomicU64::new(0);
 
 /// Marks "inside an interposed call" on this thread; NCCL calling its own exported
 /// API from inside a call then reaches the real function without a second record.
-struct Guard;
+struct Guard<'a>(&'a Hot);
 
-impl Drop for Guard {
+impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        self.0.depth.set(self.0.depth.get().saturating_sub(1));
     }
 }
 
@@ -146,15 +179,10 @@ impl Drop for Guard {
 /// on — communicators and registrations (with their rows), group nesting, and each
 /// communicator's sequence numbers — and writes no rows of data-moving calls or groups.
 #[inline]
-fn enter() -> Option<(Guard, bool)> {
-    let outer = DEPTH
-        .try_with(|d| {
-            let v = d.get();
-            d.set(v + 1);
-            v == 0
-        })
-        .ok()?;
-    let g = Guard;
+fn enter(h: &Hot) -> Option<(Guard<'_>, bool)> {
+    let outer = h.depth.get() == 0;
+    h.depth.set(h.depth.get() + 1);
+    let g = Guard(h);
     (outer && state::recorder().is_some()).then(|| (g, crate::control::rows_wanted()))
 }
 
@@ -163,23 +191,16 @@ fn tid() -> i32 {
     ffi::sys::gettid()
 }
 
-fn current_group() -> Option<u64> {
-    GROUP
-        .try_with(|g| {
-            let (depth, id, _) = g.get();
-            (depth > 0).then_some(id)
-        })
-        .ok()
-        .flatten()
+fn current_group(h: &Hot) -> Option<u64> {
+    let (depth, id, _) = h.group.get();
+    (depth > 0).then_some(id)
 }
 
-fn count_group_op() {
-    let _ = GROUP.try_with(|g| {
-        let (d, id, n) = g.get();
-        if d > 0 {
-            g.set((d, id, n.saturating_add(1)));
-        }
-    });
+fn count_group_op(h: &Hot) {
+    let (d, id, n) = h.group.get();
+    if d > 0 {
+        h.group.set((d, id, n.saturating_add(1)));
+    }
 }
 
 /// Arguments of a data-moving call.
@@ -200,8 +221,8 @@ pub struct OpArgs {
 /// when the call returned ncclSuccess outside any group. Inside a group (and for a
 /// non-blocking communicator) NCCL defers initialisation: the queries would return
 /// zeros, or print warnings and overwrite what `ncclGetLastError` reports.
-fn may_query(rc: i32) -> bool {
-    rc == nccl::NCCL_SUCCESS && current_group().is_none()
+fn may_query(h: &Hot, rc: i32) -> bool {
+    rc == nccl::NCCL_SUCCESS && current_group(h).is_none()
 }
 
 /// Looks up a communicator, learning it lazily when it was created in a way we could
@@ -252,10 +273,6 @@ struct Pending {
     selected: bool,
 }
 
-thread_local! {
-    static PENDING: std::cell::RefCell<Vec<Pending>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// The sequence number of an accepted op on its communicator (taking it).
 fn next_seq(op: OpKind, peer: Option<i32>, comm: &CommState) -> u64 {
     match (op, peer) {
@@ -268,12 +285,12 @@ fn next_seq(op: OpKind, peer: Option<i32>, comm: &CommState) -> u64 {
 /// A data-moving call while recording is paused: no row, but it takes its sequence
 /// numbers (at its group's end when grouped), so `seq` stays the op's index on the
 /// communicator and agrees across ranks that paused at different ops.
-fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
-    let Some(st) = comm_state(a.comm, may_query(rc)) else {
+fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
+    let Some(st) = comm_state(a.comm, may_query(h, rc)) else {
         return;
     };
     st.next_call_seq();
-    file_op(kind, a.peer, Some(st), nccl::accepted(rc), None, false);
+    file_op(h, kind, a.peer, Some(st), nccl::accepted(rc), None, false);
 }
 
 /// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
@@ -281,6 +298,7 @@ fn op_paused(kind: OpKind, a: &OpArgs, rc: i32) {
 /// GroupEnd's n_ops when it has a row; otherwise it takes its sequence number now and
 /// its row is written.
 fn file_op(
+    h: &Hot,
     kind: OpKind,
     peer: Option<i32>,
     comm: Option<Arc<CommState>>,
@@ -289,9 +307,9 @@ fn file_op(
     selected: bool,
 ) {
     let comm = comm.filter(|_| ok);
-    if current_group().is_some() {
+    if current_group(h).is_some() {
         if rec.is_some() {
-            count_group_op();
+            count_group_op(h);
         }
         let pending = Pending {
             rec,
@@ -300,8 +318,11 @@ fn file_op(
             comm,
             selected,
         };
-        // Fails only while the thread is exiting: nothing to attach the op to then.
-        let _ = PENDING.try_with(|p| p.borrow_mut().push(pending));
+        // Busy only if NCCL called back into a hook that files an op from inside
+        // one (it does not): then the op is not kept.
+        if let Ok(mut p) = h.pending.try_borrow_mut() {
+            p.push(pending);
+        }
         return;
     }
     let seq = comm.map(|st| next_seq(kind, peer, &st));
@@ -314,24 +335,29 @@ fn file_op(
 /// A collective or point-to-point call.
 #[inline]
 pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
-    let Some((g, rows)) = enter() else { return real() };
+    with_hot(real, |h, real| op_in(h, kind, a, real))
+}
+
+#[inline(always)]
+fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
+    let Some((g, rows)) = enter(h) else { return real() };
     if !rows {
         let rc = real();
-        protect(|| op_paused(kind, &a, rc));
+        protect(|| op_paused(h, kind, &a, rc));
         drop(g);
         return rc;
     }
     let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
-    let _ = CURRENT_OP.try_with(|c| c.set(op_id));
+    h.current_op.set(op_id);
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id
     // and is timed instead.
-    let launching = current_group().is_none();
+    let launching = current_group(h).is_none();
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
     // The communicator, looked up once for the budget's key and the row.
     let known = comms::get(a.comm);
     let pick = if timing::on() {
-        protect(|| pick_op(kind, &a, known.as_deref(), op_id, launching))
+        protect(|| pick_op(h, kind, &a, known.as_deref(), op_id, launching))
     } else {
         None
     };
@@ -347,8 +373,8 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     let marked = launching && gpu::begin(op_id, t0);
     // What NCCL's API events say about this call only (an event that arrived outside
     // an op, e.g. while recording was being resumed, must not stick to this one).
-    let _ = API_EVENT.try_with(|c| c.set(0));
-    reset_launch_note();
+    h.api_event.set(0);
+    reset_launch_note(h);
     let rc = real();
     let t1 = now_ns();
     let timing = match begun {
@@ -357,18 +383,18 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
         None => Timing::Off,
     };
     gpu::end(marked);
-    let _ = CURRENT_OP.try_with(|c| c.set(0));
+    h.current_op.set(0);
     // NCCL's API events say it for the ops the budget selected (the only ones NCCL
     // generates events for in events mode); the timing's capture check for the rest.
-    let graph_captured = take_graph_captured().or(timing.graph_capture());
+    let graph_captured = take_graph_captured(h).or(timing.graph_capture());
     let op_timing = if launching {
-        take_op_timing(timing)
+        take_op_timing(h, timing)
     } else {
         OpTiming::default()
     };
     protect(|| {
         let ok = nccl::accepted(rc);
-        let st = comm_state_from(known, a.comm, may_query(rc));
+        let st = comm_state_from(known, a.comm, may_query(h, rc));
         let (comm_id, rank, nranks, device, call_seq) = match &st {
             Some(st) => (
                 st.comm_id,
@@ -379,7 +405,7 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             ),
             None => (None, None, None, None, None),
         };
-        let group_id = current_group();
+        let group_id = current_group(h);
         let rec = OpRecord {
             op_id,
             op: kind,
@@ -408,7 +434,15 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             graph_captured,
             timing: op_timing,
         };
-        file_op(kind, a.peer, st, ok, Some(rec), pick.is_some_and(|p| p.selected));
+        file_op(
+            h,
+            kind,
+            a.peer,
+            st,
+            ok,
+            Some(rec),
+            pick.is_some_and(|p| p.selected),
+        );
     });
     drop(g);
     rc
@@ -418,9 +452,11 @@ pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
 /// launches them, was called while recording); they take sequence numbers only when
 /// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture;
 /// `timing`: what timing its ncclGroupEnd measured, shared by its ops.
-fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
-    let mut ops = PENDING
-        .try_with(|p| std::mem::take(&mut *p.borrow_mut()))
+fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming) {
+    let mut ops = h
+        .pending
+        .try_borrow_mut()
+        .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
     for Pending {
         rec, op, peer, comm, ..
@@ -439,14 +475,12 @@ fn flush_group(ran: bool, marked: bool, rows: bool, timing: OpTiming) {
         }
     }
     // The next group reuses the list's memory (no allocation per group).
-    let _ = PENDING.try_with(|p| {
-        if let Ok(mut p) = p.try_borrow_mut()
-            && p.is_empty()
-            && p.capacity() < ops.capacity()
-        {
-            *p = ops;
-        }
-    });
+    if let Ok(mut p) = h.pending.try_borrow_mut()
+        && p.is_empty()
+        && p.capacity() < ops.capacity()
+    {
+        *p = ops;
+    }
 }
 
 fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
@@ -469,33 +503,39 @@ fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
 
 /// The one stream the ops of the open group (with rows) were issued on: `None`
 /// without such ops; `Some(Err(Streams))` when they used several.
-fn group_stream() -> Option<Result<u64, Timing>> {
-    PENDING
-        .try_with(|p| {
-            let p = p.borrow();
-            let mut streams = p.iter().filter_map(|x| x.rec.map(|r| r.stream));
-            let first = streams.next()?;
-            Some(match streams.all(|s| s == first) {
-                true => Ok(first),
-                false => Err(Timing::Streams),
-            })
-        })
-        .ok()
-        .flatten()
+fn group_stream(h: &Hot) -> Option<Result<u64, Timing>> {
+    let p = h.pending.try_borrow().ok()?;
+    let mut streams = p.iter().filter_map(|x| x.rec.map(|r| r.stream));
+    let first = streams.next()?;
+    Some(match streams.all(|s| s == first) {
+        true => Ok(first),
+        false => Err(Timing::Streams),
+    })
 }
 
 /// The budget's choice for an op about to be issued: for a launching call at the
 /// level now; inside a group at the level its first op saw, with the sequence numbers
 /// its ops will take (so that the rank of each op's peer, whose group holds the same
 /// op, selects it too).
-fn pick_op(kind: OpKind, a: &OpArgs, st: Option<&CommState>, op_id: u64, launching: bool) -> timing::Pick {
-    let level = if launching { timing::level() } else { group_level() };
+fn pick_op(
+    h: &Hot,
+    kind: OpKind,
+    a: &OpArgs,
+    st: Option<&CommState>,
+    op_id: u64,
+    launching: bool,
+) -> timing::Pick {
+    let level = if launching {
+        timing::level()
+    } else {
+        group_level(h)
+    };
     // Level 0 selects every op: no key to compute.
     let selected = level == 0 || {
         let ahead = if launching {
             0
         } else {
-            pending_ahead(kind, a.comm, a.peer)
+            pending_ahead(h, kind, a.comm, a.peer)
         };
         budget::selected(op_key(kind, st, a.peer, op_id, ahead), level)
     };
@@ -512,59 +552,38 @@ fn pick_op(kind: OpKind, a: &OpArgs, st: Option<&CommState>, op_id: u64, launchi
 
 /// Ops of the open group ahead of one about to be issued on the same counter
 /// (communicator, and peer and direction for Send/Recv).
-fn pending_ahead(kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
+fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
     let counter = |op: OpKind, comm: usize, peer: Option<i32>| match op {
         OpKind::Send | OpKind::Recv => (comm, op, peer),
         _ => (comm, OpKind::AllReduce, None),
     };
     let me = counter(kind, comm, peer);
-    PENDING
-        .try_with(|p| {
-            p.borrow()
-                .iter()
-                .filter(|x| {
-                    x.rec
-                        .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
-                })
-                .count() as u64
-        })
-        .unwrap_or(0)
-}
-
-thread_local! {
-    /// The budget's level when the open outermost group's first op was issued.
-    static GROUP_LEVEL: Cell<Option<u8>> = const { Cell::new(None) };
+    h.pending.try_borrow().map_or(0, |p| {
+        p.iter()
+            .filter(|x| {
+                x.rec
+                    .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
+            })
+            .count() as u64
+    })
 }
 
 /// The level the open group's ops are selected at: the one its first op saw.
-fn group_level() -> u8 {
-    GROUP_LEVEL
-        .try_with(|c| {
-            c.get().unwrap_or_else(|| {
-                let l = timing::level();
-                c.set(Some(l));
-                l
-            })
-        })
-        .unwrap_or_else(|_| timing::level())
+fn group_level(h: &Hot) -> u8 {
+    h.group_level.get().unwrap_or_else(|| {
+        let l = timing::level();
+        h.group_level.set(Some(l));
+        l
+    })
 }
 
 /// The open group's choice at its end: selected when any of its ops was; what NCCL's
 /// events for those ops cost goes to the budget with the group's events.
-fn group_pick() -> timing::Pick {
-    let level = GROUP_LEVEL
-        .try_with(|c| c.replace(None))
-        .ok()
-        .flatten()
-        .unwrap_or_else(timing::level);
-    let n = PENDING
-        .try_with(|p| {
-            p.borrow()
-                .iter()
-                .filter(|x| x.rec.is_some() && x.selected)
-                .count() as u64
-        })
-        .unwrap_or(0);
+fn group_pick(h: &Hot) -> timing::Pick {
+    let level = h.group_level.replace(None).unwrap_or_else(timing::level);
+    let n = h.pending.try_borrow().map_or(0, |p| {
+        p.iter().filter(|x| x.rec.is_some() && x.selected).count() as u64
+    });
     timing::Pick {
         level,
         selected: n > 0,
@@ -574,29 +593,27 @@ fn group_pick() -> timing::Pick {
 
 /// `ncclGroupStart`.
 pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
-    let Some((g, rows)) = enter() else { return real() };
+    with_hot(real, group_start_in)
+}
+
+fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
+    let Some((g, rows)) = enter(h) else { return real() };
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
     protect(|| {
-        let id = GROUP
-            .try_with(|gr| {
-                let (d, id, n) = gr.get();
-                if rc != nccl::NCCL_SUCCESS {
-                    return (d > 0).then_some(id);
-                }
-                if d == 0 {
-                    let _ = GROUP_LEVEL.try_with(|c| c.set(None));
-                    let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
-                    gr.set((1, id, 0));
-                    Some(id)
-                } else {
-                    gr.set((d + 1, id, n));
-                    Some(id)
-                }
-            })
-            .ok()
-            .flatten();
+        let (d, id, n) = h.group.get();
+        let id = if rc != nccl::NCCL_SUCCESS {
+            (d > 0).then_some(id)
+        } else if d == 0 {
+            h.group_level.set(None);
+            let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
+            h.group.set((1, id, 0));
+            Some(id)
+        } else {
+            h.group.set((d + 1, id, n));
+            Some(id)
+        };
         if rows {
             let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
             r.group_id = id;
@@ -609,30 +626,31 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
 
 /// `ncclGroupEnd` and `ncclGroupSimulateEnd` (both close the innermost group).
 pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
-    let Some((g, rows)) = enter() else { return real() };
+    with_hot(real, |h, real| group_end_in(h, kind, real))
+}
+
+fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
+    let Some((g, rows)) = enter(h) else { return real() };
     // The outermost ncclGroupEnd launches the group's work: tag it with the group.
-    let outermost = GROUP
-        .try_with(|gr| {
-            let (d, id, _) = gr.get();
-            (d == 1).then_some(id)
-        })
-        .ok()
-        .flatten();
+    let outermost = {
+        let (d, id, _) = h.group.get();
+        (d == 1).then_some(id)
+    };
     // ncclGroupSimulateEnd launches nothing: nothing to time.
     let begun = match (rows, outermost) {
         (true, Some(_)) if kind == CallKind::GroupEnd && timing::on() => protect(|| {
-            let pick = group_pick();
+            let pick = group_pick(h);
             // NCCL reads the live mask, not its tasks' copies, for the events it starts
             // at the launch (v6's copy-engine events): they follow the group's choice.
             ffi::plugin::follow_op(pick.selected);
-            group_stream().map(|s| s.and_then(|s| timing::begin(s, pick)))
+            group_stream(h).map(|s| s.and_then(|s| timing::begin(s, pick)))
         })
         .unwrap_or(Some(Err(Timing::Error))),
         _ => None,
     };
     let t0 = now_ns();
     let marked = rows && outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
-    reset_launch_note();
+    reset_launch_note(h);
     let rc = real();
     let t1 = now_ns();
     let timing = match (begun, outermost) {
@@ -643,27 +661,24 @@ pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         (Some(Err(why)), _) => why,
         (None, _) => Timing::Off,
     };
-    let group_timing = take_op_timing(timing);
+    let group_timing = take_op_timing(h, timing);
     gpu::end(marked);
     protect(|| {
-        let (id, n_ops) = GROUP
-            .try_with(|gr| {
-                let (d, id, n) = gr.get();
-                match d {
-                    0 => (None, None),
-                    1 => {
-                        gr.set((0, 0, 0));
-                        (Some(id), Some(n))
-                    }
-                    _ => {
-                        gr.set((d - 1, id, n));
-                        (Some(id), None)
-                    }
-                }
-            })
-            .unwrap_or((None, None));
+        let (d, id, n) = h.group.get();
+        let (id, n_ops) = match d {
+            0 => (None, None),
+            1 => {
+                h.group.set((0, 0, 0));
+                (Some(id), Some(n))
+            }
+            _ => {
+                h.group.set((d - 1, id, n));
+                (Some(id), None)
+            }
+        };
         if n_ops.is_some() {
             flush_group(
+                h,
                 kind == CallKind::GroupEnd && nccl::accepted(rc),
                 marked,
                 rows,
@@ -721,9 +736,18 @@ pub fn comm_init(
     real: impl FnOnce() -> i32,
     created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
 ) -> i32 {
+    with_hot(real, |h, real| comm_init_in(h, a, real, created))
+}
+
+fn comm_init_in(
+    h: &Hot,
+    a: InitArgs,
+    real: impl FnOnce() -> i32,
+    created: impl FnOnce() -> Vec<(usize, Option<i32>)>,
+) -> i32 {
     // Recorded while paused too: later ops refer to the communicator. GPU capture
     // starts with the first one either way (a pause holds once it starts).
-    let Some((g, _)) = enter() else { return real() };
+    let Some((g, _)) = enter(h) else { return real() };
     if let Some(r) = state::recorder() {
         let on = r.cupti_off;
         protect(|| gpu::start(on));
@@ -755,11 +779,11 @@ pub fn comm_init(
         IdRule::All => (Some(local_comm_id()), None),
     });
     let init_id = pre.and_then(|p| p.0).unwrap_or(0);
-    let _ = CURRENT_INIT.try_with(|c| c.set(init_id));
+    h.current_init.set(init_id);
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
-    let _ = CURRENT_INIT.try_with(|c| c.set(0));
+    h.current_init.set(0);
     // After the call: creating the communicator initialised CUDA, so the driver is
     // mapped by now even in a program that had not used CUDA before.
     if let Some(r) = state::recorder() {
@@ -773,7 +797,7 @@ pub fn comm_init(
         let version = ffi::real::library_info().version;
         let mut first_ptr = None;
         let many = made.len() > 1;
-        let query = may_query(rc);
+        let query = may_query(h, rc);
         for (i, (ptr, dev_hint)) in made.iter().copied().enumerate() {
             if ptr == 0 {
                 continue;
@@ -819,7 +843,7 @@ pub fn comm_init(
         let mut r = call_record(a.kind, t0, t1, rc);
         r.comm_id = if first_ptr.is_some() { comm_id } else { None };
         r.comm_ptr = first_ptr.map(|p| p as u64);
-        r.group_id = current_group();
+        r.group_id = current_group(h);
         match a.rule {
             IdRule::Split { color, .. } => r.flags = Some(color),
             IdRule::Shrink { flags, .. } => r.flags = Some(flags),
@@ -865,8 +889,12 @@ fn local_comm_id() -> u64 {
 
 /// `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`.
 pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
+    with_hot(real, |h, real| comm_end_in(h, kind, comm, real))
+}
+
+fn comm_end_in(h: &Hot, kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
     // Recorded while paused too, like the creation.
-    let Some((g, _)) = enter() else { return real() };
+    let Some((g, _)) = enter(h) else { return real() };
     let st = protect(|| comms::get(comm)).flatten();
     let t0 = now_ns();
     let rc = real();
@@ -881,7 +909,7 @@ pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 
         let mut r = call_record(kind, t0, t1, rc);
         r.comm_id = st.and_then(|s| s.comm_id);
         r.comm_ptr = Some(comm as u64);
-        r.group_id = current_group();
+        r.group_id = current_group(h);
         state::emit(Event::Call(r));
     });
     drop(g);
@@ -901,9 +929,18 @@ pub struct RegArgs {
 
 /// `ncclCommRegister` & co. `handle_out` reads the handle written by a registration.
 pub fn registration(a: RegArgs, real: impl FnOnce() -> i32, handle_out: impl FnOnce() -> Option<u64>) -> i32 {
+    with_hot(real, |h, real| registration_in(h, a, real, handle_out))
+}
+
+fn registration_in(
+    h: &Hot,
+    a: RegArgs,
+    real: impl FnOnce() -> i32,
+    handle_out: impl FnOnce() -> Option<u64>,
+) -> i32 {
     // Recorded while paused too: how the communicator's buffers are set up decides
     // the data paths of later ops.
-    let Some((g, _)) = enter() else { return real() };
+    let Some((g, _)) = enter(h) else { return real() };
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
@@ -920,7 +957,7 @@ pub fn registration(a: RegArgs, real: impl FnOnce() -> i32, handle_out: impl FnO
         } else {
             a.handle
         };
-        r.group_id = current_group();
+        r.group_id = current_group(h);
         state::emit(Event::Call(r));
     });
     drop(g);
