@@ -64,7 +64,7 @@ type Samples =
 fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     let mut out: Samples = BTreeMap::new();
     let mut rng = Rng(0xD1FF);
-    super::scan(run, |o, p, _| {
+    super::scan_ops(run, |o, p, _| {
         if o.result != 0 {
             return;
         }

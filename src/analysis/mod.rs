@@ -128,7 +128,7 @@ pub struct Window {
 /// GPU spans of proxy-thread copies by (host, pid, op_id or group id | 1<<63).
 pub type ProxyCopies = HashMap<(usize, i32, u64), Vec<(i64, i64)>>;
 
-/// The small tables of a run (everything but `ops`, which is streamed by [`scan`]).
+/// The small tables of a run (everything but `ops`, which is streamed by [`scan_ops`]).
 #[derive(Debug, Default)]
 pub struct Run {
     pub dir: PathBuf,
@@ -428,7 +428,7 @@ const CLOCK_ROWS: u64 = 4_000_000;
 /// with its phases (see docs/phases.md). Memory stays bounded by the operations in
 /// flight across ranks, not by the run's size (two passes when several hosts need
 /// their clocks aligned). Files that cannot be read are added to `run.skipped`.
-pub fn scan(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
+pub fn scan_ops(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
     let listing = reader::list_files(&run.dir, "ops")?;
     run.pending_logs += listing.logs.len();
     run.skipped.extend(listing.skipped);
@@ -663,7 +663,7 @@ pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
     let mut err = None;
     let mut host: std::sync::Arc<str> = "".into();
     let mut n = 0u64;
-    scan(run, |o, p, h| {
+    scan_ops(run, |o, p, h| {
         if err.is_some() {
             return;
         }

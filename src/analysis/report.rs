@@ -681,7 +681,7 @@ impl Builder {
 /// Scans the run and builds its report.
 pub fn build(run: &mut Run, link_peak_gbs: f64) -> Result<Report, crate::reader::ReadError> {
     let mut b = Builder::new(run, link_peak_gbs);
-    let stats = super::scan(run, |o, p, _| b.add(o, p))?;
+    let stats = super::scan_ops(run, |o, p, _| b.add(o, p))?;
     Ok(b.finish(run, &stats))
 }
 
