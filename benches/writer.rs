@@ -38,8 +38,6 @@ fn workload(n: usize) -> Vec<Event> {
             t += 20_000 + (x % 15_000) as i64;
             let dur = 5_000 + (x >> 20) as i64 % 4_000;
             Event::Op(OpRecord {
-                op_id: i as u64 + 1,
-                op,
                 comm_id: Some(0x1234_5678_9abc_def0),
                 comm_ptr: 0x5555_0000_1000,
                 rank: Some(3),
@@ -50,7 +48,6 @@ fn workload(n: usize) -> Vec<Event> {
                 dtype: 7,
                 bytes: Some(sizes[(x as usize >> 3) % sizes.len()]),
                 peer: op.is_p2p().then_some(((i / 6) % 8) as i32),
-                root: None,
                 redop: (op == OpKind::AllReduce).then_some(0),
                 sendbuff: 0x7f00_0000_0000 + (i as u64 % 64) * 4096,
                 recvbuff: 0x7f10_0000_0000 + (i as u64 % 64) * 4096,
@@ -59,11 +56,10 @@ fn workload(n: usize) -> Vec<Event> {
                 group_id: op.is_p2p().then_some(i as u64 / 6),
                 api_start_ns: start,
                 api_end_ns: start + dur,
-                result: 0,
                 tid: 4242,
                 gpu_marked: true,
                 graph_captured: Some(false),
-                timing: Default::default(),
+                ..OpRecord::blank(i as u64 + 1, op)
             })
         })
         .collect()

@@ -998,8 +998,6 @@ mod tests {
 
     pub(crate) fn op(op_id: u64, group: Option<u64>) -> OpRecord {
         OpRecord {
-            op_id,
-            op: OpKind::AllReduce,
             comm_id: Some(1),
             comm_ptr: 1,
             rank: Some(0),
@@ -1009,21 +1007,13 @@ mod tests {
             count: 1,
             dtype: 7,
             bytes: Some(4),
-            peer: None,
-            root: None,
             redop: Some(0),
-            sendbuff: 0,
-            recvbuff: 0,
-            stream: 0,
             device: Some(0),
             group_id: group,
-            api_start_ns: 0,
-            api_end_ns: 0,
-            result: 0,
             tid: 1,
             gpu_marked: true,
             graph_captured: Some(false),
-            timing: Default::default(),
+            ..OpRecord::blank(op_id, OpKind::AllReduce)
         }
     }
 

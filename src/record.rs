@@ -52,6 +52,43 @@ pub struct OpRecord {
     pub timing: OpTiming,
 }
 
+impl OpRecord {
+    /// An op `op_id` of kind `op` with nothing else known: optional fields empty, the
+    /// rest zero (result ncclSuccess). Tests, benches and synthetic runs start from it
+    /// (`OpRecord { bytes: Some(4), ..OpRecord::blank(1, OpKind::AllReduce) }`); the
+    /// shim spells every field out.
+    pub fn blank(op_id: u64, op: OpKind) -> Self {
+        Self {
+            op_id,
+            op,
+            comm_id: None,
+            comm_ptr: 0,
+            rank: None,
+            nranks: None,
+            seq: None,
+            call_seq: None,
+            count: 0,
+            dtype: 0,
+            bytes: None,
+            peer: None,
+            root: None,
+            redop: None,
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            device: None,
+            group_id: None,
+            api_start_ns: 0,
+            api_end_ns: 0,
+            result: 0,
+            tid: 0,
+            gpu_marked: false,
+            graph_captured: None,
+            timing: OpTiming::default(),
+        }
+    }
+}
+
 /// Whether an op's launch was timed with CUDA events, and why not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Timing {

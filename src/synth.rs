@@ -45,8 +45,6 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                         let end = t0 + 60_000 + (size / 200) as i64;
                         let row = OpRow {
                             rec: OpRecord {
-                                op_id: k + 1,
-                                op: kinds[(k % 5) as usize],
                                 comm_id: Some(0xABC),
                                 comm_ptr: 0x1000,
                                 rank: Some(r),
@@ -56,21 +54,16 @@ pub fn write_run(dir: &Path, rows: u64, ranks: i32, hosts: i32) -> Result<(), Si
                                 count: size / 4,
                                 dtype: 7,
                                 bytes: Some(size),
-                                peer: None,
-                                root: None,
-                                redop: None,
                                 sendbuff: 0x7000_0000,
                                 recvbuff: 0x8000_0000,
                                 stream: 0x55,
                                 device: Some(r % 8),
-                                group_id: None,
                                 api_start_ns: t0 + skew,
                                 api_end_ns: t0 + skew + 8_000,
-                                result: 0,
                                 tid: pid,
                                 gpu_marked: true,
                                 graph_captured: Some(false),
-                                timing: Default::default(),
+                                ..OpRecord::blank(k + 1, kinds[(k % 5) as usize])
                             },
                             gpu: Some(OpGpu {
                                 launch_ns: Some(t0 + skew + 5_000),

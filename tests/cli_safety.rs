@@ -33,8 +33,6 @@ fn text(b: &[u8]) -> String {
 fn op_row(rank: i32, pid: i32, op_id: u64, seq: u64, t0: i64) -> OpRow {
     OpRow {
         rec: OpRecord {
-            op_id,
-            op: OpKind::AllReduce,
             comm_id: Some(0xC0),
             comm_ptr: 0x1000,
             rank: Some(rank),
@@ -44,21 +42,15 @@ fn op_row(rank: i32, pid: i32, op_id: u64, seq: u64, t0: i64) -> OpRow {
             count: 1024,
             dtype: 7,
             bytes: Some(4096),
-            peer: None,
-            root: None,
             redop: Some(0),
             sendbuff: 0x7000_0000,
             recvbuff: 0x8000_0000,
             stream: 0x55,
             device: Some(rank),
-            group_id: None,
             api_start_ns: t0,
             api_end_ns: t0 + 5_000,
-            result: 0,
             tid: pid,
-            gpu_marked: false,
-            graph_captured: None,
-            timing: Default::default(),
+            ..OpRecord::blank(op_id, OpKind::AllReduce)
         },
         gpu: None,
     }

@@ -702,8 +702,6 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
     let t = 1_000_000_000_000 + op_id as i64 * 1_000_000;
     OpRow {
         rec: OpRecord {
-            op_id,
-            op: kind,
             comm_id: Some(0xC0),
             comm_ptr: 0x1000,
             rank: Some(rank),
@@ -713,21 +711,16 @@ fn op_row(op_id: u64, kind: OpKind, rank: i32, engine: Option<Engine>) -> OpRow 
             count: 1 << 20,
             dtype: 7,
             bytes: Some(4 << 20),
-            peer: None,
-            root: None,
-            redop: None,
             sendbuff: 0x7000_0000,
             recvbuff: 0x8000_0000,
             stream: 0x55,
             device: Some(rank),
-            group_id: None,
             api_start_ns: t,
             api_end_ns: t + 5_000,
-            result: 0,
             tid: 100 + rank,
             gpu_marked: true,
             graph_captured: Some(false),
-            timing: Default::default(),
+            ..OpRecord::blank(op_id, kind)
         },
         gpu: engine.map(|e| OpGpu {
             launch_ns: Some(t + 1_000),

@@ -329,8 +329,6 @@ fn damaged_logs_never_panic() {
     let mut w: DatasetWriter<OpsTable> = DatasetWriter::new(&run_dir, "h-p42", SinkPolicy::default());
     for i in 0..300u64 {
         let r = OpRecord {
-            op_id: i + 1,
-            op: OpKind::AllReduce,
             comm_id: Some(7),
             comm_ptr: 0x1000,
             rank: Some(0),
@@ -340,21 +338,16 @@ fn damaged_logs_never_panic() {
             count: 1024,
             dtype: 7,
             bytes: Some(4096),
-            peer: None,
-            root: None,
             redop: Some(0),
             sendbuff: 0x2000,
             recvbuff: 0x3000,
-            stream: 0,
             device: Some(0),
-            group_id: None,
             api_start_ns: 1_000_000 + i as i64,
             api_end_ns: 1_000_010 + i as i64,
-            result: 0,
             tid: 42,
             gpu_marked: true,
             graph_captured: Some(false),
-            timing: Default::default(),
+            ..OpRecord::blank(i + 1, OpKind::AllReduce)
         };
         w.append(&zcta::gpu::OpRow { rec: r, gpu: None }, &ctx).unwrap();
         if i % 100 == 99 {

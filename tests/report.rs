@@ -53,8 +53,6 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
     let s = r.skew;
     OpRow {
         rec: OpRecord {
-            op_id,
-            op: kind,
             comm_id: Some(0xC0),
             comm_ptr: 0x1000,
             rank: Some(r.rank),
@@ -64,21 +62,16 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
             count: bytes / 4,
             dtype: 7,
             bytes: Some(bytes),
-            peer: None,
-            root: None,
-            redop: None,
             sendbuff: 0x7000_0000,
             recvbuff: 0x8000_0000,
             stream,
             device: Some(r.rank % 2),
-            group_id: None,
             api_start_ns: t[0] + s,
             api_end_ns: t[0] + s + 5 * US,
-            result: 0,
             tid: r.pid,
             gpu_marked: true,
             graph_captured: Some(false),
-            timing: Default::default(),
+            ..OpRecord::blank(op_id, kind)
         },
         gpu: Some(OpGpu {
             launch_ns: Some(t[1] + s),

@@ -428,7 +428,10 @@ const CLOCK_ROWS: u64 = 4_000_000;
 /// with its phases (see docs/phases.md). Memory stays bounded by the operations in
 /// flight across ranks, not by the run's size (two passes when several hosts need
 /// their clocks aligned). Files that cannot be read are added to `run.skipped`.
-pub fn scan_ops(run: &mut Run, mut visit: impl FnMut(&OpView, &Phases, &str)) -> Result<ScanStats, ReadError> {
+pub fn scan_ops(
+    run: &mut Run,
+    mut visit: impl FnMut(&OpView, &Phases, &str),
+) -> Result<ScanStats, ReadError> {
     let listing = reader::list_files(&run.dir, "ops")?;
     run.pending_logs += listing.logs.len();
     run.skipped.extend(listing.skipped);
