@@ -2447,6 +2447,9 @@ mod tests {
                 .any(|x| x.starts_with("your program must use CTA policy ZERO"))
         );
         assert_eq!(r.exit_code, 0);
+        // The probe asks only through NCCL_CTA_POLICY: it expects kernels here.
+        let pred = crate::doctor::probe::predictions(&r);
+        assert!(pred.contains(&(Family::AllGather, Path::NvlinkP2p)), "{pred:?}");
         // The variable overrides the program's per-collective policy.
         let mut f = with_nccl("2.32.3");
         set(&mut f, "NCCL_CTA_POLICY", "0");
