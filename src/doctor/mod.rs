@@ -7,6 +7,8 @@
 //! - [`env`]: NCCL's variables as NCCL itself reads them (environment, then
 //!   `NCCL_CONF_FILE` or `~/.nccl.conf`, then `/etc/nccl.conf`; `strtoll`);
 //! - [`nvml`]: the real NVML source (`nvml-wrapper`, loaded at run time);
+//! - [`nccl_rules`]: the copy-engine rules that differ between NCCL releases, one
+//!   table with each rule's versions and source line;
 //! - [`verdict`]: pure rules from facts to a [`Report`] (paths, conditions, fixes);
 //! - [`render`]: the human table and the JSON document;
 //! - [`probe`]: the probe run and its comparison with the prediction.
@@ -16,6 +18,7 @@
 
 pub mod env;
 pub mod facts;
+pub mod nccl_rules;
 pub mod nvml;
 pub mod probe;
 pub mod render;
@@ -63,8 +66,9 @@ Exit status:
      (and --probe, when given, saw what was predicted)
   2  bad arguments, or the doctor itself failed (e.g. an unreadable input file)
   3  a setting asks for a path that cannot be taken here: NCCL_CTA_POLICY=2 with a
-     machine condition of the copy engine missing (more than one node, no CUDA P2P,
-     cuMem off, NCCL < 2.28, driver < CUDA 12.5, no GPU), an NCCL_CTA_POLICY value
+     machine condition of the copy engine missing (more than one node where the NCCL
+     loaded has no copy engine across them, no CUDA P2P, cuMem off, NCCL < 2.28,
+     driver < CUDA 12.5, no GPU), an NCCL_CTA_POLICY value
      NCCL ignores, or NCCL_P2P_USE_CUDA_MEMCPY / NCCL_SHM_USE_CUDA_MEMCPY where that
      transport is not used; 3 wins over 4
   4  --probe could not run (no torch, fewer than 2 GPUs, no shim, timeout, job

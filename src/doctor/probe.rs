@@ -252,12 +252,13 @@ pub fn predictions(report: &Report) -> Vec<(Family, Path)> {
         .iter()
         .find(|p| report.visible.len() >= 2 && p.a == report.visible[0] && p.b == report.visible[1])
         .map_or(report.transport.path, |p| p.path);
-    // The probe is one node whatever --nodes says.
+    // The probe is one node whatever --nodes says, and asks for CTA policy ZERO only
+    // through NCCL_CTA_POLICY (never per collective).
     let ce = report
         .copy_engine
         .iter()
-        .filter(|c| c.key != "single_node")
-        .all(|c| c.state == State::Met || c.state == State::ProgramMust);
+        .filter(|c| c.key != "single_node" && c.key != "nodes")
+        .all(|c| c.state == State::Met || (c.state == State::ProgramMust && c.key != "cta_policy"));
     report
         .families
         .iter()

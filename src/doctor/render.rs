@@ -179,6 +179,12 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             lib_line(l, ", loaded by torch")
         );
     }
+    let _ = writeln!(
+        w,
+        "  CE rules   {}: {}",
+        r.nccl_rules.named(),
+        r.nccl_rules.checked
+    );
     if !f.cuda.is_empty() {
         let parts: Vec<String> = f
             .cuda

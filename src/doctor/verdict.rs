@@ -1,13 +1,17 @@
 //! From [`Facts`] to verdicts, with no I/O: which path each collective family takes
 //! here, which copy-engine conditions are met or missing (and who decides each: the
 //! machine or the program), which requests in the environment cannot be honoured, and
-//! the fixes. Every rule cites NCCL 2.28.9's source (tag `v2.28.9-1`); docs/doctor.md
-//! lists them.
+//! the fixes. The copy-engine rules are those of the NCCL a torch process loads: the
+//! ones that differ between releases come from the table in [`super::nccl_rules`],
+//! which cites each release's source as `tag:file:line`; a reference without a tag is
+//! to `v2.28.9-1` and holds unchanged through the newest release checked.
+//! docs/doctor.md lists them.
 
 use serde::{Deserialize, Serialize};
 
 use super::env::{self, Setting};
 use super::facts::{Facts, Gpu, Pair};
+use super::nccl_rules::{Basis, NcclRules, Rule, parse_version};
 
 /// Exit status: a setting in the environment asks for a path NCCL cannot take here.
 pub const EXIT_REQUEST_IMPOSSIBLE: u8 = 3;
@@ -165,8 +169,8 @@ pub struct Condition {
     pub state: State,
     pub evidence: String,
     pub fix: Option<String>,
-    /// Where NCCL 2.28.9's source says so, or the measurement that showed it
-    /// (docs/dev/data-paths.md).
+    /// Where NCCL's source says so (`tag:file:line`; without a tag, `v2.28.9-1`), or
+    /// the measurement that showed it (docs/dev/data-paths.md).
     pub source: String,
 }
 
@@ -242,6 +246,8 @@ pub struct Finding {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// The NCCL release whose copy-engine rules these verdicts follow, and why.
+    pub nccl_rules: NcclRules,
     /// NVML indices of the GPUs a job started here can use.
     pub visible: Vec<u32>,
     pub transport: Transport,
@@ -595,22 +601,20 @@ fn transport(f: &Facts, ev: &EnvView<'_>, visible: &[u32], findings: &mut Vec<Fi
     }
 }
 
-fn version_tuple(v: &str) -> Option<(u32, u32, u32)> {
-    let mut it = v.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
-    Some((
-        it.next()?.parse().ok()?,
-        it.next()?.parse().ok()?,
-        it.next().and_then(|p| p.parse().ok()).unwrap_or(0),
-    ))
-}
-
 fn cuda_str(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// The effective `NCCL_CTA_POLICY`: (value NCCL uses, valid, the setting).
-fn cta_policy(settings: &[Setting]) -> Option<(i64, bool, &Setting)> {
+/// The effective `NCCL_CTA_POLICY`, read as the judged NCCL reads it: (the policy,
+/// whether NCCL takes the value, the setting). A value NCCL does not take is policy 0
+/// before 2.29 (`init.cc:1785`); from 2.29 on NCCL ignores it, and the communicator's
+/// own policy (default 0) stays.
+fn cta_policy<'a>(settings: &'a [Setting], rules: &NcclRules) -> Option<(i64, bool, &'a Setting)> {
     let s = env::get(settings, "NCCL_CTA_POLICY").filter(|s| !s.value.is_empty())?;
+    if rules.has(Rule::CtaPolicyFlags) {
+        let p = cta_policy_flags(&s.value);
+        return Some((p.unwrap_or(0), p.is_some(), s));
+    }
     let t = env::strtoll(&s.value);
     let v = t.value.unwrap_or(i64::MIN);
     // init.cc:1785: outside NCCL_CTA_POLICY_DEFAULT..=NCCL_CTA_POLICY_ZERO → default.
@@ -618,8 +622,111 @@ fn cta_policy(settings: &[Setting]) -> Option<(i64, bool, &Setting)> {
     Some((if valid { v } else { 0 }, valid, s))
 }
 
+/// `getEnvCtaPolicyOnce` from 2.29 on: a leading digit 0, 1 or 2 (the rest of the value
+/// unread; another digit is ignored), else `DEFAULT`, `EFFICIENCY`, `ZERO` (any case)
+/// joined by `|`, unknown names skipped; ZERO wins over EFFICIENCY. `None`: ignored.
+fn cta_policy_flags(v: &str) -> Option<i64> {
+    let p = match v.as_bytes().first() {
+        Some(c) if c.is_ascii_digit() => match c {
+            b'0' => 0,
+            b'1' => 1,
+            b'2' => 2,
+            _ => return None,
+        },
+        _ => {
+            let mut acc = None;
+            for t in v.split('|').filter(|t| !t.is_empty()) {
+                let bit = match t.to_ascii_uppercase().as_str() {
+                    "DEFAULT" => 0,
+                    "EFFICIENCY" => 1,
+                    "ZERO" => 2,
+                    _ => continue,
+                };
+                acc = Some(acc.unwrap_or(0) | bit);
+            }
+            acc?
+        }
+    };
+    Some(if p == 3 { 2 } else { p })
+}
+
+/// The program's part of the copy-engine path, as phrases: (for "taken when your
+/// program …", for "your program must …").
+fn program_musts(rules: &NcclRules, ce: &[Condition], nodes: u32) -> (String, String) {
+    // Across nodes the hierarchical copy engine wants both buffers in windows.
+    let both = rules.has(Rule::BothWindows) || (rules.has(Rule::HierarchicalCe) && nodes > 1);
+    let mut when = vec![if both {
+        "registers both buffers as symmetric windows"
+    } else {
+        "registers the receive buffer as a symmetric window"
+    }];
+    let mut must = vec![if both {
+        "put both buffers in symmetric windows"
+    } else {
+        "put the receive buffer in a symmetric window"
+    }];
+    when.push("issues on a non-default stream");
+    must.push("use a non-default stream");
+    if ce
+        .iter()
+        .any(|c| c.key == "cta_policy" && c.state == State::ProgramMust)
+    {
+        when.push("asks for CTA policy ZERO (ncclCollConfig_t.CTAPolicy or ncclConfig_t.CTAPolicy)");
+        must.push("ask for CTA policy ZERO (per collective: ncclCollConfig_t.CTAPolicy; per communicator: ncclConfig_t.CTAPolicy)");
+    }
+    let join = |v: &[&str]| match v {
+        [.., last] if v.len() > 1 => format!("{} and {last}", v[..v.len() - 1].join(", ")),
+        _ => v.join(""),
+    };
+    (join(&when), join(&must))
+}
+
+/// Whether NCCL sends AllGather by copy engine here without CTA policy ZERO (2.29+):
+/// `Ok(threshold)` when it does, else why not (`None` when the release has no such rule).
+fn auto_ce_allgather(f: &Facts, visible: &[u32], rules: &NcclRules) -> Option<Result<i64, String>> {
+    if !rules.has(Rule::AutoCeAllGather) {
+        return None;
+    }
+    let gpus: Vec<&Gpu> = visible
+        .iter()
+        .filter_map(|i| f.gpus.iter().find(|g| g.index == *i))
+        .collect();
+    if gpus.len() < 2 {
+        return Some(Err("fewer than two GPUs".into()));
+    }
+    let cc: Vec<Option<u32>> = gpus
+        .iter()
+        .map(|g| {
+            g.compute_capability
+                .as_deref()
+                .and_then(|c| c.split('.').next()?.parse().ok())
+        })
+        .collect();
+    if cc.iter().any(Option::is_none) {
+        return Some(Err("compute capability unknown".into()));
+    }
+    if let Some(g) = gpus.iter().zip(&cc).find(|(_, c)| c.unwrap_or(0) < 10) {
+        return Some(Err(format!(
+            "GPU{} is compute capability {}, it needs sm100+",
+            g.0.index,
+            g.0.compute_capability.as_deref().unwrap_or("?")
+        )));
+    }
+    for (i, a) in gpus.iter().enumerate() {
+        for b in &gpus[i + 1..] {
+            if path_type(f, a, b, find_pair(f, a.index, b.index)).map(|(t, _)| t) != Some(PATH_NVL) {
+                return Some(Err(format!(
+                    "GPU{}-GPU{} is not NVLink, it needs NVLink between every pair",
+                    a.index, b.index
+                )));
+            }
+        }
+    }
+    Some(Ok(env::nccl_param(&f.settings, "NCCL_SYM_CE_THRESHOLD", 8 << 20)))
+}
+
 #[allow(clippy::too_many_lines)]
-fn copy_engine_conditions(f: &Facts, visible: &[u32]) -> Vec<Condition> {
+fn copy_engine_conditions(f: &Facts, visible: &[u32], rules: &NcclRules) -> Vec<Condition> {
     let mut v = Vec::new();
     let mut add =
         |key: &str, what: &str, decided_by, state, evidence: String, fix: Option<&str>, source: &str| {
@@ -655,26 +762,95 @@ fn copy_engine_conditions(f: &Facts, visible: &[u32]) -> Vec<Condition> {
         Some("run on a machine with at least two NVIDIA GPUs visible (CUDA_VISIBLE_DEVICES)"),
         "enqueue.cc:2569 (one rank: local copy)",
     );
-    // Single node.
-    let (st, ev) = if f.nodes.count <= 1 {
-        (State::Met, format!("1 node ({})", f.nodes.source))
+    // One node (to 2.29), one NVLink domain (2.30), or the hierarchical copy engine
+    // across nodes (2.30.5 on).
+    let n = f.nodes.count;
+    let nodes_ev = format!("{n} node{} ({})", if n == 1 { "" } else { "s" }, f.nodes.source);
+    if rules.has(Rule::OneNode) {
+        let st = if n <= 1 { State::Met } else { State::Missing };
+        add(
+            "single_node",
+            "single node",
+            Machine,
+            st,
+            nodes_ev,
+            Some(
+                "the copy-engine path is single-node: keep the communicator within one node (e.g. a per-node sub-group for AlltoAll)",
+            ),
+            rules.source(Rule::OneNode),
+        );
     } else {
-        (
-            State::Missing,
-            format!("{} nodes ({})", f.nodes.count, f.nodes.source),
-        )
-    };
-    add(
-        "single_node",
-        "single node",
-        Machine,
-        st,
-        ev,
-        Some(
-            "the copy-engine path is single-node: keep the communicator within one node (e.g. a per-node sub-group for AlltoAll)",
-        ),
-        "enqueue.cc:2580 (comm->nNodes == 1)",
-    );
+        let hier = rules.has(Rule::HierarchicalCe);
+        // A multi-node NVLink domain runs through NVSwitches.
+        let on_switches = visible
+            .iter()
+            .filter_map(|i| f.gpus.iter().find(|g| g.index == *i))
+            .any(|g| switch_links(f, g) > 0);
+        let rma_off = env::get(&f.settings, "NCCL_NUM_RMA_CTX").is_some()
+            && env::nccl_param(&f.settings, "NCCL_NUM_RMA_CTX", 1) == 0;
+        let (st, ev) = if n <= 1 {
+            (State::Met, nodes_ev)
+        } else if !on_switches && !driver_ok {
+            (State::Unknown, format!("{nodes_ev}; NVLink unknown without NVML"))
+        } else if !on_switches && (!hier || rma_off) {
+            (
+                State::Missing,
+                format!(
+                    "{nodes_ev}: the GPUs have no NVLink to an NVSwitch, so the nodes share no NVLink domain{}",
+                    if hier {
+                        "; NCCL_NUM_RMA_CTX=0 turns off the RMA proxy of the hierarchical copy engine (v2.30.7-1:src/ce_coll.cc:751)"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        } else if !on_switches {
+            (
+                State::Unknown,
+                format!(
+                    "{nodes_ev}: NCCL decides at init whether its hierarchical copy engine can run (GPU-initiated networking or its RMA proxy, with GPUDirect RDMA: v2.30.7-1:src/init.cc:1674-1677); zcta cannot check"
+                ),
+            )
+        } else {
+            (
+                State::Unknown,
+                format!(
+                    "{nodes_ev}: whether they form one multi-node NVLink (MNNVL) domain{} is not visible to zcta",
+                    if hier {
+                        ", or NCCL's hierarchical copy engine can run between them,"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        };
+        let src = if hier {
+            format!(
+                "{}; {}",
+                rules.source(Rule::OneLsaTeam),
+                rules.source(Rule::HierarchicalCe)
+            )
+        } else {
+            rules.source(Rule::OneLsaTeam).to_owned()
+        };
+        add(
+            "nodes",
+            if hier {
+                "one NVLink domain, or the hierarchical copy engine across nodes"
+            } else {
+                "one NVLink domain (one node or multi-node NVLink)"
+            },
+            Machine,
+            st,
+            ev,
+            Some(if hier {
+                "keep the communicator within one NVLink domain, or across nodes give NCCL a network its RMA proxy or GPU-initiated networking can use (e.g. IB/RoCE with GPUDirect RDMA; NCCL_NUM_RMA_CTX unset or ≥ 1) and both buffers in symmetric windows; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints '[Hierarchical CE]' when it is taken"
+            } else {
+                "keep the communicator within one node (or one multi-node NVLink system)"
+            }),
+            &src,
+        );
+    }
     // All CUDA P2P.
     let mut bad = Vec::new();
     let mut unknown = false;
@@ -772,7 +948,7 @@ fn copy_engine_conditions(f: &Facts, visible: &[u32]) -> Vec<Condition> {
     // NCCL version.
     let sel = f.nccl.iter().find(|l| l.selected);
     let (st, ev) = match sel.and_then(|l| Some((l, l.version.as_deref()?))) {
-        Some((l, v)) if version_tuple(v).is_some_and(|t| t >= (2, 28, 0)) => {
+        Some((l, v)) if parse_version(v).is_some_and(|t| t >= (2, 28, 0)) => {
             (State::Met, format!("{v} ({}, {})", l.origin, l.path))
         }
         Some((l, v)) => (State::Missing, format!("{v} ({}, {})", l.origin, l.path)),
@@ -830,36 +1006,123 @@ fn copy_engine_conditions(f: &Facts, visible: &[u32]) -> Vec<Condition> {
         Some("install an NVIDIA driver of branch R555 or newer (CUDA 12.5+; R580 for CUDA 13)"),
         "ce_coll.cc:82-99 (ncclCeImplemented: driverVersion >= 12050)",
     );
-    // CTA policy.
-    let (st, ev) = match cta_policy(&f.settings) {
-        Some((2, true, s)) => (State::Met, src_of(s)),
-        Some((v, true, s)) => (State::Missing, format!("{} (policy {v}, not 2)", src_of(s))),
+    // CTA policy: the environment's (overriding the communicator's config); from 2.31.2
+    // each collective can ask for its own, which only the program knows.
+    let per_coll = rules.has(Rule::PerCollectiveCtaPolicy);
+    let flags = rules.has(Rule::CtaPolicyFlags);
+    let cta_what = if per_coll {
+        "CTA policy ZERO (per collective, per communicator, or NCCL_CTA_POLICY=2)"
+    } else if flags {
+        "NCCL_CTA_POLICY=2 or ZERO (NCCL_CTA_POLICY_ZERO)"
+    } else {
+        "NCCL_CTA_POLICY=2 (NCCL_CTA_POLICY_ZERO)"
+    };
+    let program_decides = "decided by your program: ncclCollConfig_t.CTAPolicy of each nccl*Config call, else ncclConfig_t.CTAPolicy of the communicator";
+    let (who, st, ev) = match cta_policy(&f.settings, rules) {
+        Some((2, true, s)) => (Machine, State::Met, src_of(s)),
+        Some((v, true, s)) if per_coll => (
+            Machine,
+            State::Missing,
+            format!(
+                "{} (policy {v}, no ZERO): the variable overrides the program's per-communicator and per-collective CTA policy",
+                src_of(s)
+            ),
+        ),
+        Some((v, true, s)) => (
+            Machine,
+            State::Missing,
+            format!("{} (policy {v}, not 2)", src_of(s)),
+        ),
+        Some((_, false, s)) if per_coll => (
+            Program,
+            State::ProgramMust,
+            format!(
+                "{}: not a policy NCCL knows, so NCCL ignores it; {program_decides}",
+                src_of(s)
+            ),
+        ),
+        Some((_, false, s)) if flags => (
+            Machine,
+            State::Missing,
+            format!(
+                "{}: not a policy NCCL knows; NCCL ignores it and keeps the communicator's (default 0)",
+                src_of(s)
+            ),
+        ),
         Some((_, false, s)) => (
+            Machine,
             State::Missing,
             format!("{}: not a policy NCCL knows; it uses 0", src_of(s)),
         ),
-        None => (State::Missing, "NCCL_CTA_POLICY not set (policy 0)".to_owned()),
-    };
-    add(
-        "cta_policy",
-        "NCCL_CTA_POLICY=2 (NCCL_CTA_POLICY_ZERO)",
-        Machine,
-        st,
-        ev,
-        Some(
-            "export NCCL_CTA_POLICY=2 (or set ncclConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO in the program; the variable overrides the config)",
+        None if per_coll => (
+            Program,
+            State::ProgramMust,
+            format!("NCCL_CTA_POLICY not set: {program_decides}"),
         ),
-        "init.cc:1745 (env overrides config), enqueue.cc:2580",
-    );
+        None => (
+            Machine,
+            State::Missing,
+            "NCCL_CTA_POLICY not set (policy 0)".to_owned(),
+        ),
+    };
+    let cta_fix = match (per_coll, st) {
+        (true, State::ProgramMust) => {
+            "pass ncclCollConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO to the nccl*Config call of each collective (or set ncclConfig_t.CTAPolicy for the communicator), or export NCCL_CTA_POLICY=2 for every communicator of the process"
+        }
+        (true, _) => {
+            "unset NCCL_CTA_POLICY so that the program's own CTA policy counts (ncclCollConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO per collective, ncclConfig_t.CTAPolicy per communicator), or set it to 2: the variable overrides both"
+        }
+        _ if flags => {
+            "export NCCL_CTA_POLICY=2 (or ZERO; or set ncclConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO in the program; the variable overrides the config)"
+        }
+        _ => {
+            "export NCCL_CTA_POLICY=2 (or set ncclConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO in the program; the variable overrides the config)"
+        }
+    };
+    let cta_src = if per_coll {
+        rules.source(Rule::PerCollectiveCtaPolicy).to_owned()
+    } else if flags {
+        rules.source(Rule::CtaPolicyFlags).to_owned()
+    } else {
+        rules.source(Rule::CtaPolicyNumber).to_owned()
+    };
+    add("cta_policy", cta_what, who, st, ev, Some(cta_fix), &cta_src);
     // Program conditions.
+    let win_what = if rules.has(Rule::BothWindows) {
+        "both buffers in symmetric windows (NCCL_WIN_COLL_SYMMETRIC)".to_owned()
+    } else {
+        format!(
+            "the receive buffer in a symmetric window{} (NCCL_WIN_COLL_SYMMETRIC{})",
+            if rules.has(Rule::NoSysmemWindows) {
+                " of device memory"
+            } else {
+                ""
+            },
+            if rules.has(Rule::HierarchicalCe) && f.nodes.count > 1 {
+                "; both buffers across nodes"
+            } else {
+                ""
+            }
+        )
+    };
+    let mut win_src = rules
+        .source(if rules.has(Rule::BothWindows) {
+            Rule::BothWindows
+        } else {
+            Rule::RecvWindow
+        })
+        .to_owned();
+    if rules.has(Rule::NoSysmemWindows) {
+        win_src = format!("{win_src}; {}", rules.source(Rule::NoSysmemWindows));
+    }
     add(
         "symmetric_windows",
-        "both buffers in symmetric windows (NCCL_WIN_COLL_SYMMETRIC)",
+        &win_what,
         Program,
         State::ProgramMust,
         "decided by your program".into(),
         Some(TORCH_RECIPE),
-        "enqueue.cc:2575-2580 (ncclDevrFindWindow, winFlags)",
+        &win_src,
     );
     add(
         "side_stream",
@@ -881,7 +1144,8 @@ pub fn verdicts(f: &Facts) -> Report {
     let mut findings = Vec::new();
     let (visible, vis_note) = visible_gpus(f);
     let transport = transport(f, &ev, &visible, &mut findings);
-    let ce = copy_engine_conditions(f, &visible);
+    let rules = NcclRules::for_facts(f);
+    let ce = copy_engine_conditions(f, &visible, &rules);
     let machine_missing: Vec<&Condition> = ce
         .iter()
         .filter(|c| c.decided_by == Decider::Machine && c.state == State::Missing)
@@ -900,6 +1164,25 @@ pub fn verdicts(f: &Facts) -> Report {
         .iter()
         .any(|g| visible.contains(&g.index) && switch_links(f, g) > 0);
     let nvls = env::get(&f.settings, "NCCL_NVLS_ENABLE").filter(|s| !s.value.is_empty());
+    let (taken_when, _) = program_musts(&rules, &ce, f.nodes.count);
+    // AllGather by copy engine without CTA policy ZERO (2.29+): every machine condition
+    // but the CTA policy met, and large messages on sm100+ GPUs all linked by NVLink.
+    let auto_ag = auto_ce_allgather(f, &visible, &rules);
+    let only_cta_missing = machine_unknown.is_empty()
+        && machine_missing.iter().all(|c| c.key == "cta_policy")
+        && ce.iter().any(|c| c.key == "cta_policy" && c.state != State::Met);
+    let auto_threshold = match &auto_ag {
+        Some(Ok(t)) if only_cta_missing => Some(*t),
+        _ => None,
+    };
+    let auto_line = |t: i64| {
+        format!(
+            "{} sends an AllGather of more than {t} elements per rank by copy engine without CTA policy ZERO when its receive buffer is a symmetric window (NCCL_SYM_CE_THRESHOLD; sm100+ GPUs, NVLink between every pair: {})",
+            rules.named(),
+            rules.source(Rule::AutoCeAllGather)
+        )
+    };
+    let hier_across = rules.has(Rule::HierarchicalCe) && f.nodes.count > 1;
     let families = Family::ALL
         .iter()
         .map(|&fam| {
@@ -914,12 +1197,15 @@ pub fn verdicts(f: &Facts) -> Report {
                             Family::ReduceScatter => "ReduceScatter",
                             _ => "Broadcast",
                         };
-                        if f.nccl.iter().any(|l| l.selected) {
-                            format!("never: NCCL 2.28.9 has no copy-engine {name} (ce_coll.cc:82)")
-                        } else {
-                            format!(
-                                "never in the NCCL source these rules follow (2.28.9, ce_coll.cc:82: no copy-engine {name}); no libnccl found here to check"
-                            )
+                        let src = rules.source(Rule::CeCollectives);
+                        match rules.basis {
+                            Basis::Loaded | Basis::NewerThanChecked => {
+                                format!("never: {} has no copy-engine {name} ({src})", rules.named())
+                            }
+                            Basis::NoNccl | Basis::UnreadableVersion => format!(
+                                "never in the NCCL source these rules follow ({}, {src}: no copy-engine {name}); no libnccl found here to check",
+                                rules.version
+                            ),
                         }
                     },
                 )
@@ -927,7 +1213,26 @@ pub fn verdicts(f: &Facts) -> Report {
                 (
                     Path::CopyEngine,
                     Some(kernels),
-                    "taken when your program registers both buffers as symmetric windows and issues on a non-default stream".to_owned(),
+                    match auto_threshold {
+                        Some(t) if fam == Family::AllGather => format!(
+                            "taken when your program {taken_when}; more than {t} elements per rank need no CTA policy ZERO ({})",
+                            rules.source(Rule::AutoCeAllGather)
+                        ),
+                        _ => format!("taken when your program {taken_when}"),
+                    },
+                )
+            } else if fam == Family::AllGather
+                && let Some(t) = auto_threshold
+            {
+                (
+                    Path::CopyEngine,
+                    Some(kernels),
+                    format!(
+                        "taken for more than {t} elements per rank when your program registers the receive buffer as a symmetric window and issues on a non-default stream, without CTA policy ZERO ({}, {}); smaller ones need {}",
+                        rules.named(),
+                        rules.source(Rule::AutoCeAllGather),
+                        machine_missing.iter().map(|c| c.what.as_str()).collect::<Vec<_>>().join("; ")
+                    ),
                 )
             } else if machine_missing.is_empty() {
                 (
@@ -948,6 +1253,22 @@ pub fn verdicts(f: &Facts) -> Report {
                     ),
                 )
             };
+            if fam == Family::AllGather
+                && let Some(Err(why)) = &auto_ag
+            {
+                notes.push(format!(
+                    "{} sends large AllGathers by copy engine without CTA policy ZERO only on sm100+ GPUs with NVLink between every pair ({}); not here: {why}",
+                    rules.named(),
+                    rules.source(Rule::AutoCeAllGather)
+                ));
+            }
+            if hier_across && matches!(fam, Family::AllGather | Family::AlltoAll) {
+                notes.push(format!(
+                    "across nodes {} may take its hierarchical copy engine (RMA proxy between nodes, copy engine within one) with both buffers in symmetric windows and CTA policy ZERO ({})",
+                    rules.named(),
+                    rules.source(Rule::HierarchicalCe)
+                ));
+            }
             if fam == Family::AlltoAll {
                 notes.push("only ncclAlltoAll (all_to_all_single with equal splits) can use the copy engine; grouped Send/Recv always runs kernels (ncclDevKernel_SendRecv)".into());
             }
@@ -978,16 +1299,26 @@ pub fn verdicts(f: &Facts) -> Report {
 
     // --- requests ---
     let mut requests = Vec::new();
-    if let Some((v, valid, s)) = cta_policy(&f.settings) {
+    if let Some((v, valid, s)) = cta_policy(&f.settings, &rules) {
         if !valid {
+            let why = if rules.has(Rule::CtaPolicyFlags) {
+                format!(
+                    "NCCL reads a leading digit 0, 1 or 2, or the names DEFAULT, EFFICIENCY, ZERO joined by '|', and ignores anything else ({}): the communicator's own CTA policy stays",
+                    rules.source(Rule::CtaPolicyFlags)
+                )
+            } else {
+                format!(
+                    "NCCL reads it with strtoll as {} and uses policy 0 for anything outside 0..2 (init.cc:1785)",
+                    env::strtoll(&s.value)
+                        .value
+                        .map_or("an overflow".into(), |n| n.to_string())
+                )
+            };
             requests.push(Request {
                 setting: src_of(s),
                 asks: "a CTA policy".into(),
                 honoured: Some(false),
-                why: format!(
-                    "NCCL reads it with strtoll as {} and uses policy 0 for anything outside 0..2 (init.cc:1785)",
-                    env::strtoll(&s.value).value.map_or("an overflow".into(), |n| n.to_string())
-                ),
+                why,
             });
         } else if v == 2 {
             let honoured = if !machine_missing.is_empty() {
@@ -1292,8 +1623,9 @@ pub fn verdicts(f: &Facts) -> Report {
         findings.push(Finding {
             level: Level::Info,
             what: format!(
-                "{}: torch-side settings of its NCCL process group; none is a condition of the copy-engine path in NCCL 2.28.9",
-                torch_vars.join(", ")
+                "{}: torch-side settings of its NCCL process group; none is a condition of the copy-engine path in {}",
+                torch_vars.join(", "),
+                rules.named()
             ),
             fix: None,
         });
@@ -1358,8 +1690,17 @@ pub fn verdicts(f: &Facts) -> Report {
         ));
     }
     let list = |v: &[&Condition]| v.iter().map(|c| c.what.as_str()).collect::<Vec<_>>().join("; ");
+    let (_, program_must) = program_musts(&rules, &ce, f.nodes.count);
     summary.push(if machine_missing.is_empty() && machine_unknown.is_empty() {
-        "Copy engine (zero-CTA) for AllGather and AlltoAll: possible here — your program must put both buffers in symmetric windows and use a non-default stream.".to_owned()
+        format!(
+            "Copy engine (zero-CTA) for AllGather and AlltoAll: possible here — your program must {program_must}."
+        )
+    } else if let Some(t) = auto_threshold {
+        format!(
+            "Copy engine (zero-CTA) for AllGather and AlltoAll: not taken here — missing: {}; yet {}.",
+            list(&machine_missing),
+            auto_line(t)
+        )
     } else if machine_missing.is_empty() {
         format!(
             "Copy engine (zero-CTA) for AllGather and AlltoAll: cannot tell — {} (run --probe).",
@@ -1374,12 +1715,16 @@ pub fn verdicts(f: &Facts) -> Report {
     for r in requests.iter().filter(|r| r.honoured == Some(false)) {
         summary.push(format!("{} asks for {}: NOT POSSIBLE HERE.", r.setting, r.asks));
     }
+    if let Some(c) = rules.caveat() {
+        summary.push(c);
+    }
     let exit_code = if requests.iter().any(|r| r.honoured == Some(false)) {
         EXIT_REQUEST_IMPOSSIBLE
     } else {
         0
     };
     Report {
+        nccl_rules: rules,
         visible,
         transport,
         copy_engine: ce,
@@ -1885,6 +2230,318 @@ mod tests {
         assert!(has(Level::Warning, "GPU1 has 1024 MiB free"));
         assert!(has(Level::Info, "TORCH_NCCL_ASYNC_ERROR_HANDLING"));
         assert!(r.requests.is_empty(), "the spaced name is not NCCL_CTA_POLICY");
+    }
+
+    fn with_nccl(version: &str) -> Facts {
+        let mut f = h200();
+        f.nccl[0].version = Some(version.into());
+        f
+    }
+
+    fn two_nodes(f: &mut Facts) {
+        f.nodes = Nodes {
+            count: 2,
+            source: "--nodes".into(),
+        };
+    }
+
+    #[test]
+    fn nccl_2_28_9_keeps_its_rules() {
+        let r = verdicts(&h200());
+        assert_eq!(r.nccl_rules.version, "2.28.9");
+        assert_eq!(r.nccl_rules.basis, Basis::Loaded);
+        assert_eq!(r.nccl_rules.checked, "read from the source at tag v2.28.9-1");
+        let c = cond(&r, "cta_policy");
+        assert_eq!(c.what, "NCCL_CTA_POLICY=2 (NCCL_CTA_POLICY_ZERO)");
+        assert_eq!((c.decided_by, c.state), (Decider::Machine, State::Missing));
+        assert_eq!(cond(&r, "single_node").what, "single node");
+        assert!(!r.copy_engine.iter().any(|c| c.key == "nodes"));
+        assert_eq!(
+            cond(&r, "symmetric_windows").what,
+            "both buffers in symmetric windows (NCCL_WIN_COLL_SYMMETRIC)"
+        );
+        assert_eq!(
+            r.summary[1],
+            "Copy engine (zero-CTA) for AllGather and AlltoAll: not taken here — missing: NCCL_CTA_POLICY=2 (NCCL_CTA_POLICY_ZERO)."
+        );
+        assert_eq!(
+            r.summary.len(),
+            2,
+            "no caveat for a checked release: {:?}",
+            r.summary
+        );
+        assert!(
+            fam(&r, Family::AllReduce).copy_engine.starts_with(
+                "never: NCCL 2.28.9 has no copy-engine AllReduce (v2.28.9-1:src/ce_coll.cc:82-99)"
+            ),
+            "{}",
+            fam(&r, Family::AllReduce).copy_engine
+        );
+        // strtoll: 0x2 is 2, ZERO is not a number.
+        let mut f = h200();
+        set(&mut f, "NCCL_CTA_POLICY", "0x2");
+        let r = verdicts(&f);
+        assert_eq!(fam(&r, Family::AllGather).path, Path::CopyEngine);
+        assert_eq!(
+            fam(&r, Family::AllGather).copy_engine,
+            "taken when your program registers both buffers as symmetric windows and issues on a non-default stream"
+        );
+        assert_eq!(
+            r.summary[1],
+            "Copy engine (zero-CTA) for AllGather and AlltoAll: possible here — your program must put both buffers in symmetric windows and use a non-default stream."
+        );
+        set(&mut f, "NCCL_CTA_POLICY", "ZERO");
+        assert_eq!(verdicts(&f).exit_code, EXIT_REQUEST_IMPOSSIBLE);
+        // Two nodes: the single-node rule blocks the copy engine.
+        set(&mut f, "NCCL_CTA_POLICY", "2");
+        two_nodes(&mut f);
+        let r = verdicts(&f);
+        assert_eq!(cond(&r, "single_node").state, State::Missing);
+        assert_eq!(r.exit_code, EXIT_REQUEST_IMPOSSIBLE);
+        // A Blackwell pair: no copy engine without the CTA policy in 2.28.
+        let mut f = h200();
+        for g in &mut f.gpus {
+            g.compute_capability = Some("10.0".into());
+        }
+        let r = verdicts(&f);
+        assert_eq!(fam(&r, Family::AllGather).path, Path::NvlinkP2p);
+        assert!(
+            fam(&r, Family::AllGather)
+                .notes
+                .iter()
+                .all(|n| !n.contains("sm100"))
+        );
+    }
+
+    #[test]
+    fn cta_policy_is_a_digit_or_names_from_2_29() {
+        let mut f = with_nccl("2.29.7");
+        let ce = |f: &Facts| fam(&verdicts(f), Family::AllGather).path == Path::CopyEngine;
+        for (v, want) in [
+            ("2", true),
+            ("ZERO", true),
+            ("zero|EFFICIENCY", true),
+            ("20", true),
+            ("0x2", false),
+            ("1", false),
+            ("EFFICIENCY", false),
+        ] {
+            set(&mut f, "NCCL_CTA_POLICY", v);
+            assert_eq!(ce(&f), want, "NCCL_CTA_POLICY={v}");
+        }
+        let r = verdicts(&f);
+        assert_eq!(
+            cond(&r, "cta_policy").what,
+            "NCCL_CTA_POLICY=2 or ZERO (NCCL_CTA_POLICY_ZERO)"
+        );
+        assert!(
+            cond(&r, "cta_policy")
+                .source
+                .starts_with("v2.29.7-1:src/init.cc:74-116")
+        );
+        assert!(r.requests.is_empty(), "EFFICIENCY asks for no path");
+        for v in ["3", "fast", " 2"] {
+            set(&mut f, "NCCL_CTA_POLICY", v);
+            let r = verdicts(&f);
+            assert_eq!(r.exit_code, EXIT_REQUEST_IMPOSSIBLE, "{v}");
+            assert!(
+                r.requests[0].why.contains("ignores anything else"),
+                "{}",
+                r.requests[0].why
+            );
+        }
+        // Only the receive buffer needs a window on one node.
+        let r = verdicts(&f);
+        assert!(
+            cond(&r, "symmetric_windows")
+                .what
+                .starts_with("the receive buffer"),
+            "{}",
+            cond(&r, "symmetric_windows").what
+        );
+    }
+
+    #[test]
+    fn multi_node_allgather_and_alltoall_are_not_single_node_from_2_30_7() {
+        let mut f = with_nccl("2.30.7");
+        set(&mut f, "NCCL_CTA_POLICY", "2");
+        two_nodes(&mut f);
+        let r = verdicts(&f);
+        assert!(!r.copy_engine.iter().any(|c| c.key == "single_node"));
+        let c = cond(&r, "nodes");
+        assert!(c.what.contains("hierarchical copy engine"), "{}", c.what);
+        assert_eq!(c.state, State::Unknown, "{}", c.evidence);
+        assert!(
+            c.source.contains("v2.30.7-1:src/ce_coll.cc:719-761"),
+            "{}",
+            c.source
+        );
+        assert_eq!(r.exit_code, 0, "{:?}", r.requests);
+        assert_eq!(r.requests[0].honoured, None);
+        for fm in [Family::AllGather, Family::AlltoAll] {
+            let v = fam(&r, fm);
+            assert!(v.copy_engine.starts_with("unconfirmed"), "{}", v.copy_engine);
+            assert!(
+                v.notes.iter().any(|n| n.contains("hierarchical copy engine")),
+                "{:?}",
+                v.notes
+            );
+        }
+        assert!(
+            !r.summary.iter().any(|l| l.contains("single node")),
+            "{:?}",
+            r.summary
+        );
+        // Without the RMA proxy (and no NVSwitch for an NVLink domain) it is blocked.
+        set(&mut f, "NCCL_NUM_RMA_CTX", "0");
+        let r = verdicts(&f);
+        assert_eq!(cond(&r, "nodes").state, State::Missing);
+        assert_eq!(r.exit_code, EXIT_REQUEST_IMPOSSIBLE);
+        // 2.30.4: no hierarchical copy engine, only one NVLink domain; never "single node".
+        let mut f = with_nccl("2.30.4");
+        set(&mut f, "NCCL_CTA_POLICY", "2");
+        two_nodes(&mut f);
+        let r = verdicts(&f);
+        let c = cond(&r, "nodes");
+        assert_eq!(c.what, "one NVLink domain (one node or multi-node NVLink)");
+        assert_eq!(c.state, State::Missing, "direct NVLinks: no NVSwitch, no MNNVL");
+        assert!(c.source.contains("ce_coll.cc:118"), "{}", c.source);
+        assert_eq!(r.exit_code, EXIT_REQUEST_IMPOSSIBLE);
+        // ...and on NVSwitches, whether they form one domain is not visible.
+        for g in &mut f.gpus {
+            g.nvlinks = links("0000:c1:00.0", 18);
+        }
+        assert_eq!(cond(&verdicts(&f), "nodes").state, State::Unknown);
+        // 2.29: still one node.
+        let mut f = with_nccl("2.29.7");
+        set(&mut f, "NCCL_CTA_POLICY", "2");
+        two_nodes(&mut f);
+        assert_blocks_ce(&f, "single_node", Path::Net);
+    }
+
+    #[test]
+    fn per_collective_cta_policy_from_2_31_2() {
+        let r = verdicts(&with_nccl("2.31.2"));
+        let c = cond(&r, "cta_policy");
+        assert!(c.what.contains("per collective"), "{}", c.what);
+        assert!(
+            c.evidence.contains("ncclCollConfig_t.CTAPolicy"),
+            "{}",
+            c.evidence
+        );
+        assert_eq!((c.decided_by, c.state), (Decider::Program, State::ProgramMust));
+        assert!(c.source.contains("2.31.2 nccl.h:195"), "{}", c.source);
+        assert!(c.fix.as_deref().unwrap().contains("nccl*Config"));
+        let ag = fam(&r, Family::AllGather);
+        assert_eq!(ag.path, Path::CopyEngine);
+        assert_eq!(ag.fallback, Some(Path::NvlinkP2p));
+        assert!(
+            ag.copy_engine.contains("asks for CTA policy ZERO"),
+            "{}",
+            ag.copy_engine
+        );
+        assert!(r.summary[1].contains("possible here"), "{}", r.summary[1]);
+        assert!(
+            r.fixes
+                .iter()
+                .any(|x| x.starts_with("your program must use CTA policy ZERO"))
+        );
+        assert_eq!(r.exit_code, 0);
+        // The probe asks only through NCCL_CTA_POLICY: it expects kernels here.
+        let pred = crate::doctor::probe::predictions(&r);
+        assert!(pred.contains(&(Family::AllGather, Path::NvlinkP2p)), "{pred:?}");
+        // The variable overrides the program's per-collective policy.
+        let mut f = with_nccl("2.32.3");
+        set(&mut f, "NCCL_CTA_POLICY", "0");
+        let r = verdicts(&f);
+        let c = cond(&r, "cta_policy");
+        assert_eq!((c.decided_by, c.state), (Decider::Machine, State::Missing));
+        assert!(c.evidence.contains("overrides"), "{}", c.evidence);
+        set(&mut f, "NCCL_CTA_POLICY", "ZERO");
+        assert_eq!(cond(&verdicts(&f), "cta_policy").state, State::Met);
+        // 2.30.7 has no per-collective policy: the variable is still needed.
+        let r = verdicts(&with_nccl("2.30.7"));
+        assert_eq!(cond(&r, "cta_policy").state, State::Missing);
+        assert!(!cond(&r, "cta_policy").what.contains("per collective"));
+    }
+
+    #[test]
+    fn a_newer_nccl_follows_the_newest_checked_rules_and_says_so() {
+        let r = verdicts(&with_nccl("2.40.1"));
+        assert_eq!(r.nccl_rules.basis, Basis::NewerThanChecked);
+        assert_eq!(r.nccl_rules.version, "2.32.3");
+        assert_eq!(r.nccl_rules.loaded.as_deref(), Some("2.40.1"));
+        assert!(
+            r.summary
+                .iter()
+                .any(|l| l.contains("newer than the newest NCCL checked (2.32.3)")
+                    && l.contains("unverified for 2.40.1")),
+            "{:?}",
+            r.summary
+        );
+        let ar = &fam(&r, Family::AllReduce).copy_engine;
+        assert!(
+            ar.starts_with(
+                "never: NCCL 2.32.3 (the newest checked; 2.40.1 unverified) has no copy-engine AllReduce"
+            ),
+            "{ar}"
+        );
+        assert_eq!(cond(&r, "cta_policy").state, State::ProgramMust);
+        // No libnccl: the rules followed are named too.
+        let mut f = h200();
+        f.nccl.clear();
+        let r = verdicts(&f);
+        assert_eq!(r.nccl_rules.basis, Basis::NoNccl);
+        assert!(
+            r.summary.iter().any(|l| l.starts_with("No libnccl.so.2 found: the copy-engine rules here are NCCL 2.28.9's")),
+            "{:?}",
+            r.summary
+        );
+    }
+
+    #[test]
+    fn blackwell_allgather_takes_the_copy_engine_by_itself_from_2_29() {
+        let mut f = with_nccl("2.29.2");
+        for g in &mut f.gpus {
+            g.compute_capability = Some("10.0".into());
+        }
+        let r = verdicts(&f);
+        let ag = fam(&r, Family::AllGather);
+        assert_eq!(ag.path, Path::CopyEngine, "{}", ag.copy_engine);
+        assert!(
+            ag.copy_engine
+                .starts_with("taken for more than 8388608 elements per rank"),
+            "{}",
+            ag.copy_engine
+        );
+        assert!(
+            ag.copy_engine.contains("enqueue.cc:31,2966"),
+            "{}",
+            ag.copy_engine
+        );
+        assert_eq!(fam(&r, Family::AlltoAll).path, Path::NvlinkP2p);
+        assert!(
+            r.summary[1].contains("by copy engine without CTA policy ZERO"),
+            "{}",
+            r.summary[1]
+        );
+        set(&mut f, "NCCL_SYM_CE_THRESHOLD", "1024");
+        assert!(
+            fam(&verdicts(&f), Family::AllGather)
+                .copy_engine
+                .contains("more than 1024 elements")
+        );
+        // Hopper: a note says why not.
+        let r = verdicts(&with_nccl("2.29.2"));
+        let ag = fam(&r, Family::AllGather);
+        assert_eq!(ag.path, Path::NvlinkP2p);
+        assert!(
+            ag.notes
+                .iter()
+                .any(|n| n.contains("not here: GPU0 is compute capability 9.0")),
+            "{:?}",
+            ag.notes
+        );
     }
 
     #[test]
