@@ -7,9 +7,9 @@ use std::process::Command;
 
 use zcta::gpu::{Engine, OpGpu, OpRow};
 use zcta::nccl::OpKind;
-use zcta::record::OpRecord;
+use zcta::record::{NcclCommRecord, OpRecord};
 use zcta::sink::{DatasetWriter, SinkPolicy, write_process_file};
-use zcta::tables::{Ctx, OpsTable, ProcessRow};
+use zcta::tables::{Ctx, NcclCommsTable, OpsTable, ProcessRow};
 
 const US: i64 = 1_000;
 /// Host B's clock runs 3 ms ahead of host A's.
@@ -92,12 +92,13 @@ fn op(r: &Rank, op_id: u64, kind: OpKind, seq: u64, bytes: u64, t: [i64; 4], str
 /// Writes a 4-rank run: 50 AllReduce of 16 MiB in which rank 3 starts 40 µs after the
 /// others, then 20 AlltoAll of 1 MiB on the default stream with NCCL_CTA_POLICY=2.
 fn golden(dir: &Path) {
-    golden_with(dir, 0, Engine::SmKernel, 0);
+    golden_with(dir, 0, Engine::SmKernel, 0, None);
 }
 
 /// [`golden`] with AllReduce's GPU work `slower` ns longer, AlltoAll on `a2a_engine`, and
-/// rank 3's first `rank3_unmeasured` AllReduce without a GPU side (as under sampling).
-fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u64) {
+/// rank 3's first `rank3_unmeasured` AllReduce without a GPU side (as under sampling),
+/// and `nccl`: (`ncclGetVersion`, nodes) the processes and NCCL's plugin said.
+fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u64, nccl: Option<(i32, i32)>) {
     for (i, r) in RANKS.iter().enumerate() {
         let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
         let ctx = Ctx {
@@ -141,7 +142,24 @@ fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u6
             w.append(&row, &ctx).unwrap();
         }
         w.close().unwrap();
+        if let Some((_, nodes)) = nccl {
+            let mut w = DatasetWriter::<NcclCommsTable>::new(dir, &prefix, SinkPolicy::default());
+            let comm = NcclCommRecord {
+                comm_hash: 0xC0,
+                comm_id: Some(0xC0),
+                comm_name: None,
+                n_nodes: nodes,
+                nranks: 4,
+                rank: r.rank,
+                init_ns: 1_000_000_000_000,
+                tid: r.pid,
+                abi: 5,
+            };
+            w.append(&comm, &ctx).unwrap();
+            w.close().unwrap();
+        }
         let row = ProcessRow {
+            nccl_version: nccl.map(|n| n.0),
             env_json: r#"{"NCCL_CTA_POLICY":"2"}"#.into(),
             profiler_plugin: "zcta".into(),
             plugin_comms: 1,
@@ -290,6 +308,38 @@ fn phases_clocks_and_stragglers_from_the_data() {
     assert_eq!(st["last"][0]["times_last"].as_u64(), Some(50));
 }
 
+/// The copy-engine finding's reasons follow the NCCL the run used: on 2.28.9 more
+/// than one node is a reason by itself and both buffers need a window; from 2.30 more
+/// nodes are not (one NVLink domain, the hierarchical copy engine), and from 2.29 one
+/// node needs only the receive buffer in a window.
+#[test]
+fn copy_engine_reasons_follow_the_nccl_version() {
+    let evidence = |nccl: (i32, i32)| {
+        let t = tempfile::tempdir().unwrap();
+        golden_with(t.path(), 0, Engine::SmKernel, 0, Some(nccl));
+        let j = json(t.path());
+        j["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| {
+                f["title"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("copy-engine path requested")
+            })
+            .map(|f| f["evidence"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    let old = evidence((22809, 2));
+    assert!(old.contains("80 × more than one node"), "{old}");
+    assert!(old.contains("80 × buffers not in a window"), "{old}");
+    let new = evidence((23007, 2));
+    assert!(!new.contains("more than one node"), "{new}");
+    assert!(new.contains("80 × issued on the legacy default stream"), "{new}");
+    assert!(new.contains("80 × buffers not in a window"), "{new}");
+}
+
 #[test]
 fn table_output_is_stable() {
     let (_t, dir) = run_dir();
@@ -336,7 +386,7 @@ fn gpu_times_on_some_ranks_only_are_named() {
     // As under ZCTA_SAMPLE when the ranks' hosts call an op in different windows: every
     // rank's row is there, rank 3's without a GPU side.
     let t = tempfile::tempdir().unwrap();
-    golden_with(t.path(), 0, Engine::SmKernel, 10);
+    golden_with(t.path(), 0, Engine::SmKernel, 10, None);
     let j = json(t.path());
     let notes = j["notes"].to_string();
     assert!(
@@ -388,7 +438,7 @@ fn diff_finds_the_slower_phase_and_the_path_change() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = (t.path().join("a"), t.path().join("b"));
     golden(&a);
-    golden_with(&b, 50 * US, Engine::CopyEngine, 0);
+    golden_with(&b, 50 * US, Engine::CopyEngine, 0, None);
     let (code, out, err) = zcta(&[
         "diff",
         a.to_str().unwrap(),

@@ -112,6 +112,8 @@ pub struct ProcView {
     /// `process.records_dropped`: records not written (`None`: unknown, a killed
     /// process).
     pub records_dropped: Option<u64>,
+    /// `process.nccl_version`: `ncclGetVersion` of the NCCL it used (22809 = 2.28.9).
+    pub nccl_version: Option<i32>,
 }
 
 /// A registered memory window (`ncclCommWindowRegister` that succeeded).
@@ -236,6 +238,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
                     == Some("zcta")
                     && opt_u64(col::<UInt64Array>(b, "plugin_comms"), r).unwrap_or(0) > 0,
                 records_dropped: opt_u64(col::<UInt64Array>(b, "records_dropped"), r),
+                nccl_version: opt_i32(col::<Int32Array>(b, "nccl_version"), r),
             });
         }
     }

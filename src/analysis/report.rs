@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats, plural};
+use crate::doctor::nccl_rules::{self, NcclRules, Rule};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
 pub fn busbw_factor(op: &str, n: i32) -> f64 {
@@ -278,6 +279,9 @@ pub struct Builder {
     mix: BTreeMap<(&'static str, &'static str), u64>,
     ce_requested: bool,
     multi_node: bool,
+    /// The copy-engine rules of the NCCL the run used (its processes' `nccl_version`;
+    /// 2.28.9's when none says).
+    rules: NcclRules,
     ce_took: u64,
     ce_fell_back: u64,
     /// Ops with GPU times, and how many of them know when their stream was free.
@@ -305,6 +309,12 @@ impl Builder {
             mix: BTreeMap::new(),
             ce_requested: !env_is(run, "NCCL_CTA_POLICY", "2").is_empty(),
             multi_node: run.nccl_nodes.iter().any(|&n| n > 1),
+            rules: run
+                .procs
+                .iter()
+                .find_map(|p| p.nccl_version)
+                .and_then(nccl_rules::from_version_code)
+                .map_or_else(NcclRules::without_nccl, |v| NcclRules::of(v, None)),
             ce_took: 0,
             ce_fell_back: 0,
             gpu_timed: 0,
@@ -390,14 +400,23 @@ impl Builder {
                     |p: u64| p == 0 || wins.is_some_and(|w| w.iter().any(|&(a, b)| p >= a && p < b));
                 // Every condition that is not met, not just the first.
                 let mut known = false;
+                // From 2.30 more nodes are no bar by themselves (one NVLink domain, or
+                // the hierarchical copy engine), and from 2.29 only the receive buffer
+                // needs a window on one node (docs/doctor.md, "NCCL versions").
+                let one_node = self.rules.has(Rule::OneNode);
+                let windows_ok = if self.rules.has(Rule::RecvWindow) && !self.multi_node {
+                    in_window(o.recvbuff)
+                } else {
+                    in_window(o.sendbuff) && in_window(o.recvbuff)
+                };
                 for (missing, why) in [
                     (
-                        self.multi_node,
-                        "more than one node (the copy engine path is single-node)",
+                        self.multi_node && one_node,
+                        "more than one node (the copy engine path is single-node before NCCL 2.30)",
                     ),
                     (o.stream == 0, "issued on the legacy default stream"),
                     (
-                        !(in_window(o.sendbuff) && in_window(o.recvbuff)),
+                        !windows_ok,
                         "buffers not in a window registered with NCCL_WIN_COLL_SYMMETRIC",
                     ),
                 ] {

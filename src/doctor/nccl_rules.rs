@@ -281,6 +281,13 @@ fn ver_str(v: Ver) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
+/// A version from `ncclGetVersion`'s code (`NCCL_VERSION_CODE`: major × 10000 +
+/// minor × 100 + patch since 2.9; 22809 = 2.28.9). `None` for older or odd codes.
+pub fn from_version_code(code: i32) -> Option<Ver> {
+    let c = u32::try_from(code).ok().filter(|&c| c >= 20900)?;
+    Some((c / 10000, c / 100 % 100, c % 100))
+}
+
 impl NcclRules {
     /// The rules of the NCCL that a torch process loads (`selected`).
     pub fn for_facts(f: &Facts) -> Self {
@@ -312,6 +319,11 @@ impl NcclRules {
             checked: checked_how(v),
             ver: v,
         }
+    }
+
+    /// The rules used when no NCCL says its version (2.28.9's).
+    pub fn without_nccl() -> Self {
+        Self::fallback(Basis::NoNccl, None)
     }
 
     fn fallback(basis: Basis, loaded: Option<String>) -> Self {
@@ -455,6 +467,14 @@ mod tests {
             assert!(e.source.contains(':'), "{e:?}");
             assert!(e.until.is_none_or(|u| e.from < u), "{e:?}");
         }
+    }
+
+    #[test]
+    fn version_codes_are_nccl_version_code() {
+        assert_eq!(from_version_code(22809), Some((2, 28, 9)));
+        assert_eq!(from_version_code(23203), Some((2, 32, 3)));
+        assert_eq!(from_version_code(2708), None, "before 2.9: another encoding");
+        assert_eq!(from_version_code(-1), None);
     }
 
     #[test]
