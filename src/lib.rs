@@ -13,6 +13,8 @@
 //! - [`launch`]: starting a program under the shim (`zcta run`, `zcta doctor --probe`);
 //! - `doctor` (feature `doctor`): which data path NCCL can take on this machine, why
 //!   not the faster one, and a probe run that checks it;
+//! - [`nccl_rules`]: the copy-engine rules that differ between NCCL releases, as one
+//!   table (the doctor's verdicts and the report's findings follow it);
 //! - [`analysis`]: the phase model, cross-rank join, `zcta report`/`diff`/`export`;
 //! - [`synth`]: synthetic run directories for benchmarks and scale tests.
 //!
@@ -29,6 +31,7 @@ pub mod gpu;
 pub mod hash;
 pub mod launch;
 pub mod nccl;
+pub mod nccl_rules;
 pub mod reader;
 pub mod record;
 pub mod recover;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats, plural};
-use crate::doctor::nccl_rules::{self, NcclRules, Rule};
+use crate::nccl_rules::{self, NcclRules, Rule};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
 pub fn busbw_factor(op: &str, n: i32) -> f64 {

@@ -7,7 +7,7 @@
 //! - [`env`]: NCCL's variables as NCCL itself reads them (environment, then
 //!   `NCCL_CONF_FILE` or `~/.nccl.conf`, then `/etc/nccl.conf`; `strtoll`);
 //! - [`nvml`]: the real NVML source (`nvml-wrapper`, loaded at run time);
-//! - [`nccl_rules`]: the copy-engine rules that differ between NCCL releases, one
+//! - [`crate::nccl_rules`]: the copy-engine rules that differ between NCCL releases, one
 //!   table with each rule's versions and source line;
 //! - [`verdict`]: pure rules from facts to a [`Report`] (paths, conditions, fixes);
 //! - [`render`]: the human table and the JSON document;
@@ -18,7 +18,6 @@
 
 pub mod env;
 pub mod facts;
-pub mod nccl_rules;
 pub mod nvml;
 pub mod probe;
 pub mod render;

@@ -2,7 +2,7 @@
 //! here, which copy-engine conditions are met or missing (and who decides each: the
 //! machine or the program), which requests in the environment cannot be honoured, and
 //! the fixes. The copy-engine rules are those of the NCCL a torch process loads: the
-//! ones that differ between releases come from the table in [`super::nccl_rules`],
+//! ones that differ between releases come from the table in [`crate::nccl_rules`],
 //! which cites each release's source as `tag:file:line`; a reference without a tag is
 //! to `v2.28.9-1` and holds unchanged through the newest release checked.
 //! docs/doctor.md lists them.
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::env::{self, Setting};
 use super::facts::{Facts, Gpu, Pair};
-use super::nccl_rules::{Basis, NcclRules, Rule, parse_version};
+use crate::nccl_rules::{Basis, NcclRules, Rule, parse_version};
 
 /// Exit status: a setting in the environment asks for a path NCCL cannot take here.
 pub const EXIT_REQUEST_IMPOSSIBLE: u8 = 3;

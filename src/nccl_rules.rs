@@ -11,9 +11,8 @@
 //! function), both from the `nvidia-nccl-cu13` wheel. A newer release is judged by
 //! 2.32.3's rules and said to be unverified.
 
-use serde::{Deserialize, Serialize};
-
-use super::facts::Facts;
+#[cfg(feature = "doctor")]
+use crate::doctor::facts::Facts;
 
 /// `(major, minor, patch)`.
 pub type Ver = (u32, u32, u32);
@@ -241,8 +240,9 @@ pub const NEWEST_CHECKED: Ver = (2, 32, 3);
 pub const WITHOUT_NCCL: Ver = (2, 28, 9);
 
 /// Why these rules were chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "doctor", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "doctor", serde(rename_all = "snake_case"))]
 pub enum Basis {
     /// The NCCL a torch process loads, a version checked or inside a checked range.
     Loaded,
@@ -255,7 +255,8 @@ pub enum Basis {
 }
 
 /// The rules a report follows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "doctor", derive(serde::Serialize, serde::Deserialize))]
 pub struct NcclRules {
     /// The release whose rules are applied (`2.30.7`).
     pub version: String,
@@ -264,7 +265,7 @@ pub struct NcclRules {
     pub basis: Basis,
     /// How that release's rules were read.
     pub checked: String,
-    #[serde(skip)]
+    #[cfg_attr(feature = "doctor", serde(skip))]
     ver: Ver,
 }
 
@@ -290,6 +291,7 @@ pub fn from_version_code(code: i32) -> Option<Ver> {
 
 impl NcclRules {
     /// The rules of the NCCL that a torch process loads (`selected`).
+    #[cfg(feature = "doctor")]
     pub fn for_facts(f: &Facts) -> Self {
         let sel = f.nccl.iter().find(|l| l.selected);
         let loaded = sel.and_then(|l| l.version.clone());
