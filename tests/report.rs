@@ -212,6 +212,16 @@ fn json(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// The report's finding whose title starts with `title`.
+fn finding<'a>(j: &'a serde_json::Value, title: &str) -> &'a serde_json::Value {
+    j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["title"].as_str().unwrap().starts_with(title))
+        .unwrap_or_else(|| panic!("no finding {title:?}: {j}"))
+}
+
 fn group<'a>(j: &'a serde_json::Value, op: &str) -> &'a serde_json::Value {
     j["groups"]
         .as_array()
@@ -271,17 +281,7 @@ fn phases_clocks_and_stragglers_from_the_data() {
         "{titles:?}"
     );
     // The copy-engine request fell back because of the default stream.
-    let ce = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| {
-            f["title"]
-                .as_str()
-                .unwrap()
-                .starts_with("copy-engine path requested")
-        })
-        .unwrap();
+    let ce = finding(&j, "copy-engine path requested");
     assert!(
         ce["title"].as_str().unwrap().contains("80 of 80 capable ops"),
         "{ce}"
@@ -318,18 +318,10 @@ fn copy_engine_reasons_follow_the_nccl_version() {
         let t = tempfile::tempdir().unwrap();
         golden_with(t.path(), 0, Engine::SmKernel, 0, Some(nccl));
         let j = json(t.path());
-        j["findings"]
-            .as_array()
+        finding(&j, "copy-engine path requested")["evidence"]
+            .as_str()
             .unwrap()
-            .iter()
-            .find(|f| {
-                f["title"]
-                    .as_str()
-                    .unwrap()
-                    .starts_with("copy-engine path requested")
-            })
-            .map(|f| f["evidence"].as_str().unwrap().to_owned())
-            .unwrap()
+            .to_owned()
     };
     let old = evidence((22809, 2));
     assert!(old.contains("80 × more than one node"), "{old}");
