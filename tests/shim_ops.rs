@@ -702,6 +702,38 @@ fn registration_calls() {
     assert!(wdereg.is_null("buff") && wdereg.is_null("size"));
 }
 
+/// NCCL 2.31's per-collective config entry points (`ncclAllReduceConfig` & co.) are
+/// interposed like the plain collectives: each forwarded to its own real function
+/// with its arguments and config pointer unchanged (the program checks that), and
+/// recorded as the plain op.
+#[test]
+fn per_collective_config_calls_are_ops() {
+    let run = Run::new("config-ops");
+    run.run_ok(&["config_ops"]);
+    let mut ops = run.rows("ops");
+    ops.sort_by_key(|o| o.req_u64("op_id"));
+    let got: Vec<(&str, Option<u64>, Option<u64>)> = ops
+        .iter()
+        .map(|o| (o.req_str("op"), o.u64("count"), o.u64("seq")))
+        .collect();
+    let want: Vec<(&str, Option<u64>, Option<u64>)> = [
+        "AllReduce",
+        "Broadcast",
+        "Reduce",
+        "AllGather",
+        "ReduceScatter",
+        "AlltoAll",
+        "Gather",
+        "Scatter",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, op)| (*op, Some(16), Some(i as u64)))
+    .collect();
+    assert_eq!(got, want);
+    assert!(ops.iter().all(|o| o.i32("result") == Some(0)), "{ops:?}");
+}
+
 #[test]
 fn group_simulate_end() {
     let run = Run::new("simulate");
