@@ -115,24 +115,58 @@ def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
     return ph
 
 
+def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
+    """How many ops each `phases` row stands for, as in `zcta report`: 2^timing_level
+    for an op the budget timed with CUDA events (a rank times 1 op in 2^level), 1
+    otherwise (deep mode's ops, and files from before the budget)."""
+    ops = run.ops
+    one = pd.Series(1, index=ph.index, dtype="int64")
+    if ops.empty or not {"timing", "timing_level", "gpu_source"} <= set(ops.columns):
+        return one
+    key = ["host", "pid", "op_id"]
+    o = ops[key + ["timing", "timing_level", "gpu_source"]].drop_duplicates(key)
+    m = ph[key].merge(o, on=key, how="left")
+    timed = (m.timing == "timed") & (m.gpu_source == "events") & m.timing_level.notna()
+    level = m.timing_level.where(timed, 0).fillna(0).astype("int64").clip(upper=32)
+    return pd.Series((2**level).to_numpy(), index=ph.index, dtype="int64")
+
+
+def _weighted_median(v: pd.Series, w: pd.Series) -> float:
+    """The smallest value whose weight, with the smaller ones', reaches half the total."""
+    order = v.to_numpy().argsort(kind="stable")
+    vs, ws = v.to_numpy()[order], w.to_numpy()[order]
+    cum = ws.cumsum()
+    return float(vs[(cum >= cum[-1] / 2).argmax()]) if len(vs) else float("nan")
+
+
 def breakdown(run: Run | str) -> pd.DataFrame:
-    """Per (op, size bucket, engine): ops, median end-to-end time (µs) and each phase's
-    share of the summed window (NaN: not measured), from the `phases` table."""
+    """Per (op, size bucket, engine): the ops they stand for (`count`: an op the budget
+    timed at level k counts 2^k, as in `zcta report`; `rows`: the rows), the weighted
+    median end-to-end time (µs) and each phase's weighted share of the summed window
+    (NaN: not measured), from the `phases` table joined to `ops`."""
     if not isinstance(run, Run):
         run = load(run)
     ph = run.phases
     if ph.empty:
         raise ValueError(f"{run.path}: no phases table (RUN/phases/): run `zcta phases {run.path}` first")
     ph = _all_phases(ph[ph.window_ns.notna()])
+    ph["w"] = weights(run, ph)
     ph["size"] = size_bucket(ph["bytes"])
     ph["engine"] = ph["engine"].fillna("not measured")
     rows = []
     for (op, size, engine), g in ph.groupby(["op", "size", "engine"]):
-        total = g.window_ns.sum()
-        row = {"op": op, "size": size, "engine": engine, "count": len(g), "p50_us": g.window_ns.median() / 1e3}
+        total = (g.window_ns * g.w).sum()
+        row = {
+            "op": op,
+            "size": size,
+            "engine": engine,
+            "count": int(g.w.sum()),
+            "rows": len(g),
+            "p50_us": _weighted_median(g.window_ns.astype("float64"), g.w) / 1e3,
+        }
         for p in PHASES:
             col = g[f"{p}_ns"]
-            row[p] = col.sum() / total if col.notna().any() and total > 0 else float("nan")
+            row[p] = (col.astype("float64") * g.w).sum() / total if col.notna().any() and total > 0 else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -225,3 +225,23 @@ def test_installing_the_package_leaves_nothing_in_the_checkout(tmp_path):
     assert list((tmp_path / "whl").glob("zcta_analysis-*.whl"))
     after = sorted(p.relative_to(src) for p in src.rglob("*") if "__pycache__" not in p.parts)
     assert after == before
+
+
+def test_breakdown_weights_the_ops_the_budget_timed():
+    # Two AllReduces of one bucket: one timed with CUDA events at level 3 (it stands for
+    # 8 ops), one with CUPTI's times (deep mode: itself only).
+    import pandas as pd
+
+    key = {"host": ["h", "h"], "pid": [1, 1], "op_id": [1, 2]}
+    ops = pd.DataFrame({**key, "timing": ["timed", "timed"], "timing_level": [3, 0],
+                        "gpu_source": ["events", "cupti"]})
+    ph = pd.DataFrame({**key, "op": ["AllReduce"] * 2, "bytes": [1024, 1024], "engine": ["sm_kernel"] * 2,
+                       "window_ns": [100, 1000], "init_ns": [50, 0], "transfer_ns": [50, 1000]})
+    for p in za.PHASES:
+        if f"{p}_ns" not in ph:
+            ph[f"{p}_ns"] = 0
+    b = za.breakdown(za.Run(pathlib.Path("."), ops=ops, phases=ph)).iloc[0]
+    assert (b["count"], b["rows"]) == (9, 2)
+    assert b["p50_us"] == 0.1
+    assert abs(b["init"] - 8 * 50 / (8 * 100 + 1000)) < 1e-12
+    assert abs(b["init"] + b["transfer"] - 1) < 1e-12
