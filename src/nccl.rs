@@ -264,13 +264,22 @@ pub fn result_name(code: i32) -> &'static str {
     }
 }
 
+/// NCCL's integer version (`ncclGetVersion`) as (major, minor, patch): since 2.9 the
+/// code is major × 10000 plus minor × 100 plus patch (22809 = 2.28.9), before it major
+/// × 1000 plus minor × 100 plus patch (2708 = 2.7.8). `None` for a negative code.
+pub fn version_parts(code: i32) -> Option<(u32, u32, u32)> {
+    let c = u32::try_from(code).ok()?;
+    Some(if c >= 10000 {
+        (c / 10000, (c % 10000) / 100, c % 100)
+    } else {
+        (c / 1000, (c % 1000) / 100, c % 100)
+    })
+}
+
 /// Decode NCCL's integer version (e.g. 22809) as "2.28.9".
 pub fn version_string(code: i32) -> String {
-    if code >= 10000 {
-        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
-    } else {
-        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
-    }
+    let (major, minor, patch) = version_parts(code).unwrap_or((0, 0, 0));
+    format!("{major}.{minor}.{patch}")
 }
 
 #[cfg(test)]

@@ -282,11 +282,10 @@ fn ver_str(v: Ver) -> String {
     format!("{}.{}.{}", v.0, v.1, v.2)
 }
 
-/// A version from `ncclGetVersion`'s code (`NCCL_VERSION_CODE`: major × 10000 +
-/// minor × 100 + patch since 2.9; 22809 = 2.28.9). `None` for older or odd codes.
+/// A version from `ncclGetVersion`'s code ([`crate::nccl::version_parts`]); `None`
+/// before 2.9 (no copy engine, and another encoding) and for odd codes.
 pub fn from_version_code(code: i32) -> Option<Ver> {
-    let c = u32::try_from(code).ok().filter(|&c| c >= 20900)?;
-    Some((c / 10000, c / 100 % 100, c % 100))
+    crate::nccl::version_parts(code).filter(|&v| v >= (2, 9, 0))
 }
 
 impl NcclRules {
