@@ -22,6 +22,18 @@ struct Rank {
     skew: i64,
 }
 
+impl Rank {
+    /// The file prefix and writer context of this rank's process.
+    fn files(&self) -> (String, Ctx) {
+        let prefix = format!("{}-r{}-p{}", self.host, self.rank, self.pid);
+        let ctx = Ctx {
+            pid: self.pid,
+            host: self.host.into(),
+        };
+        (prefix, ctx)
+    }
+}
+
 const RANKS: [Rank; 4] = [
     Rank {
         host: "hostA",
@@ -100,11 +112,7 @@ fn golden(dir: &Path) {
 /// and `nccl`: (`ncclGetVersion`, nodes) the processes and NCCL's plugin said.
 fn golden_with(dir: &Path, slower: i64, a2a_engine: Engine, rank3_unmeasured: u64, nccl: Option<(i32, i32)>) {
     for (i, r) in RANKS.iter().enumerate() {
-        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
-        let ctx = Ctx {
-            pid: r.pid,
-            host: r.host.into(),
-        };
+        let (prefix, ctx) = r.files();
         let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
         for k in 0..50u64 {
             let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
@@ -502,11 +510,7 @@ fn network_waits_are_the_proxy_phase() {
     use zcta::tables::ProxyTable;
     let (_t, dir) = run_dir();
     for r in &RANKS {
-        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
-        let ctx = Ctx {
-            pid: r.pid,
-            host: r.host.into(),
-        };
+        let (prefix, ctx) = r.files();
         let mut w = DatasetWriter::<ProxyTable>::new(&dir, &prefix, SinkPolicy::default());
         for k in 0..50u64 {
             let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US + r.skew;
@@ -685,11 +689,7 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
 fn local_ops_are_not_link_traffic_nor_lacking_a_rank() {
     let t = tempfile::tempdir().unwrap();
     let r = &RANKS[0];
-    let prefix = format!("{}-r0-p{}", r.host, r.pid);
-    let ctx = Ctx {
-        pid: r.pid,
-        host: r.host.into(),
-    };
+    let (prefix, ctx) = r.files();
     let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
     let mut id = 0;
     for k in 0..5u64 {
@@ -778,11 +778,7 @@ fn bcast_and_broadcast_are_one_op() {
     // ncclBcast is ncclBroadcast in place: one report row, whichever was called.
     let t = tempfile::tempdir().unwrap();
     for r in &RANKS {
-        let prefix = format!("{}-r{}-p{}", r.host, r.rank, r.pid);
-        let ctx = Ctx {
-            pid: r.pid,
-            host: r.host.into(),
-        };
+        let (prefix, ctx) = r.files();
         let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
         for k in 0..5u64 {
             let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
@@ -816,11 +812,7 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
     // rows' own median would be 20).
     let t = tempfile::tempdir().unwrap();
     let r = &RANKS[0];
-    let prefix = format!("{}-r0-p{}", r.host, r.pid);
-    let ctx = Ctx {
-        pid: r.pid,
-        host: r.host.into(),
-    };
+    let (prefix, ctx) = r.files();
     let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
     for (k, (level, us)) in [(0u8, 10i64), (0, 20), (3, 100)].into_iter().enumerate() {
         let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
