@@ -22,7 +22,11 @@ With --ab (zcta's configurations), every repetition measures each loop in
 interleaved: the ratio of the two, per repetition, is an in-process A/B that the
 spread between processes, and drifts within one, do not blur; and the ratio of the
 fastest block of each side, for loops whose speed jumps between two modes (the
-all_to_all loops on one H200). Writes DIR/<config>-<round>.json.
+all_to_all loops on one H200). Each block lasts at least --ab-block-ms (20 ms; the
+loop's length grows to fit): the budget allows a burst of 20 us of timing after any
+quiet stretch, a paused block included, so a block of 2 ms would pay ~1 % for it
+where a continuous loop pays it once; at 20 ms it is <= 0.1 %. --ab-block-ms 0 keeps
+the loop lengths above. Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -52,13 +56,14 @@ MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us
 ap = argparse.ArgumentParser()
 ap.add_argument("--config", required=True,
                 choices=["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
-                         "all", "tiny", "events0"])
+                         "all", "tiny", "half", "events0"])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=7)
 ap.add_argument("--measures", default=",".join(MEASURES))
 ap.add_argument("--ab", action="store_true")
 ap.add_argument("--ab-blocks", type=int, default=10)
+ap.add_argument("--ab-block-ms", type=float, default=20.0)
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -149,11 +154,10 @@ work = {
     "a2a_64MiB_us": (a2a(64 * MiB), 100, 1e6),
 }
 wanted = [m for m in args.measures.split(",") if m and work[m][0] is not None]
-# Warm-up: connections, allocator, clocks.
+# Warm-up: connections, allocator, clocks; and each loop's item time, which sets
+# the A/B's block length.
 train_steps(10)
-for m in wanted:
-    fn, k, _ = work[m]
-    per_item(fn, max(k // 10, 2))
+item_s = {m: per_item(work[m][0], max(work[m][1] // 10, 2)) for m in wanted}
 
 prof = contextlib.nullcontext()
 if args.config == "profiler":
@@ -169,6 +173,8 @@ res = {m: [] for m in wanted}
 paused = {m: [] for m in wanted}
 # The fastest block of each side (A/B), for loops whose speed jumps between modes.
 fastest = {True: {}, False: {}}
+# Items per A/B block, per loop.
+ab_items = {}
 with prof:
     for rep in range(args.reps):
         for m in wanted:
@@ -180,10 +186,12 @@ with prof:
             # a drift of the machine's speed within the repetition falls on both.
             sums = {True: 0.0, False: 0.0}
             blocks = max(min(args.ab_blocks, k // 2), 1)
+            per_block = max(k // blocks, int(args.ab_block_ms / 1e3 / max(item_s[m], 1e-9)) + 1)
+            ab_items[m] = per_block
             for b in range(blocks):
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
                     set_recording(int(on))
-                    t = per_item(fn, k // blocks)
+                    t = per_item(fn, per_block)
                     sums[on] += t
                     fastest[on][m] = min(fastest[on].get(m, t), t)
             set_recording(1)
@@ -197,7 +205,8 @@ out.mkdir(parents=True, exist_ok=True)
                 "median": {m: statistics.median(v) for m, v in res.items()},
                 **({"paused": paused,
                     "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
-                    "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted}}
+                    "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
+                    "ab_block_items": ab_items}
                    if set_recording is not None else {})}))
 print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
 dist.destroy_process_group()

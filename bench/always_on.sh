@@ -5,7 +5,7 @@
 # (bench/always_on.py says what each process measures). Prints the table last.
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
-# noplugin, disabled, all, tiny, events0: see below), MEASURES, AB=1 (in-process A/B against paused
+# noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
 # recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,9 +31,11 @@ for ((r = 0; r < rounds; r++)); do
       nomask) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_MASK=0) ;;
       noplugin) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_PLUGIN=0) ;;
       disabled) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_ENABLE=0) ;;
-      # The budget's two ends: every op timed (with NCCL's events), almost none.
+      # The budget's two ends: every op timed (with NCCL's events), almost none; and half
+      # the default.
       all) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=all) ;;
       tiny) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=0.001%) ;;
+      half) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=0.5%) ;;
       # The default's timing and checks without NCCL's events (its mask 0 from the start).
       events0) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_NCCL_MASK=0) ;;
     esac

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-CONFIGS = ["plain", "default", "deep", "all", "tiny", "events0", "off", "nomask", "noplugin", "disabled", "profiler"]
+CONFIGS = ["plain", "default", "deep", "all", "tiny", "half", "events0", "off", "nomask", "noplugin", "disabled", "profiler"]
 
 
 def load(d, key="median"):
