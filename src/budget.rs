@@ -53,69 +53,89 @@ pub fn parse_budget(v: &str) -> Option<f64> {
 }
 
 /// Charges `cost_ns` of timing, spent at `now_ns`, to a rate limiter that lets the
-/// cost of any stretch of wall time T reach `budget` × T plus `burst_ns` at most: the
-/// generic cell rate algorithm, whose one state is `tat`, the wall time by which all
-/// that was charged is paid for at the budget's rate. Quiet time earns no credit
-/// beyond `burst_ns`, so a burst of ops after a pause, or a loop of collectives after
-/// a training step's compute, pays the budget's share as it goes, not a share of the
-/// quiet stretch before it. Returns the new `tat` and whether the charge went over:
-/// then the caller times fewer ops, and `tat` keeps only the `burst_ns` of debt (the
-/// next charge is over again only if the fewer ops still cost too much).
+/// cost of any stretch of wall time T reach `budget` × T plus `burst_ns` (and one op's
+/// cost: the check, [`has_room`], comes before the op) at most: the generic cell rate
+/// algorithm, whose one state is `tat`, the wall time by which all that was charged is
+/// paid for at the budget's rate. Quiet time earns no credit beyond `burst_ns`, so a
+/// burst of ops after a pause, or a loop of collectives after a training step's
+/// compute, pays the budget's share as it goes, not a share of the quiet stretch
+/// before it. Returns the new `tat` and whether the charge went over: the debt is kept
+/// whole, so no op is timed until the budget's rate has paid it down to the burst.
 pub fn charge(tat: i64, now_ns: i64, cost_ns: u64, budget: f64, burst_ns: u64) -> (i64, bool) {
     if !(budget.is_finite() && budget > 0.0) {
         return (tat, false);
     }
-    let pay = |ns: u64| (ns as f64 / budget).min(i64::MAX as f64 / 4.0) as i64;
-    let tolerance = pay(burst_ns);
-    let due = tat.max(now_ns).saturating_add(pay(cost_ns));
-    if due.saturating_sub(now_ns) > tolerance {
-        (now_ns.saturating_add(tolerance), true)
-    } else {
-        (due, false)
-    }
+    let due = tat.max(now_ns).saturating_add(pay(cost_ns, budget));
+    (due, due.saturating_sub(now_ns) > pay(burst_ns, budget))
 }
 
-/// How many levels to go up when a [`charge`] went over: as many as halve the cost
-/// since `since_ns` (the last change of level) under its budget share, at least one,
-/// so that a steady stream of ops reaches its level in one step instead of paying
-/// `burst_ns` once per level.
-pub fn raise_by(cost_ns: u64, since_ns: i64, now_ns: i64, budget: f64) -> u8 {
-    let allowed = budget * (now_ns - since_ns).max(1) as f64;
-    let ratio = cost_ns as f64 / allowed.max(1.0);
-    if ratio.is_finite() && ratio > 1.0 {
-        (ratio.log2().ceil() as u64).clamp(1, u64::from(MAX_LEVEL)) as u8
-    } else {
-        1
-    }
+/// Whether the rate limiter of [`charge`] has room at `now_ns` for an op the level
+/// selected: its debt is within the burst. An op without room is not timed; the level
+/// is the writer's ([`Controller`]), so a cluster of selected ops (the hash's, or a
+/// burst after a quiet stretch) skips a few of them instead of ratcheting the level up.
+pub fn has_room(tat: i64, now_ns: i64, budget: f64, burst_ns: u64) -> bool {
+    !(budget.is_finite() && budget > 0.0) || tat.saturating_sub(now_ns) <= pay(burst_ns, budget)
 }
 
-/// Picks the level from the cost measured over the last interval.
+/// The wall time that pays for `cost_ns` at the budget's rate.
+fn pay(cost_ns: u64, budget: f64) -> i64 {
+    (cost_ns as f64 / budget).min(i64::MAX as f64 / 4.0) as i64
+}
+
+/// Sets the level from what the last interval measured: how many launching ops the
+/// budget chose among (the op rate) and what timing cost per timed op (the hot
+/// path's events, NCCL's events for the op, the writer's driver calls). The level is
+/// the lowest at which timing every 2^level-th op would cost at most half the budget:
+/// the other half is headroom for the hash's clusters of selected ops, which the hot
+/// path's limiter ([`charge`]) meets by going one level up at once. Set from the
+/// measured rate rather than stepped, it comes down at the first interval after a
+/// burst instead of one level per interval.
 #[derive(Clone, Copy, Debug)]
 pub struct Controller {
     /// Allowed share of wall time (`f64::INFINITY`: every op).
     pub budget: f64,
     pub level: u8,
+    /// What timing cost and how many ops were timed, each interval's figures added to
+    /// half the sums before: the cost per timed op is their ratio, and the writer's
+    /// queries of an interval's last ops, charged in the next, still count for them.
+    cost_ns: f64,
+    timed: f64,
 }
 
 impl Controller {
     pub fn new(budget: f64) -> Self {
-        Self { budget, level: 0 }
+        Self {
+            budget,
+            level: 0,
+            cost_ns: 0.0,
+            timed: 0.0,
+        }
     }
 
-    /// `cost_ns`: what timing cost over the last `wall_ns`, at the current level.
-    /// Goes up by as many levels as halve the cost under the budget; down one level
-    /// when doubling the cost would still leave it under half the budget.
-    pub fn update(&mut self, cost_ns: u64, wall_ns: u64) -> u8 {
-        if wall_ns == 0 || self.budget.is_infinite() {
+    /// Over the last `wall_ns`: timing cost `cost_ns` for `timed` ops, and `chosen`
+    /// launching ops were issued. Returns the new level; with nothing chosen (a quiet
+    /// interval says nothing about the op rate) or no op timed yet, the level stays.
+    pub fn update(&mut self, cost_ns: u64, wall_ns: u64, chosen: u64, timed: u64) -> u8 {
+        if self.budget.is_infinite() {
+            self.level = 0;
+            return 0;
+        }
+        self.cost_ns = self.cost_ns / 2.0 + cost_ns as f64;
+        self.timed = self.timed / 2.0 + timed as f64;
+        let per_op_ns = self.cost_ns / self.timed.max(f64::MIN_POSITIVE);
+        if wall_ns == 0 || chosen == 0 || self.timed == 0.0 || per_op_ns <= 0.0 {
             return self.level;
         }
-        let share = cost_ns as f64 / wall_ns as f64;
-        if share > self.budget {
-            let up = (share / self.budget).log2().ceil().max(1.0) as u8;
-            self.level = self.level.saturating_add(up).min(MAX_LEVEL);
-        } else if self.level > 0 && share * 2.0 < self.budget / 2.0 {
-            self.level -= 1;
-        }
+        // The share of wall time timing every op would cost, against half the budget.
+        let every_op = per_op_ns * chosen as f64 / wall_ns as f64;
+        let over = every_op / (self.budget / 2.0);
+        self.level = if over.is_finite() && over > 1.0 {
+            (over.log2().ceil() as u64).min(u64::from(MAX_LEVEL)) as u8
+        } else if over.is_finite() {
+            0
+        } else {
+            MAX_LEVEL
+        };
         self.level
     }
 }
@@ -166,32 +186,34 @@ mod tests {
     #[test]
     fn the_controller_keeps_the_cost_under_the_budget() {
         let mut c = Controller::new(0.01);
-        // 25 µs ops, 4 µs to time one: 16 % of wall time at level 0.
-        let cost_at = |level: u8| (4_000.0 * 40_000.0 / f64::from(1u32 << level)) as u64;
-        for _ in 0..4 {
-            let l = c.level;
-            c.update(cost_at(l), 1_000_000_000);
-        }
-        let share = cost_at(c.level) as f64 / 1e9;
-        assert!(share <= 0.01, "level {} costs {share}", c.level);
-        assert!(share > 0.0025, "level {} wastes the budget ({share})", c.level);
-        // The ops slow down: it comes back down, one level at a time.
-        let before = c.level;
-        c.update(0, 1_000_000_000);
-        assert_eq!(c.level, before - 1);
+        // 25 µs ops, 4 µs to time one: 16 % of wall time at level 0. One second at
+        // level 0 measures it; the level is then where every 2^level-th op costs at
+        // most half the 1 % (1 in 64: 0.25 %).
+        assert_eq!(c.update(4_000 * 40_000, 1_000_000_000, 40_000, 40_000), 5);
+        let share = |l: u8| 4_000.0 * 40_000.0 / f64::from(1u32 << l) / 1e9;
+        assert!(share(c.level) <= 0.005 && share(c.level) > 0.0025, "{}", c.level);
+        // The same rate measured at that level (1 op in 32 timed) keeps it.
+        assert_eq!(c.update(4_000 * 1_250, 1_000_000_000, 40_000, 1_250), 5);
+        // The ops slow down tenfold: down at once, not one level per interval.
+        assert_eq!(c.update(4_000 * 125, 1_000_000_000, 4_000, 125), 2);
+        // Nothing issued: nothing learnt, the level stays; nothing timed at a sparse
+        // level: the last cost per op still holds.
+        assert_eq!(c.update(0, 1_000_000_000, 0, 0), 2);
+        assert_eq!(c.update(0, 1_000_000_000, 400_000, 0), 9);
         // Unlimited budget: never sparser than every op.
         let mut all = Controller::new(f64::INFINITY);
-        assert_eq!(all.update(u64::MAX / 2, 1), 0);
+        assert_eq!(all.update(u64::MAX / 2, 1, 1, 1), 0);
     }
 
     #[test]
     fn a_burst_after_a_quiet_stretch_is_caught_within_a_few_ops() {
         // 12 µs ops costing 4.6 µs each to time, one second after the last charge: at a
-        // 1 % budget with 20 µs of burst, the quiet second earns nothing and the 5th
-        // timed op is over.
+        // 1 % budget with 20 µs of burst, the quiet second earns nothing; the 5th timed
+        // op is over, and the limiter has no room for the next.
         let (mut tat, mut t) = (1_000i64, 1_000_000_000i64);
         let mut n = 0;
         loop {
+            assert!(has_room(tat, t, 0.01, 20_000), "op {n}");
             n += 1;
             let (next, over) = charge(tat, t, 4_600, 0.01, 20_000);
             tat = next;
@@ -201,17 +223,72 @@ mod tests {
             t += 12_000;
         }
         assert_eq!(n, 5);
-        // Only the burst is kept as debt: the next op is over again.
-        assert_eq!(tat, t + 2_000_000);
-        assert!(charge(tat, t + 12_000, 4_600, 0.01, 20_000).1);
-        // From there one step reaches a level whose cost is under the budget: 4.6 µs
-        // per 12 µs op is 38 % of wall time, 1 op in 64 is 0.6 %.
-        let up = raise_by(4_600 * 5, 1_000_000_000, t + 12_000, 0.01);
-        assert_eq!(up, 6);
-        assert!(4_600.0 / 12_000.0 / f64::from(1u32 << up) <= 0.01);
-        assert_eq!(raise_by(0, 1_000, 2_000, 0.01), 1, "at least one");
-        assert_eq!(raise_by(u64::MAX, 1_000, 1_000, 1e-9), MAX_LEVEL);
+        // The whole debt is kept: 5 × 460 µs of wall time pay for the 23 µs.
+        assert_eq!(tat, 1_000_000_000 + 5 * 460_000);
+        assert!(!has_room(tat, t + 12_000, 0.01, 20_000));
+        // Room again once the budget's rate has paid it down to the burst.
+        assert!(has_room(tat, tat - 2_000_000, 0.01, 20_000));
+        assert!(!has_room(tat, tat - 2_000_001, 0.01, 20_000));
+        assert!(has_room(i64::MAX, 0, f64::INFINITY, 0), "every op");
         assert_eq!(charge(5, 1, u64::MAX, f64::INFINITY, 0), (5, false), "every op");
+    }
+
+    /// The shim's two rules together (shim/src/timing.rs): the writer's [`Controller`]
+    /// sets the level every 250 ms, and an op the level selects is timed only when the
+    /// limiter has room. A steady stream of 12 µs ops costing 4.6 µs each to time, plus
+    /// the writer's 2 µs a timed op every millisecond (55 % of wall time at level 0),
+    /// settles at level 7 (1 op in 128: 0.43 %, under half the 1 % budget) after the
+    /// first interval and stays there; the limiter skips a few ops of the hash's
+    /// clusters; what is paid stays within the budget plus the burst.
+    #[test]
+    fn the_level_settles_where_the_rate_fits_half_the_budget() {
+        let (mut tat, mut level, mut timed, mut skipped) = (0i64, 0u8, 0u64, 0u64);
+        let mut ctl = Controller::new(0.01);
+        let (mut cost, mut since) = (0u64, 0i64);
+        let (mut polled, mut unpolled) = (0i64, 0u64);
+        let (mut chosen, mut timed_now) = (0u64, 0u64);
+        let mut settled = Vec::new();
+        let step = 12_000i64;
+        for i in 0..1_000_000u64 {
+            let t = i as i64 * step;
+            if t - since >= 250_000_000 {
+                level = ctl.update(cost, (t - since) as u64, chosen, timed_now);
+                (cost, since, chosen, timed_now) = (0, t, 0, 0);
+            }
+            chosen += 1;
+            // The writer, every millisecond: 2 µs of driver calls per op timed since.
+            if t - polled >= 1_000_000 && unpolled > 0 {
+                let c = 2_000 * unpolled;
+                cost += c;
+                tat = charge(tat, t, c, 0.01, 20_000).0;
+                (polled, unpolled) = (t, 0);
+            }
+            if t > 300_000_000 {
+                settled.push(level);
+            }
+            if !selected(mix(i), level) {
+                continue;
+            }
+            if !has_room(tat, t, 0.01, 20_000) {
+                skipped += 1;
+                continue;
+            }
+            timed += 1;
+            timed_now += 1;
+            unpolled += 1;
+            cost += 4_600;
+            tat = charge(tat, t, 4_600, 0.01, 20_000).0;
+        }
+        assert!(
+            settled.iter().all(|&l| l == 7),
+            "levels {:?}",
+            (settled.iter().min(), settled.iter().max())
+        );
+        let paid = timed as f64 * 6_600.0;
+        let allowed = 0.01 * 1_000_000.0 * step as f64 + 20_000.0;
+        assert!(paid <= allowed, "{paid} > {allowed}");
+        // Level 7 times ~7,800 ops over these 12 s; the limiter skips few of them.
+        assert!(timed > 7_000, "{timed} timed, {skipped} skipped");
     }
 
     #[test]

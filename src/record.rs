@@ -99,7 +99,8 @@ pub enum Timing {
     /// Events recorded around the launching call at budget level `k`: the op stands
     /// for 2^k ops ([`crate::budget`]).
     Timed(u8),
-    /// Not selected at the budget's level `k` at the time.
+    /// Not timed by the budget at level `k`: not selected at that level, or selected
+    /// while its rate limiter had no room ([`crate::budget::has_room`]).
     Skipped(u8),
     /// Its stream was being captured into a CUDA graph: no event is recorded there.
     Captured,

@@ -530,15 +530,16 @@ fn pick_op(
     } else {
         group_level(h)
     };
-    // Level 0 selects every op: no key to compute.
-    let selected = level == 0 || {
+    // Level 0 selects every op: no key to compute. A selected op is timed only when
+    // the budget's rate limiter has room for it (the writer sets the level).
+    let selected = (level == 0 || {
         let ahead = if launching {
             0
         } else {
             pending_ahead(h, kind, a.comm, a.peer)
         };
         budget::selected(op_key(kind, st, a.peer, op_id, ahead), level)
-    };
+    }) && timing::has_room();
     timing::Pick {
         level,
         selected,

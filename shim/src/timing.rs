@@ -45,13 +45,15 @@ static COST_SINCE_NS: AtomicI64 = AtomicI64::new(0);
 /// The budget's rate limiter ([`zcta::budget::charge`]): the wall time by which all
 /// that timing cost is paid for at the budget's rate.
 static PAID_BY_NS: AtomicI64 = AtomicI64::new(0);
-/// Cost the hot path allows beyond the budget's share of any stretch of time before
-/// it raises the level itself: about four timed send/recv groups.
+/// Cost the rate limiter allows beyond the budget's share of any stretch of time:
+/// about four timed send/recv groups. An op the level selects beyond it is not timed.
 const BURST_NS: u64 = 20_000;
 /// Launching calls the budget chose among since the writer last looked: a stretch
 /// without any (recording paused, a program between phases) says nothing about the
 /// op rate, and the level is kept.
 static CHOSEN: AtomicU64 = AtomicU64::new(0);
+/// Ops timed since the writer last looked (the cost per timed op is `COST_NS` / this).
+static TIMED: AtomicU64 = AtomicU64::new(0);
 
 /// Stream time one event record adds between back-to-back work on an H200: 2,661 ns
 /// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
@@ -213,6 +215,8 @@ pub fn start(enabled: bool, budget: f64, follow_nccl: bool) {
         None => {
             *WHY_OFF.lock().unwrap_or_else(|p| p.into_inner()) = None;
             BUDGET_BITS.store(budget.to_bits(), Ordering::Relaxed);
+            // The budget's first interval starts here, with the first op it may time.
+            COST_SINCE_NS.store(now_ns(), Ordering::Relaxed);
             STATE.store(ON, Ordering::Release);
             // Every op selected anyway under ZCTA_BUDGET=all.
             crate::control::set_follow(follow_nccl && budget.is_finite());
@@ -350,41 +354,32 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let now = now_ns();
     let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
     charge(spent, now);
+    TIMED.fetch_add(1, Ordering::Relaxed);
     Timing::Timed(b.level)
 }
 
 /// Charges what timing cost (`spent` ns, by the hot path for an op or by the writer
-/// for the ops it polled) to the budget's rate limiter, and raises the level at once
-/// when it is over: by as many levels as bring the cost since the last change under
-/// the budget (the writer lowers it again, one level every [`BUDGET_EVERY_NS`], when
-/// the cost allows).
+/// for the ops it polled) to the budget's rate limiter, which [`has_room`] reads.
 #[inline]
 fn charge(spent: u64, now: i64) {
-    let cost = COST_NS.fetch_add(spent, Ordering::Relaxed) + spent;
+    COST_NS.fetch_add(spent, Ordering::Relaxed);
     let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
     let mut paid_by = PAID_BY_NS.load(Ordering::Relaxed);
-    let over = loop {
-        let (next, over) = zcta::budget::charge(paid_by, now, spent, budget, BURST_NS);
+    loop {
+        let (next, _) = zcta::budget::charge(paid_by, now, spent, budget, BURST_NS);
         match PAID_BY_NS.compare_exchange_weak(paid_by, next, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => break over,
+            Ok(_) => break,
             Err(v) => paid_by = v,
         }
-    };
-    if over {
-        let since = COST_SINCE_NS.load(Ordering::Relaxed);
-        let level = LEVEL.load(Ordering::Relaxed);
-        let up = zcta::budget::raise_by(cost, since, now, budget);
-        let to = level.saturating_add(up).min(zcta::budget::MAX_LEVEL);
-        if to > level
-            && LEVEL
-                .compare_exchange(level, to, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            // Measure again from here, at the new level.
-            COST_NS.store(0, Ordering::Relaxed);
-            COST_SINCE_NS.store(now, Ordering::Relaxed);
-        }
     }
+}
+
+/// Whether the budget's rate limiter has room now for an op the level selected
+/// ([`zcta::budget::has_room`]; hot path, only for selected ops).
+#[inline]
+pub fn has_room() -> bool {
+    let budget = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
+    zcta::budget::has_room(PAID_BY_NS.load(Ordering::Relaxed), now_ns(), budget, BURST_NS)
 }
 
 /// An anchor: one of our events whose GPU time is `host_ns` ± `err_ns` on
@@ -648,24 +643,18 @@ impl Timer {
             .get_or_insert_with(|| Controller::new(f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed))));
         if self.last_budget_ns == 0 {
             self.last_budget_ns = now;
-            COST_NS.store(0, Ordering::Relaxed);
-            COST_SINCE_NS.store(now, Ordering::Relaxed);
             return;
         }
         if now - self.last_budget_ns < BUDGET_EVERY_NS {
             return;
         }
         self.last_budget_ns = now;
-        // The hot path may have raised the level (and restarted the sum) meanwhile.
         let since = COST_SINCE_NS.swap(now, Ordering::Relaxed);
         let cost = COST_NS.swap(0, Ordering::Relaxed);
-        // No op to choose among: nothing learnt about the op rate; the level stays.
-        if CHOSEN.swap(0, Ordering::Relaxed) == 0 {
-            return;
-        }
-        ctl.level = LEVEL.load(Ordering::Relaxed);
+        let chosen = CHOSEN.swap(0, Ordering::Relaxed);
+        let timed = TIMED.swap(0, Ordering::Relaxed);
         let wall = (now - since).max(1) as u64;
-        LEVEL.store(ctl.update(cost, wall), Ordering::Relaxed);
+        LEVEL.store(ctl.update(cost, wall, chosen, timed), Ordering::Relaxed);
     }
 
     /// At the end: gives the GPU up to `wait_ns` to finish what is pending.
