@@ -1178,11 +1178,28 @@ fn cuda_versions(
             path: Some(format!("{}/version.py", t.dir)),
         });
     }
+    cuda.extend(wheel_runtimes(sites));
+    cuda.extend(toolkits(sys));
+    if let Some(l) = nccl.iter().find(|l| l.selected)
+        && let Some(c) = &l.built_for_cuda
+    {
+        cuda.push(Component {
+            what: "NCCL's runtime (static)".into(),
+            version: c.clone(),
+            path: Some(l.path.clone()),
+        });
+    }
+    cuda
+}
+
+/// The CUDA runtimes in wheels.
+fn wheel_runtimes(sites: &[PathBuf]) -> Vec<Component> {
+    let mut out = Vec::new();
     for s in sites {
         let v = dist_info_version(s, "nvidia_cuda_runtime");
         for sub in ["nvidia/cu13/lib", "nvidia/cuda_runtime/lib", "nvidia/cu12/lib"] {
             if let Some(p) = files_starting(&s.join(sub), "libcudart.so").first() {
-                cuda.push(Component {
+                out.push(Component {
                     what: "CUDA runtime (wheel)".into(),
                     version: v.clone().unwrap_or_else(|| {
                         p.file_name()
@@ -1194,6 +1211,12 @@ fn cuda_versions(
             }
         }
     }
+    out
+}
+
+/// The CUDA toolkits in `/usr/local/cuda*`, by their version.json.
+fn toolkits(sys: &System<'_>) -> Vec<Component> {
+    let mut out = Vec::new();
     for root in cuda_roots(sys) {
         let vj = root.join("version.json");
         let v = std::fs::read_to_string(&vj)
@@ -1201,23 +1224,14 @@ fn cuda_versions(
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|j| j["cuda"]["version"].as_str().map(str::to_owned));
         if let Some(v) = v {
-            cuda.push(Component {
+            out.push(Component {
                 what: "CUDA toolkit".into(),
                 version: v,
                 path: Some(sys.logical(&root)),
             });
         }
     }
-    if let Some(l) = nccl.iter().find(|l| l.selected)
-        && let Some(c) = &l.built_for_cuda
-    {
-        cuda.push(Component {
-            what: "NCCL's runtime (static)".into(),
-            version: c.clone(),
-            path: Some(l.path.clone()),
-        });
-    }
-    cuda
+    out
 }
 
 #[cfg(test)]
