@@ -920,9 +920,26 @@ fn cuda_roots(sys: &System<'_>) -> Vec<PathBuf> {
 
 fn libraries(sys: &System<'_>, f: &mut Facts) {
     let torch = f.python.torch.clone();
-    // The site-packages holding torch first: its wheels are what torch loads.
+    let sites = site_dirs(f);
+    let found = find_nccl(sys, &sites, torch.as_ref());
+    f.nccl = found
+        .into_iter()
+        .map(|x| nccl_library(sys, x, &mut f.notes))
+        .collect();
+    select_nccl(&mut f.nccl);
+    f.cupti = find_cupti(sys, &sites, torch.as_ref())
+        .into_iter()
+        .map(|x| cupti_library(sys, x))
+        .collect();
+    select_cupti(&mut f.cupti);
+    f.cuda = cuda_versions(sys, &sites, torch.as_ref(), &f.nccl);
+}
+
+/// The site-packages to search: the one holding torch first (its wheels are what
+/// torch loads), then the interpreter's others.
+fn site_dirs(f: &Facts) -> Vec<PathBuf> {
     let mut sites: Vec<PathBuf> = Vec::new();
-    if let Some(t) = &torch
+    if let Some(t) = &f.python.torch
         && let Some(p) = Path::new(&t.dir).parent()
     {
         sites.push(p.to_owned());
@@ -933,44 +950,57 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
             sites.push(p);
         }
     }
-    let torch_site = |s: &Path| {
-        torch
-            .as_ref()
-            .is_some_and(|t| Path::new(&t.dir).parent() == Some(s))
-    };
+    sites
+}
 
-    // --- NCCL ---
+/// `torch wheel` for torch's site-packages, else `python wheel`.
+fn wheel_origin(site: &Path, torch: Option<&Torch>) -> &'static str {
+    if torch.is_some_and(|t| Path::new(&t.dir).parent() == Some(site)) {
+        "torch wheel"
+    } else {
+        "python wheel"
+    }
+}
+
+/// Every file named `prefix*` in `dir`, found with `origin`.
+fn push_files(v: &mut Vec<Found>, dir: &Path, prefix: &str, origin: &str, wheel_version: Option<&String>) {
+    for p in files_starting(dir, prefix) {
+        push_found(
+            v,
+            p.clone(),
+            p.display().to_string(),
+            origin,
+            wheel_version.cloned(),
+        );
+    }
+}
+
+/// Every libnccl, in the loader's order of preference.
+fn find_nccl(sys: &System<'_>, sites: &[PathBuf], torch: Option<&Torch>) -> Vec<Found> {
     let mut nccl = Vec::new();
     for p in sys.env("LD_PRELOAD").unwrap_or("").split([':', ' ']) {
         if p.contains("libnccl") {
             push_found(&mut nccl, PathBuf::from(p), p.to_owned(), "LD_PRELOAD", None);
         }
     }
-    for s in &sites {
+    for s in sites {
         let lib = s.join("nvidia/nccl/lib/libnccl.so.2");
-        let origin = if torch_site(s) {
-            "torch wheel"
-        } else {
-            "python wheel"
-        };
         push_found(
             &mut nccl,
             lib.clone(),
             lib.display().to_string(),
-            origin,
+            wheel_origin(s, torch),
             dist_info_version(s, "nvidia_nccl_cu"),
         );
     }
-    if let Some(t) = &torch {
-        for p in files_starting(&Path::new(&t.dir).join("lib"), "libnccl.so") {
-            push_found(
-                &mut nccl,
-                p.clone(),
-                p.display().to_string(),
-                "bundled with torch",
-                None,
-            );
-        }
+    if let Some(t) = torch {
+        push_files(
+            &mut nccl,
+            &Path::new(&t.dir).join("lib"),
+            "libnccl.so",
+            "bundled with torch",
+            None,
+        );
     }
     for d in ld_library_dirs(sys) {
         let p = d.join("libnccl.so.2");
@@ -987,55 +1017,63 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
         let shown = sys.logical(&p);
         push_found(&mut nccl, p, shown, "system", None);
     }
-    f.nccl = nccl
-        .into_iter()
-        .map(|x| {
-            let real = std::fs::canonicalize(&x.real).ok();
-            let mut lib = Library {
-                real_path: real.as_ref().filter(|r| **r != x.real).map(|r| sys.logical(r)),
-                path: x.shown,
-                origin: x.origin,
-                ..Library::default()
-            };
-            match nccl_version_in_file(&x.real) {
-                Ok(Some((v, cuda))) => {
+    nccl
+}
+
+/// Where the symlinks of `x` lead, when elsewhere, and the file itself.
+fn real_path(sys: &System<'_>, x: &Found) -> (Option<PathBuf>, Option<String>) {
+    let real = std::fs::canonicalize(&x.real).ok();
+    let shown = real.as_ref().filter(|r| **r != x.real).map(|r| sys.logical(r));
+    (real, shown)
+}
+
+/// A libnccl with its version: the string inside, else the file name, else the wheel's.
+fn nccl_library(sys: &System<'_>, x: Found, notes: &mut Vec<String>) -> Library {
+    let (real, real_path) = real_path(sys, &x);
+    let mut lib = Library {
+        real_path,
+        path: x.shown,
+        origin: x.origin,
+        ..Library::default()
+    };
+    match nccl_version_in_file(&x.real) {
+        Ok(Some((v, cuda))) => {
+            lib.version = Some(v);
+            lib.version_source = Some("string in the library".into());
+            lib.built_for_cuda = cuda;
+        }
+        Ok(None) => {
+            let by_name = real.as_deref().and_then(|r| version_from_name(r, "libnccl.so."));
+            match (by_name, &x.wheel_version) {
+                (Some(v), _) => {
                     lib.version = Some(v);
-                    lib.version_source = Some("string in the library".into());
-                    lib.built_for_cuda = cuda;
+                    lib.version_source = Some("file name".into());
                 }
-                Ok(None) => {
-                    let by_name = real.as_deref().and_then(|r| version_from_name(r, "libnccl.so."));
-                    match (by_name, &x.wheel_version) {
-                        (Some(v), _) => {
-                            lib.version = Some(v);
-                            lib.version_source = Some("file name".into());
-                        }
-                        (None, Some(w)) => {
-                            lib.version = Some(w.clone());
-                            lib.version_source = Some("wheel metadata".into());
-                        }
-                        (None, None) => f
-                            .notes
-                            .push(format!("{}: no NCCL version string inside", lib.path)),
-                    }
+                (None, Some(w)) => {
+                    lib.version = Some(w.clone());
+                    lib.version_source = Some("wheel metadata".into());
                 }
-                Err(e) => f.notes.push(format!("{}: {e}", lib.path)),
+                (None, None) => notes.push(format!("{}: no NCCL version string inside", lib.path)),
             }
-            if let (Some(w), Some(v)) = (&x.wheel_version, &lib.version)
-                && !v.starts_with(w.as_str())
-                && !w.starts_with(v.as_str())
-            {
-                f.notes.push(format!(
-                    "{}: the library says {v}, its wheel metadata {w}",
-                    lib.path
-                ));
-            }
-            lib
-        })
-        .collect();
-    // What a torch process loads: a preloaded copy, else the wheel its RPATH names,
-    // else the copy bundled in torch/lib, else the loader's search (LD_LIBRARY_PATH,
-    // then the system). Without torch: what any program linking libnccl.so.2 gets.
+        }
+        Err(e) => notes.push(format!("{}: {e}", lib.path)),
+    }
+    if let (Some(w), Some(v)) = (&x.wheel_version, &lib.version)
+        && !v.starts_with(w.as_str())
+        && !w.starts_with(v.as_str())
+    {
+        notes.push(format!(
+            "{}: the library says {v}, its wheel metadata {w}",
+            lib.path
+        ));
+    }
+    lib
+}
+
+/// What a torch process loads: a preloaded copy, else the wheel its RPATH names, else
+/// the copy bundled in torch/lib, else the loader's search (LD_LIBRARY_PATH, then the
+/// system). Without torch: what any program linking libnccl.so.2 gets.
+fn select_nccl(nccl: &mut [Library]) {
     let order = [
         "LD_PRELOAD",
         "torch wheel",
@@ -1045,47 +1083,33 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
     ];
     if let Some(i) = order
         .iter()
-        .find_map(|o| f.nccl.iter().position(|l| l.origin == *o))
+        .find_map(|o| nccl.iter().position(|l| l.origin == *o))
     {
-        f.nccl[i].selected = true;
+        nccl[i].selected = true;
     }
+}
 
-    // --- CUPTI ---
+/// Every libcupti: torch's wheels, torch/lib, LD_LIBRARY_PATH, the CUDA toolkits.
+fn find_cupti(sys: &System<'_>, sites: &[PathBuf], torch: Option<&Torch>) -> Vec<Found> {
     let mut cupti = Vec::new();
-    for s in &sites {
-        let origin = if torch_site(s) {
-            "torch wheel"
-        } else {
-            "python wheel"
-        };
+    for s in sites {
+        let origin = wheel_origin(s, torch);
         let wv = dist_info_version(s, "nvidia_cuda_cupti");
         for sub in ["nvidia/cu13/lib", "nvidia/cuda_cupti/lib", "nvidia/cu12/lib"] {
-            for p in files_starting(&s.join(sub), "libcupti.so") {
-                push_found(&mut cupti, p.clone(), p.display().to_string(), origin, wv.clone());
-            }
+            push_files(&mut cupti, &s.join(sub), "libcupti.so", origin, wv.as_ref());
         }
     }
-    if let Some(t) = &torch {
-        for p in files_starting(&Path::new(&t.dir).join("lib"), "libcupti.so") {
-            push_found(
-                &mut cupti,
-                p.clone(),
-                p.display().to_string(),
-                "bundled with torch",
-                None,
-            );
-        }
+    if let Some(t) = torch {
+        push_files(
+            &mut cupti,
+            &Path::new(&t.dir).join("lib"),
+            "libcupti.so",
+            "bundled with torch",
+            None,
+        );
     }
     for d in ld_library_dirs(sys) {
-        for p in files_starting(&d, "libcupti.so") {
-            push_found(
-                &mut cupti,
-                p.clone(),
-                p.display().to_string(),
-                "LD_LIBRARY_PATH",
-                None,
-            );
-        }
+        push_files(&mut cupti, &d, "libcupti.so", "LD_LIBRARY_PATH", None);
     }
     for root in cuda_roots(sys) {
         for sub in [
@@ -1100,58 +1124,82 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
             }
         }
     }
-    // One entry per library file (the versioned name and its symlinks are one).
-    f.cupti = cupti
-        .into_iter()
-        .map(|x| {
-            let real = std::fs::canonicalize(&x.real).ok();
-            let from_name = real.as_deref().and_then(|r| version_from_name(r, "libcupti.so."));
-            let (version, version_source) = match (&x.wheel_version, from_name) {
-                (Some(w), _) => (Some(w.clone()), Some("wheel metadata".to_owned())),
-                (None, Some(n)) => (Some(n), Some("file name".to_owned())),
-                (None, None) => (None, None),
-            };
-            Library {
-                real_path: real.as_ref().filter(|r| **r != x.real).map(|r| sys.logical(r)),
-                path: x.shown,
-                origin: x.origin,
-                version,
-                version_source,
-                ..Library::default()
-            }
-        })
-        .collect();
-    // zcta's shim uses the libcupti already mapped (torch's, once torch is imported),
-    // else $ZCTA_CUPTI_LIB, $CUDA_HOME, the NCCL wheel's sibling nvidia/cu13/lib, then
-    // /usr/local/cuda*: always a libcupti.so.13 (shim/src/ffi/cupti.rs).
-    let is13 = |l: &Library| l.path.ends_with("libcupti.so.13");
-    let pick = f
-        .cupti
-        .iter()
-        .position(|l| is13(l) && l.origin == "torch wheel")
-        .or_else(|| {
-            f.cupti
-                .iter()
-                .position(|l| is13(l) && l.origin == "bundled with torch")
-        })
-        .or_else(|| f.cupti.iter().position(|l| is13(l) && l.origin == "CUDA toolkit"));
-    if let Some(i) = pick {
-        f.cupti[i].selected = true;
-    }
+    cupti
+}
 
-    // --- CUDA versions ---
-    if let Some(c) = torch.as_ref().and_then(|t| t.cuda.clone()) {
-        f.cuda.push(Component {
+/// A libcupti with its version: the wheel's, else the file name's. One entry per
+/// library file (the versioned name and its symlinks are one).
+fn cupti_library(sys: &System<'_>, x: Found) -> Library {
+    let (real, real_path) = real_path(sys, &x);
+    let from_name = real.as_deref().and_then(|r| version_from_name(r, "libcupti.so."));
+    let (version, version_source) = match (&x.wheel_version, from_name) {
+        (Some(w), _) => (Some(w.clone()), Some("wheel metadata".to_owned())),
+        (None, Some(n)) => (Some(n), Some("file name".to_owned())),
+        (None, None) => (None, None),
+    };
+    Library {
+        real_path,
+        path: x.shown,
+        origin: x.origin,
+        version,
+        version_source,
+        ..Library::default()
+    }
+}
+
+/// zcta's shim uses the libcupti already mapped (torch's, once torch is imported),
+/// else $ZCTA_CUPTI_LIB, $CUDA_HOME, the NCCL wheel's sibling nvidia/cu13/lib, then
+/// /usr/local/cuda*: always a libcupti.so.13 (shim/src/ffi/cupti.rs).
+fn select_cupti(cupti: &mut [Library]) {
+    let is13 = |l: &Library| l.path.ends_with("libcupti.so.13");
+    let pick = ["torch wheel", "bundled with torch", "CUDA toolkit"]
+        .iter()
+        .find_map(|o| cupti.iter().position(|l| is13(l) && l.origin == *o));
+    if let Some(i) = pick {
+        cupti[i].selected = true;
+    }
+}
+
+/// CUDA versions: torch's build, runtimes in wheels, installed toolkits, and the one
+/// NCCL links statically.
+fn cuda_versions(
+    sys: &System<'_>,
+    sites: &[PathBuf],
+    torch: Option<&Torch>,
+    nccl: &[Library],
+) -> Vec<Component> {
+    let mut cuda = Vec::new();
+    if let Some(t) = torch
+        && let Some(c) = t.cuda.clone()
+    {
+        cuda.push(Component {
             what: "torch build".into(),
             version: c,
-            path: torch.as_ref().map(|t| format!("{}/version.py", t.dir)),
+            path: Some(format!("{}/version.py", t.dir)),
         });
     }
-    for s in &sites {
+    cuda.extend(wheel_runtimes(sites));
+    cuda.extend(toolkits(sys));
+    if let Some(l) = nccl.iter().find(|l| l.selected)
+        && let Some(c) = &l.built_for_cuda
+    {
+        cuda.push(Component {
+            what: "NCCL's runtime (static)".into(),
+            version: c.clone(),
+            path: Some(l.path.clone()),
+        });
+    }
+    cuda
+}
+
+/// The CUDA runtimes in wheels.
+fn wheel_runtimes(sites: &[PathBuf]) -> Vec<Component> {
+    let mut out = Vec::new();
+    for s in sites {
         let v = dist_info_version(s, "nvidia_cuda_runtime");
         for sub in ["nvidia/cu13/lib", "nvidia/cuda_runtime/lib", "nvidia/cu12/lib"] {
             if let Some(p) = files_starting(&s.join(sub), "libcudart.so").first() {
-                f.cuda.push(Component {
+                out.push(Component {
                     what: "CUDA runtime (wheel)".into(),
                     version: v.clone().unwrap_or_else(|| {
                         p.file_name()
@@ -1163,6 +1211,12 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
             }
         }
     }
+    out
+}
+
+/// The CUDA toolkits in `/usr/local/cuda*`, by their version.json.
+fn toolkits(sys: &System<'_>) -> Vec<Component> {
+    let mut out = Vec::new();
     for root in cuda_roots(sys) {
         let vj = root.join("version.json");
         let v = std::fs::read_to_string(&vj)
@@ -1170,22 +1224,14 @@ fn libraries(sys: &System<'_>, f: &mut Facts) {
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|j| j["cuda"]["version"].as_str().map(str::to_owned));
         if let Some(v) = v {
-            f.cuda.push(Component {
+            out.push(Component {
                 what: "CUDA toolkit".into(),
                 version: v,
                 path: Some(sys.logical(&root)),
             });
         }
     }
-    if let Some(l) = f.nccl.iter().find(|l| l.selected)
-        && let Some(c) = &l.built_for_cuda
-    {
-        f.cuda.push(Component {
-            what: "NCCL's runtime (static)".into(),
-            version: c.clone(),
-            path: Some(l.path.clone()),
-        });
-    }
+    out
 }
 
 #[cfg(test)]

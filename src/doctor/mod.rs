@@ -9,7 +9,8 @@
 //! - [`nvml`]: the real NVML source (`nvml-wrapper`, loaded at run time);
 //! - [`crate::nccl_rules`]: the copy-engine rules that differ between NCCL releases, one
 //!   table with each rule's versions and source line;
-//! - [`verdict`]: pure rules from facts to a [`Report`] (paths, conditions, fixes);
+//! - [`rules`]: the rules, one small function each with its citation, in tables;
+//! - [`verdict`]: runs those tables from facts to a [`Report`] (paths, conditions, fixes);
 //! - [`render`]: the human table and the JSON document;
 //! - [`probe`]: the probe run and its comparison with the prediction.
 //!
@@ -21,6 +22,7 @@ pub mod facts;
 pub mod nvml;
 pub mod probe;
 pub mod render;
+pub mod rules;
 pub mod verdict;
 
 use std::path::PathBuf;

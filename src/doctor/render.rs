@@ -60,32 +60,41 @@ fn lib_line(l: &Library, role: &str) -> String {
 }
 
 /// The table.
-#[allow(clippy::too_many_lines)]
 pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
     let mut s = String::new();
     let w = &mut s;
+    header(w, f, r);
+    machine(w, f, r);
+    software(w, f, r);
+    settings(w, f);
+    transport(w, r);
+    conditions(w, r);
+    families(w, r);
+    requests(w, r);
+    findings(w, r);
+    gather_notes(w, f);
+    fixes(w, r);
+    if let Some(p) = probe {
+        let _ = writeln!(w, "\n{}", p.render_text());
+    }
+    exit_line(w, r, probe);
+    s
+}
+
+fn header(w: &mut String, f: &Facts, r: &Report) {
     let _ = writeln!(
         w,
         "zcta doctor — NCCL data paths on {}\n",
         f.host.hostname.as_deref().unwrap_or("this machine")
     );
-
     for line in &r.summary {
         let _ = writeln!(w, "  {line}");
     }
+}
 
+fn machine(w: &mut String, f: &Facts, r: &Report) {
     let _ = writeln!(w, "\nMACHINE");
-    let drv = match (&f.driver.version, f.driver.cuda_driver) {
-        (Some(v), Some(c)) => format!(
-            "{v}, CUDA driver API {} (from {})",
-            cuda_str(c),
-            f.driver.cuda_driver_source.as_deref().unwrap_or("?")
-        ),
-        (Some(v), None) => format!("{v}, CUDA driver API unknown"),
-        _ if f.driver.kernel_module => "kernel module loaded, version unreadable".into(),
-        _ => "none found (no /proc/driver/nvidia, no NVML)".into(),
-    };
-    let _ = writeln!(w, "  driver     {drv}");
+    let _ = writeln!(w, "  driver     {}", driver_line(f));
     if f.driver.nvml != "loaded" {
         let _ = writeln!(
             w,
@@ -94,6 +103,32 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             f.driver.nvml_error.as_deref().unwrap_or("-")
         );
     }
+    gpus(w, f, r);
+    for p in &r.transport.pairs {
+        let _ = writeln!(w, "  GPU{}-GPU{}  {}: {}", p.a, p.b, p.path.label(), p.why);
+    }
+    let switches = f.pci.iter().filter(|p| p.kind == "nvswitch").count();
+    if switches > 0 {
+        let _ = writeln!(w, "  NVSwitch   {switches} on the PCI bus");
+    }
+    let _ = writeln!(w, "  nodes      {} ({})", f.nodes.count, f.nodes.source);
+    let _ = writeln!(w, "  host       {}", host_line(f));
+}
+
+fn driver_line(f: &Facts) -> String {
+    match (&f.driver.version, f.driver.cuda_driver) {
+        (Some(v), Some(c)) => format!(
+            "{v}, CUDA driver API {} (from {})",
+            cuda_str(c),
+            f.driver.cuda_driver_source.as_deref().unwrap_or("?")
+        ),
+        (Some(v), None) => format!("{v}, CUDA driver API unknown"),
+        _ if f.driver.kernel_module => "kernel module loaded, version unreadable".into(),
+        _ => "none found (no /proc/driver/nvidia, no NVML)".into(),
+    }
+}
+
+fn gpus(w: &mut String, f: &Facts, r: &Report) {
     let _ = writeln!(w, "  GPUs       {} visible of {}", r.visible.len(), f.gpus.len());
     for g in &f.gpus {
         let mut parts = vec![g.name.clone().unwrap_or_else(|| "?".into())];
@@ -130,14 +165,9 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             let _ = writeln!(w, "    NVIDIA GPUs on the PCI bus (sysfs): {}", on_bus.join(", "));
         }
     }
-    for p in &r.transport.pairs {
-        let _ = writeln!(w, "  GPU{}-GPU{}  {}: {}", p.a, p.b, p.path.label(), p.why);
-    }
-    let switches = f.pci.iter().filter(|p| p.kind == "nvswitch").count();
-    if switches > 0 {
-        let _ = writeln!(w, "  NVSwitch   {switches} on the PCI bus");
-    }
-    let _ = writeln!(w, "  nodes      {} ({})", f.nodes.count, f.nodes.source);
+}
+
+fn host_line(f: &Facts) -> String {
     let mut host = Vec::new();
     if let Some(k) = &f.host.kernel {
         host.push(format!("kernel {k}"));
@@ -165,20 +195,23 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             f.host.memlock.as_deref().unwrap_or("?")
         ));
     }
-    let _ = writeln!(w, "  host       {}", host.join(", "));
+    host.join(", ")
+}
 
+/// Libraries under a label: the first line carries it, the others are indented alike.
+fn libs(w: &mut String, label: &str, libs: &[Library], role: &str) {
+    for (i, l) in libs.iter().enumerate() {
+        let label = if i == 0 { label } else { "" };
+        let _ = writeln!(w, "  {label:<11}{}", lib_line(l, role));
+    }
+}
+
+fn software(w: &mut String, f: &Facts, r: &Report) {
     let _ = writeln!(w, "\nSOFTWARE");
     if f.nccl.is_empty() {
         let _ = writeln!(w, "  NCCL       no libnccl.so.2 found");
     }
-    for (i, l) in f.nccl.iter().enumerate() {
-        let _ = writeln!(
-            w,
-            "  {}{}",
-            if i == 0 { "NCCL       " } else { "           " },
-            lib_line(l, ", loaded by torch")
-        );
-    }
+    libs(w, "NCCL", &f.nccl, ", loaded by torch");
     let _ = writeln!(
         w,
         "  CE rules   {}: {}",
@@ -196,14 +229,7 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
     if f.cupti.is_empty() {
         let _ = writeln!(w, "  CUPTI      no libcupti found");
     }
-    for (i, l) in f.cupti.iter().enumerate() {
-        let _ = writeln!(
-            w,
-            "  {}{}",
-            if i == 0 { "CUPTI      " } else { "           " },
-            lib_line(l, ", used by zcta")
-        );
-    }
+    libs(w, "CUPTI", &f.cupti, ", used by zcta");
     let py = match (&f.python.executable, &f.python.error) {
         (Some(e), _) => format!(
             "{e} {}{}",
@@ -217,7 +243,9 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
         (None, None) => "not asked".into(),
     };
     let _ = writeln!(w, "  python     {py}");
+}
 
+fn settings(w: &mut String, f: &Facts) {
     let _ = writeln!(
         w,
         "\nNCCL SETTINGS (environment, then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf)"
@@ -241,7 +269,9 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             );
         }
     }
+}
 
+fn transport(w: &mut String, r: &Report) {
     let _ = writeln!(
         w,
         "\nTRANSPORT BETWEEN GPUS: {} — {}",
@@ -251,7 +281,9 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
     if let Some(n) = &r.transport.inter_node {
         let _ = writeln!(w, "  between nodes: NET, {n}");
     }
+}
 
+fn conditions(w: &mut String, r: &Report) {
     let _ = writeln!(w, "\nCOPY-ENGINE (zero-CTA) CONDITIONS");
     let width = r
         .copy_engine
@@ -273,7 +305,9 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
         let _ = writeln!(w, "  {who:<8} {state:<8} {:<width$} {}", c.what, c.evidence);
         let _ = writeln!(w, "  {:<17} source: {}", "", c.source);
     }
+}
 
+fn families(w: &mut String, r: &Report) {
     let _ = writeln!(w, "\nPER COLLECTIVE");
     let _ = writeln!(w, "  {:<19} {:<40} copy engine", "family", "path here");
     for fam in &r.families {
@@ -292,39 +326,54 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             let _ = writeln!(w, "  {:<19} - {n}", "");
         }
     }
+}
 
-    if !r.requests.is_empty() {
-        let _ = writeln!(w, "\nREQUESTS IN THE ENVIRONMENT");
-        for q in &r.requests {
-            let verdict = match q.honoured {
-                Some(true) => "possible",
-                Some(false) => "NOT POSSIBLE HERE",
-                None => "cannot tell",
-            };
-            let _ = writeln!(w, "  {} asks for {}: {verdict} — {}", q.setting, q.asks, q.why);
-        }
+fn requests(w: &mut String, r: &Report) {
+    if r.requests.is_empty() {
+        return;
     }
-    if !r.findings.is_empty() {
-        let _ = writeln!(w, "\nFINDINGS");
-        for fd in &r.findings {
-            let _ = writeln!(w, "  {:<8} {}", fd.level.name(), fd.what);
-        }
+    let _ = writeln!(w, "\nREQUESTS IN THE ENVIRONMENT");
+    for q in &r.requests {
+        let verdict = match q.honoured {
+            Some(true) => "possible",
+            Some(false) => "NOT POSSIBLE HERE",
+            None => "cannot tell",
+        };
+        let _ = writeln!(w, "  {} asks for {}: {verdict} — {}", q.setting, q.asks, q.why);
     }
-    if !f.notes.is_empty() {
-        let _ = writeln!(w, "\nNOTES (while reading the machine)");
-        for n in &f.notes {
-            let _ = writeln!(w, "  {n}");
-        }
+}
+
+fn findings(w: &mut String, r: &Report) {
+    if r.findings.is_empty() {
+        return;
     }
-    if !r.fixes.is_empty() {
-        let _ = writeln!(w, "\nFIXES");
-        for (i, fx) in r.fixes.iter().enumerate() {
-            let _ = writeln!(w, "  {}. {fx}", i + 1);
-        }
+    let _ = writeln!(w, "\nFINDINGS");
+    for fd in &r.findings {
+        let _ = writeln!(w, "  {:<8} {}", fd.level.name(), fd.what);
     }
-    if let Some(p) = probe {
-        let _ = writeln!(w, "\n{}", p.render_text());
+}
+
+fn gather_notes(w: &mut String, f: &Facts) {
+    if f.notes.is_empty() {
+        return;
     }
+    let _ = writeln!(w, "\nNOTES (while reading the machine)");
+    for n in &f.notes {
+        let _ = writeln!(w, "  {n}");
+    }
+}
+
+fn fixes(w: &mut String, r: &Report) {
+    if r.fixes.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "\nFIXES");
+    for (i, fx) in r.fixes.iter().enumerate() {
+        let _ = writeln!(w, "  {}. {fx}", i + 1);
+    }
+}
+
+fn exit_line(w: &mut String, r: &Report, probe: Option<&ProbeResult>) {
     let code = exit_code(r, probe);
     let why = match code {
         0 if r.requests.is_empty() => {
@@ -346,5 +395,4 @@ pub fn text(f: &Facts, r: &Report, probe: Option<&ProbeResult>) -> String {
             "(some paths are unknown without NVML facts: `zcta doctor --probe` runs NCCL to see)"
         );
     }
-    s
 }
