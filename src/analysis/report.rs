@@ -10,15 +10,18 @@ use std::collections::HashMap;
 
 use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats, plural};
+use crate::nccl::OpKind;
 use crate::nccl_rules::{self, NcclRules, Rule};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
-pub fn busbw_factor(op: &str, n: i32) -> f64 {
+pub fn busbw_factor(op: OpKind, n: i32) -> f64 {
     let n = f64::from(n.max(1));
     match op {
-        "AllReduce" => 2.0 * (n - 1.0) / n,
-        "AllGather" | "ReduceScatter" | "AlltoAll" | "Gather" | "Scatter" => (n - 1.0) / n,
-        _ => 1.0, // Broadcast, Bcast, Reduce, Send, Recv
+        OpKind::AllReduce => 2.0 * (n - 1.0) / n,
+        OpKind::AllGather | OpKind::ReduceScatter | OpKind::AlltoAll | OpKind::Gather | OpKind::Scatter => {
+            (n - 1.0) / n
+        }
+        OpKind::Broadcast | OpKind::Bcast | OpKind::Reduce | OpKind::Send | OpKind::Recv => 1.0,
     }
 }
 
@@ -450,7 +453,9 @@ impl Builder {
                 .filter(|&m| m > 0.0)
                 .map(|m| g.bytes_gpu as f64 / g.gpu.weight() as f64 / (m * 1e3));
             // A local copy is not link traffic: no bus bandwidth against the link's peak.
-            let busbw = algbw.filter(|_| !local).map(|b| b * busbw_factor(op, g.nranks));
+            // An op name this zcta does not know moves its bytes once, as a Broadcast.
+            let factor = OpKind::from_name(op).map_or(1.0, |k| busbw_factor(k, g.nranks));
+            let busbw = algbw.filter(|_| !local).map(|b| b * factor);
             groups.push(Group {
                 op: (*op).into(),
                 bucket: *bucket,
@@ -894,8 +899,8 @@ mod tests {
         assert_eq!(bucket_label(1 << 20), "1–2 MiB");
         assert_eq!(bucket_label(8), "8–16 B");
         assert_eq!(bucket_label(0), "0 B");
-        assert_eq!(busbw_factor("AllReduce", 8), 1.75);
-        assert_eq!(busbw_factor("AlltoAll", 2), 0.5);
-        assert_eq!(busbw_factor("Broadcast", 8), 1.0);
+        assert_eq!(busbw_factor(OpKind::AllReduce, 8), 1.75);
+        assert_eq!(busbw_factor(OpKind::AlltoAll, 2), 0.5);
+        assert_eq!(busbw_factor(OpKind::Broadcast, 8), 1.0);
     }
 }
