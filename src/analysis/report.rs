@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use std::collections::HashMap;
 
-use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
+use super::phases::{N_PHASES, PHASES, Phase, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats, plural};
 use crate::nccl::OpKind;
 use crate::nccl_rules::{self, NcclRules, Rule};
@@ -716,45 +716,34 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 /// The report as a terminal table.
 pub fn render_text(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
-        "op",
-        "size bucket",
-        "engine",
-        "count",
-        "p50 us",
-        "p99 us",
-        "init",
-        "queue",
-        "sync",
-        "barrier",
-        "transfer",
-        "memcpy",
-        "proxy",
-        "unres",
-        "busbw",
-        "%peak"
+        "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10}",
+        "op", "size bucket", "engine", "count", "p50 us", "p99 us"
     );
+    for p in Phase::ALL {
+        let (header, w) = p.header();
+        let _ = write!(s, " {header:>w$}");
+    }
+    let _ = writeln!(s, " {:>8} {:>6}", "busbw", "%peak");
     for g in &r.groups {
-        let share = |k: usize| g.shares[k].map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+            "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10}",
             g.op,
             bucket_label(g.bucket),
             g.engine,
             g.count,
             fmt_opt(g.p50_us, 1),
             fmt_opt(g.p99_us, 1),
-            share(0),
-            share(1),
-            share(2),
-            share(3),
-            share(4),
-            share(5),
-            share(6),
-            share(7),
+        );
+        for (p, v) in Phase::ALL.into_iter().zip(g.shares) {
+            let share = v.map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
+            let _ = write!(s, " {share:>w$}", w = p.header().1);
+        }
+        let _ = writeln!(
+            s,
+            " {:>8} {:>6}",
             if g.local {
                 "local".into()
             } else {
