@@ -8,6 +8,7 @@ pub mod export;
 pub mod phases;
 pub mod report;
 pub mod scan;
+pub mod summary;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
