@@ -626,7 +626,7 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
 fn nccl_view(s: &Summary) -> anyhow::Result<()> {
     outln!("\n  NCCL's view (profiler plugin)");
     for p in &s.processes {
-        let what = p.profiler_plugin.as_str();
+        let what = p.profiler_plugin.as_deref().unwrap_or("");
         let line = if what == "zcta" && p.plugin_comms > 0 {
             format!(
                 "loaded by NCCL for {}",

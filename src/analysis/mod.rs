@@ -13,6 +13,8 @@ pub mod summary;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use arrow_array::RecordBatch;
+
 use crate::reader::{self, ReadError, Skipped};
 use phases::{Cuts, Phases};
 
@@ -106,6 +108,8 @@ pub struct ProcView {
     /// measured).
     pub ops_graph_captured: Option<u64>,
     pub profiler_plugin: Option<String>,
+    /// `process.plugin_comms`: communicators NCCL initialised our profiler plugin for.
+    pub plugin_comms: u64,
     /// NCCL initialised our profiler plugin for at least one communicator.
     pub plugin_active: bool,
     /// `process.records_dropped`: records not written (`None`: unknown, a killed
@@ -206,6 +210,44 @@ crate::read_view! {
     struct NcclCommsCols of nccl_comms { n_nodes }
 }
 
+/// The rows of one `process` batch; their hosts are interned in `hosts`.
+pub(crate) fn procs_of(b: &RecordBatch, hosts: &mut Vec<String>) -> Vec<ProcView> {
+    let Some(v) = ProcessCols::of(b) else {
+        return Vec::new();
+    };
+    (0..v.rows)
+        .map(|r| {
+            let env = v
+                .env_json
+                .get(r)
+                .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(j).ok())
+                .map(|m| {
+                    m.into_iter()
+                        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let text = |c: &crate::tables::Col<crate::tables::kind::Utf8>| c.get(r).map(str::to_owned);
+            let plugin_comms = v.plugin_comms.get(r).unwrap_or(0);
+            ProcView {
+                host: intern(hosts, v.host.value(r)),
+                pid: v.pid.value(r),
+                env,
+                cupti: text(&v.cupti),
+                gpu_timing: text(&v.gpu_timing),
+                gpu_sampling: text(&v.gpu_sampling),
+                ops_unsampled: v.ops_unsampled.get(r),
+                ops_graph_captured: v.ops_graph_captured.get(r),
+                profiler_plugin: text(&v.profiler_plugin),
+                plugin_comms,
+                plugin_active: v.profiler_plugin.get(r) == Some("zcta") && plugin_comms > 0,
+                records_dropped: v.records_dropped.get(r),
+                nccl_version: v.nccl_version.get(r),
+            }
+        })
+        .collect()
+}
+
 /// Reads the small tables (process, calls, gpu proxy copies, nccl_comms). Unreadable
 /// files are skipped and listed in [`Run::skipped`]; a missing or empty run directory
 /// is an error.
@@ -222,36 +264,8 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     };
     let procs = reader::read_table(run_dir, "process")?;
     note(&mut run, &procs);
-    for v in procs.batches.iter().filter_map(ProcessCols::of) {
-        for r in 0..v.rows {
-            let env = v
-                .env_json
-                .get(r)
-                .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(j).ok())
-                .map(|m| {
-                    m.into_iter()
-                        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let text = |c: &crate::tables::Col<crate::tables::kind::Utf8>| c.get(r).map(str::to_owned);
-            let host = run.host(v.host.value(r));
-            run.procs.push(ProcView {
-                host,
-                pid: v.pid.value(r),
-                env,
-                cupti: text(&v.cupti),
-                gpu_timing: text(&v.gpu_timing),
-                gpu_sampling: text(&v.gpu_sampling),
-                ops_unsampled: v.ops_unsampled.get(r),
-                ops_graph_captured: v.ops_graph_captured.get(r),
-                profiler_plugin: text(&v.profiler_plugin),
-                plugin_active: v.profiler_plugin.get(r) == Some("zcta")
-                    && v.plugin_comms.get(r).unwrap_or(0) > 0,
-                records_dropped: v.records_dropped.get(r),
-                nccl_version: v.nccl_version.get(r),
-            });
-        }
+    for b in &procs.batches {
+        run.procs.extend(procs_of(b, &mut run.hosts));
     }
     let calls = reader::read_table(run_dir, "calls")?;
     note(&mut run, &calls);

@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use super::median;
+use super::{ProcView, median};
 use crate::reader::{self, ReadError, SharedPid, Skipped};
-use crate::tables::{ALL_TABLES, Col, kind::Utf8};
+use crate::tables::ALL_TABLES;
 
 /// One table's files.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -30,21 +30,6 @@ pub struct Stopped {
     /// The table being read; `None`: looking for processes that share a (host, pid).
     pub table: Option<&'static str>,
     pub error: ReadError,
-}
-
-/// One `process` row. Like the columns it comes from, a string or count that is
-/// NULL reads as empty or 0 where it is not an `Option`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Process {
-    pub pid: i32,
-    pub profiler_plugin: String,
-    pub plugin_comms: u64,
-    pub records_dropped: Option<u64>,
-    pub gpu_timing: Option<String>,
-    pub cupti: Option<String>,
-    pub gpu_sampling: Option<String>,
-    pub ops_unsampled: Option<u64>,
-    pub ops_graph_captured: Option<u64>,
 }
 
 /// Of one op's rows: how many NCCL's profiler plugin reported.
@@ -87,7 +72,7 @@ pub struct Summary {
     /// Reading stopped; what follows [`Summary::tables`] is then empty.
     pub stopped: Option<Stopped>,
     pub shared_pids: Vec<SharedPid>,
-    pub processes: Vec<Process>,
+    pub processes: Vec<ProcView>,
     /// Per op name (as `ops.op` has it).
     pub nccl_cover: BTreeMap<String, NcclCover>,
     /// NCCL's Coll choices: (func, algo, proto, channels) -> events.
@@ -99,13 +84,6 @@ pub struct Summary {
 }
 
 crate::read_view! {
-    struct ProcessCols of process {
-        pid, profiler_plugin, plugin_comms, records_dropped, gpu_timing, cupti, gpu_sampling,
-        ops_unsampled, ops_graph_captured,
-    }
-}
-
-crate::read_view! {
     struct NcclOpsCols of nccl_ops { host, pid, op_id, func, algo, proto, n_channels }
 }
 
@@ -113,23 +91,6 @@ crate::read_view! {
     struct OpsCols of ops {
         host, pid, op_id, op, rank, bytes, result, timing, engine, launch_ns, gpu_ready_ns,
         gpu_start_ns, gpu_end_ns,
-    }
-}
-
-impl ProcessCols {
-    fn row(&self, i: usize) -> Process {
-        let text = |c: &Col<Utf8>| c.get(i).map(str::to_owned);
-        Process {
-            pid: self.pid.value(i),
-            profiler_plugin: self.profiler_plugin.value(i).to_owned(),
-            plugin_comms: self.plugin_comms.value(i),
-            records_dropped: self.records_dropped.get(i),
-            gpu_timing: text(&self.gpu_timing),
-            cupti: text(&self.cupti),
-            gpu_sampling: text(&self.gpu_sampling),
-            ops_unsampled: self.ops_unsampled.get(i),
-            ops_graph_captured: self.ops_graph_captured.get(i),
-        }
     }
 }
 
@@ -215,6 +176,8 @@ pub fn summarize(run: &Path) -> Result<Summary, ReadError> {
     let mut s = Summary::default();
     // Host names as small integers: the key of every op NCCL reported holds one.
     let mut hosts: HashMap<String, usize> = HashMap::new();
+    // Those of the processes (not shown).
+    let mut host_names = Vec::new();
     // NCCL's view first: what the ops rows are joined with. Its count is listed in
     // table order below, and so is its error, if any (earlier tables' come first).
     let mut nccl = Some(reader::fold_table(
@@ -273,10 +236,8 @@ pub fn summarize(run: &Path) -> Result<Summary, ReadError> {
                 }
                 (d, n)
             }),
-            "process" => reader::fold_table(run, t, Vec::new, |a: &mut Vec<Process>, b| {
-                if let Some(v) = ProcessCols::of(b) {
-                    a.extend((0..v.rows).map(|i| v.row(i)));
-                }
+            "process" => reader::fold_table(run, t, Vec::new, |a: &mut Vec<ProcView>, b| {
+                a.extend(super::procs_of(b, &mut host_names));
             })
             .map(|(d, f)| {
                 let n = rows(&f);
