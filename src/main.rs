@@ -1,16 +1,15 @@
 //! `zcta`: the command-line front end. Thin: all logic lives in the `zcta` library.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use arrow_array::{Array, Int32Array, StringArray, UInt64Array};
 use clap::{Parser, Subcommand};
 
-use zcta::analysis::{median, plural};
+use zcta::analysis::plural;
+use zcta::analysis::summary::Summary;
 use zcta::launch;
-use zcta::reader::{self, TableData};
+use zcta::reader;
 use zcta::recover::{LogOutcome, recover_run};
 use zcta::tables;
 
@@ -622,105 +621,29 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn strings<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a StringArray> {
-    b.column_by_name(name)?.as_any().downcast_ref::<StringArray>()
-}
-fn u64s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a UInt64Array> {
-    b.column_by_name(name)?.as_any().downcast_ref::<UInt64Array>()
-}
-fn i32s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a Int32Array> {
-    b.column_by_name(name)?.as_any().downcast_ref::<Int32Array>()
-}
-fn i64s<'a>(b: &'a arrow_array::RecordBatch, name: &str) -> Option<&'a arrow_array::Int64Array> {
-    b.column_by_name(name)?
-        .as_any()
-        .downcast_ref::<arrow_array::Int64Array>()
-}
-fn opt<T: Array>(a: &T, i: usize) -> Option<usize> {
-    (!a.is_null(i)).then_some(i)
-}
-
 /// NCCL's own view: whether the profiler plugin ran, which ops it reported, and the
 /// algorithm/protocol mix it chose.
-fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Result<()> {
+fn nccl_view(s: &Summary) -> anyhow::Result<()> {
     outln!("\n  NCCL's view (profiler plugin)");
-    for b in &procs.batches {
-        let (Some(plugin), Some(n), Some(pid)) = (
-            strings(b, "profiler_plugin"),
-            u64s(b, "plugin_comms"),
-            i32s(b, "pid"),
-        ) else {
-            continue;
+    for p in &s.processes {
+        let what = p.profiler_plugin.as_deref().unwrap_or("");
+        let line = if what == "zcta" && p.plugin_comms > 0 {
+            format!(
+                "loaded by NCCL for {}",
+                plural(p.plugin_comms, "communicator", "communicators")
+            )
+        } else if what == "zcta" {
+            "offered, but NCCL never called it (no communicator, or NCCL_PROFILER_PLUGIN came from nccl.conf)"
+                .into()
+        } else if let Some(user) = what.strip_prefix("user: ") {
+            format!("missing: your NCCL_PROFILER_PLUGIN={user} was left in place (NCCL loads one plugin)")
+        } else {
+            format!("missing: {what}")
         };
-        for i in 0..b.num_rows() {
-            let what = plugin.value(i);
-            let line = if what == "zcta" && n.value(i) > 0 {
-                format!(
-                    "loaded by NCCL for {}",
-                    plural(n.value(i), "communicator", "communicators")
-                )
-            } else if what == "zcta" {
-                "offered, but NCCL never called it (no communicator, or NCCL_PROFILER_PLUGIN came from nccl.conf)".into()
-            } else if let Some(user) = what.strip_prefix("user: ") {
-                format!("missing: your NCCL_PROFILER_PLUGIN={user} was left in place (NCCL loads one plugin)")
-            } else {
-                format!("missing: {what}")
-            };
-            outln!("    pid {:<8} {line}", pid.value(i));
-        }
+        outln!("    pid {:<8} {line}", p.pid);
     }
-    // (host, pid, op_id) of every op NCCL reported, and the Coll mix.
-    let mut seen = std::collections::HashSet::new();
-    let mut mix: BTreeMap<(String, String, String, i32), u64> = BTreeMap::new();
-    for b in &nops.batches {
-        let (Some(host), Some(pid), Some(id)) = (strings(b, "host"), i32s(b, "pid"), u64s(b, "op_id")) else {
-            continue;
-        };
-        let (func, algo, proto, ch) = (
-            strings(b, "func"),
-            strings(b, "algo"),
-            strings(b, "proto"),
-            i32s(b, "n_channels"),
-        );
-        for i in 0..b.num_rows() {
-            if let Some(i) = opt(id, i) {
-                seen.insert((host.value(i).to_owned(), pid.value(i), id.value(i)));
-            }
-            if let (Some(f), Some(a), Some(p), Some(c)) = (func, algo, proto, ch)
-                && !a.is_null(i)
-            {
-                let k = (
-                    f.value(i).to_owned(),
-                    a.value(i).to_owned(),
-                    p.value(i).to_owned(),
-                    c.value(i),
-                );
-                *mix.entry(k).or_default() += 1;
-            }
-        }
-    }
-    // (ops, with NCCL's view, without it because the budget skipped them)
-    let mut cover: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-    for b in &ops.batches {
-        let (Some(host), Some(pid), Some(id), Some(op)) = (
-            strings(b, "host"),
-            i32s(b, "pid"),
-            u64s(b, "op_id"),
-            strings(b, "op"),
-        ) else {
-            continue;
-        };
-        let timing = strings(b, "timing");
-        for i in 0..b.num_rows() {
-            let e = cover.entry(op.value(i).to_owned()).or_default();
-            e.0 += 1;
-            let with = seen.contains(&(host.value(i).to_owned(), pid.value(i), id.value(i)));
-            e.1 += u64::from(with);
-            let skipped = timing.is_some_and(|t| t.is_valid(i) && t.value(i) == "budget");
-            e.2 += u64::from(!with && skipped);
-        }
-    }
-    for (op, (n, with, skipped)) in cover {
+    for (op, c) in &s.nccl_cover {
+        let (n, with, skipped) = (c.ops, c.with_view, c.not_selected);
         let mut why = Vec::new();
         if skipped > 0 {
             why.push(format!(
@@ -740,28 +663,22 @@ fn nccl_view(ops: &TableData, nops: &TableData, procs: &TableData) -> anyhow::Re
         };
         outln!("    {op:<14} {with:>8} of {n:<8} ops with NCCL's view{note}");
     }
-    for ((func, algo, proto, ch), n) in mix {
+    for ((func, algo, proto, ch), n) in &s.nccl_mix {
         outln!("    {func:<14} {algo:<10} {proto:<7} {ch:>3} channels  {n:>8} events");
     }
     Ok(())
 }
 
-/// The GPU side (CUPTI): whether capture ran in each process, and per op which
-/// engine moved the bytes and how long the GPU work took.
 /// What the processes could not write (`process.records_dropped`).
-fn dropped_view(procs: &TableData) -> anyhow::Result<()> {
+fn dropped_view(s: &Summary) -> anyhow::Result<()> {
     let (mut total, mut known, mut unknown, mut with) = (0u64, 0usize, 0usize, 0usize);
-    for b in &procs.batches {
-        let Some(d) = u64s(b, "records_dropped") else {
-            continue;
-        };
-        for i in 0..b.num_rows() {
-            if d.is_null(i) {
-                unknown += 1;
-            } else {
+    for d in s.processes.iter().map(|p| p.records_dropped) {
+        match d {
+            None => unknown += 1,
+            Some(d) => {
                 known += 1;
-                total += d.value(i);
-                with += usize::from(d.value(i) > 0);
+                total += d;
+                with += usize::from(d > 0);
             }
         }
     }
@@ -784,107 +701,50 @@ fn dropped_view(procs: &TableData) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
+/// The GPU side: whether CUDA events and CUPTI ran in each process, and per op which
+/// engine moved the bytes and how long the GPU work took.
+fn gpu_view(s: &Summary) -> anyhow::Result<()> {
     outln!("\n  GPU side (CUDA events by default, CUPTI in deep mode)");
-    for b in &procs.batches {
-        let Some(pid) = i32s(b, "pid") else { continue };
-        let timing = strings(b, "gpu_timing");
-        let cupti = strings(b, "cupti");
-        let sampling = strings(b, "gpu_sampling");
-        let unsampled = u64s(b, "ops_unsampled");
-        let captured = u64s(b, "ops_graph_captured");
-        let at =
-            |a: Option<&StringArray>, i: usize| a.filter(|a| !a.is_null(i)).map(|a| a.value(i).to_owned());
-        for i in 0..b.num_rows() {
-            let events =
-                at(timing, i).unwrap_or_else(|| "no status (files written before it existed)".into());
-            outln!("    pid {:<8} CUDA events: {events}", pid.value(i));
-            let cupti = at(cupti, i).unwrap_or_else(|| "no status (files from schema version 1)".into());
-            outln!("    {:12} CUPTI: {cupti}", "");
-            if let Some(n) = captured
-                .filter(|c| !c.is_null(i))
-                .map(|c| c.value(i))
-                .filter(|&n| n > 0)
-            {
-                outln!(
-                    "    {:12} {n} ops captured into CUDA graphs (ops.graph_captured), GPU side not measured",
-                    ""
-                );
-            }
-            if let Some(s) = sampling.filter(|s| !s.is_null(i)) {
-                let n = unsampled.filter(|u| !u.is_null(i)).map(|u| u.value(i));
-                outln!(
-                    "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops not captured (outside the windows, or overtaken by a capture switch), GPU side not measured",
-                    "",
-                    s.value(i),
-                    n.map_or("?".into(), |n| n.to_string())
-                );
-            } else if let Some(n) = unsampled
-                .filter(|u| !u.is_null(i))
-                .map(|u| u.value(i))
-                .filter(|&n| n > 0)
-            {
-                outln!(
-                    "    {:12} {n} ops whose capture went off during their call (a pause, CUPTI handed over), GPU side not measured",
-                    ""
-                );
-            }
+    for p in &s.processes {
+        let events = p
+            .gpu_timing
+            .as_deref()
+            .unwrap_or("no status (files written before it existed)");
+        outln!("    pid {:<8} CUDA events: {events}", p.pid);
+        let cupti = p
+            .cupti
+            .as_deref()
+            .unwrap_or("no status (files from schema version 1)");
+        outln!("    {:12} CUPTI: {cupti}", "");
+        if let Some(n) = p.ops_graph_captured.filter(|&n| n > 0) {
+            outln!(
+                "    {:12} {n} ops captured into CUDA graphs (ops.graph_captured), GPU side not measured",
+                ""
+            );
+        }
+        if let Some(sampling) = &p.gpu_sampling {
+            outln!(
+                "    {:12} sampled (ZCTA_SAMPLE): {}; {} ops not captured (outside the windows, or overtaken by a capture switch), GPU side not measured",
+                "",
+                sampling,
+                p.ops_unsampled.map_or("?".into(), |n| n.to_string())
+            );
+        } else if let Some(n) = p.ops_unsampled.filter(|&n| n > 0) {
+            outln!(
+                "    {:12} {n} ops whose capture went off during their call (a pause, CUPTI handed over), GPU side not measured",
+                ""
+            );
         }
     }
-    // op -> (ops, ops with a GPU span, engine -> count, GPU durations, launch-to-start times)
-    #[derive(Default)]
-    struct Acc {
-        n: u64,
-        spans: u64,
-        engines: BTreeMap<String, u64>,
-        dur: Vec<i64>,
-        queue: Vec<i64>,
-    }
-    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
-    for b in &ops.batches {
-        let (Some(op), Some(engine), Some(end)) =
-            (strings(b, "op"), strings(b, "engine"), i64s(b, "gpu_end_ns"))
-        else {
-            continue;
-        };
-        let (start, ready, launch) = (
-            i64s(b, "gpu_start_ns"),
-            i64s(b, "gpu_ready_ns"),
-            i64s(b, "launch_ns"),
-        );
-        let val =
-            |a: Option<&arrow_array::Int64Array>, i: usize| a.filter(|a| !a.is_null(i)).map(|a| a.value(i));
-        for i in 0..b.num_rows() {
-            let e = by.entry(op.value(i).to_owned()).or_default();
-            e.n += 1;
-            let eng = if engine.is_null(i) {
-                "not measured"
-            } else {
-                engine.value(i)
-            };
-            *e.engines.entry(eng.to_owned()).or_default() += 1;
-            let (s, l) = (val(start, i), val(launch, i));
-            // Where the GPU side begins: the first kernel (deep mode), else the later
-            // of the stream's readiness and the launch (docs/phases.md).
-            let begin = zcta::analysis::phases::gpu_begin(s, val(ready, i), l);
-            if let (Some(b0), false) = (begin, end.is_null(i)) {
-                e.spans += 1;
-                e.dur.push(end.value(i) - b0);
-            }
-            if let (Some(s), Some(l)) = (s, l) {
-                e.queue.push(s - l);
-            }
-        }
-    }
-    for (op, mut a) in by {
-        let mix: Vec<String> = a.engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
+    for (op, g) in &s.gpu {
+        let mix: Vec<String> = g.engines.iter().map(|(e, n)| format!("{e} {n}")).collect();
         let us = |v: Option<i64>| v.map_or("-".to_string(), |v| format!("{:.1} us", v as f64 / 1e3));
         outln!(
             "    {op:<14} GPU side measured {:>7} of {:<7} GPU median {:>10}  launch->kernel median {:>10}  {}",
-            a.spans,
-            a.n,
-            us(median(&mut a.dur)),
-            us(median(&mut a.queue)),
+            g.measured,
+            g.ops,
+            us(g.median_ns),
+            us(g.launch_to_kernel_ns),
             mix.join(", ")
         );
     }
@@ -895,85 +755,58 @@ fn gpu_view(ops: &TableData, procs: &TableData) -> anyhow::Result<()> {
 const TABLE_W: usize = 10;
 
 fn summary(run: &Path) -> anyhow::Result<ExitCode> {
-    reader::check_run_dir(run)?;
+    let s = zcta::analysis::summary::summarize(run)?;
     outln!("run {}", run.display());
     let mut problems = 0usize;
-    let mut ops: Option<TableData> = None;
-    let mut kept: BTreeMap<&str, TableData> = BTreeMap::new();
-    for t in tables::ALL_TABLES {
-        let data = reader::read_table(run, t).with_context(|| format!("reading table {t}"))?;
+    for t in &s.tables {
         outln!(
-            "  {t:<TABLE_W$} {:>10} rows in {}",
-            data.num_rows(),
-            plural(data.files.len() as u64, "file", "files")
+            "  {:<TABLE_W$} {:>10} rows in {}",
+            t.table,
+            t.rows,
+            plural(t.files as u64, "file", "files")
         );
-        for s in &data.skipped {
+        for sk in &t.skipped {
             problems += 1;
-            eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+            eprintln!("zcta: skipped {}: {}", sk.path.display(), sk.reason);
         }
-        if !data.pending_logs.is_empty() {
+        if t.pending_logs > 0 {
             outln!(
                 "  {:TABLE_W$} {} pending (process killed or still running): run `zcta recover {}`",
                 "",
-                plural(
-                    data.pending_logs.len() as u64,
-                    "write-ahead log",
-                    "write-ahead logs"
-                ),
+                plural(t.pending_logs as u64, "write-ahead log", "write-ahead logs"),
                 run.display()
             );
         }
-        if t == "ops" {
-            ops = Some(data);
-        } else if matches!(t, "nccl_ops" | "process") {
-            kept.insert(t, data);
-        }
     }
-    for s in reader::shared_pids(run)? {
-        eprintln!("zcta: warning: {s}");
+    if let Some(stop) = s.stopped {
+        return Err(match stop.table {
+            Some(t) => anyhow::Error::new(stop.error).context(format!("reading table {t}")),
+            None => stop.error.into(),
+        });
     }
-    if let Some(procs) = kept.get("process") {
-        dropped_view(procs)?;
+    for p in &s.shared_pids {
+        eprintln!("zcta: warning: {p}");
     }
-    if let (Some(ops), Some(nops), Some(procs)) = (&ops, kept.get("nccl_ops"), kept.get("process")) {
-        nccl_view(ops, nops, procs)?;
-    }
-    if let (Some(ops), Some(procs)) = (&ops, kept.get("process")) {
-        gpu_view(ops, procs)?;
-    }
-    if let Some(ops) = ops {
-        let mut by: BTreeMap<(Option<i32>, String), (u64, u64, u64)> = BTreeMap::new();
-        for b in &ops.batches {
-            let (op, rank, bytes, result) = (
-                strings(b, "op"),
-                i32s(b, "rank"),
-                u64s(b, "bytes"),
-                i32s(b, "result"),
-            );
-            let (Some(op), Some(rank), Some(bytes), Some(result)) = (op, rank, bytes, result) else {
-                continue;
-            };
-            for i in 0..b.num_rows() {
-                let r = opt(rank, i).map(|i| rank.value(i));
-                let e = by.entry((r, op.value(i).to_owned())).or_default();
-                e.0 += 1;
-                e.1 += if bytes.is_null(i) { 0 } else { bytes.value(i) };
-                e.2 += u64::from(result.value(i) != 0);
-            }
-        }
-        if !by.is_empty() {
+    dropped_view(&s)?;
+    nccl_view(&s)?;
+    gpu_view(&s)?;
+    if !s.calls.is_empty() {
+        outln!(
+            "\n  {:>5}  {:<14} {:>10} {:>14} {:>8}",
+            "rank",
+            "op",
+            "calls",
+            "bytes",
+            "errors"
+        );
+        for ((rank, op), c) in &s.calls {
+            let rank = rank.map_or("-".to_string(), |r| r.to_string());
             outln!(
-                "\n  {:>5}  {:<14} {:>10} {:>14} {:>8}",
-                "rank",
-                "op",
-                "calls",
-                "bytes",
-                "errors"
+                "  {rank:>5}  {op:<14} {:>10} {:>14} {:>8}",
+                c.calls,
+                c.bytes,
+                c.errors
             );
-            for ((rank, op), (n, bytes, errs)) in by {
-                let rank = rank.map_or("-".to_string(), |r| r.to_string());
-                outln!("  {rank:>5}  {op:<14} {n:>10} {bytes:>14} {errs:>8}");
-            }
         }
     }
     Ok(if problems > 0 {

@@ -268,17 +268,44 @@ fn open_table(run_dir: &Path, table: &str) -> Result<(SchemaRef, Vec<PathBuf>, T
 
 /// Reads every complete file of `table` in `run_dir`, aligned to the current schema.
 pub fn read_table(run_dir: &Path, table: &str) -> Result<TableData, ReadError> {
+    let (mut data, files) = fold_table(run_dir, table, Vec::new, |v, b| v.push(b.clone()))?;
+    data.batches = files.into_iter().flat_map(|(_, batches)| batches).collect();
+    Ok(data)
+}
+
+/// Reads `table` as [`read_table`] does (each complete file used whole, or skipped
+/// whole with the same reason) without holding it: each file's batches, every column
+/// aligned to the current schema, go one at a time into an `A` of its own, made by
+/// `new`. Returns the table's files, skipped files and pending logs (`batches` stays
+/// empty), and per file used its rows and its `A`.
+pub fn fold_table<A>(
+    run_dir: &Path,
+    table: &str,
+    mut new: impl FnMut() -> A,
+    mut add: impl FnMut(&mut A, &RecordBatch),
+) -> Result<(TableData, Vec<(usize, A)>), ReadError> {
     let (schema, files, mut data) = open_table(run_dir, table)?;
+    let mut used = Vec::new();
     for path in files {
-        match read_file(&path, &schema) {
-            Ok(batches) => {
-                data.batches.extend(batches);
+        let mut acc = new();
+        let mut rows = 0;
+        let read = file_batches(&path, &schema).and_then(|batches| {
+            for b in batches {
+                let b = b?;
+                rows += b.num_rows();
+                add(&mut acc, &b);
+            }
+            Ok(())
+        });
+        match read {
+            Ok(()) => {
+                used.push((rows, acc));
                 data.files.push(path);
             }
             Err(reason) => data.skipped.push(Skipped { path, reason }),
         }
     }
-    Ok(data)
+    Ok((data, used))
 }
 
 /// Streams every complete file of `table`, a batch at a time and only `columns`, into
@@ -396,22 +423,41 @@ fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<
 /// The parquet crate can panic on some corrupt footers (e.g. a negative column-chunk
 /// size); such a panic is contained here and reported as a corrupt file.
 pub fn read_file(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
-    std::panic::catch_unwind(|| read_file_inner(path, schema))
-        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))
+    file_batches(path, schema)?.collect()
 }
 
-fn read_file_inner(path: &Path, schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-    let version = check_version(builder.metadata().file_metadata().key_value_metadata())?;
-    let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
-    let mut out = Vec::new();
-    for b in reader {
-        let b = b.map_err(|e| format!("corrupt data: {e}"))?;
-        out.push(align(&b, schema).map_err(|e| format!("schema version {version}: {e}"))?);
-    }
-    Ok(out)
+/// The batches of one Parquet file as they decode, every column aligned to `schema`;
+/// the first `Err` (the last item) is the human reason the file cannot be used, as
+/// [`read_file`] gives it.
+fn file_batches(
+    path: &Path,
+    schema: &SchemaRef,
+) -> Result<impl Iterator<Item = Result<RecordBatch, String>> + use<>, String> {
+    const PANICKED: &str = "corrupt Parquet metadata (the decoder rejected it)";
+    let open = || -> Result<_, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
+        let version = check_version(builder.metadata().file_metadata().key_value_metadata())?;
+        let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
+        Ok((version, reader))
+    };
+    let (version, mut reader) = std::panic::catch_unwind(open).unwrap_or_else(|_| Err(PANICKED.into()))?;
+    let schema = Arc::clone(schema);
+    let mut failed = false;
+    Ok(std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        let b = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())) {
+            Err(_) => Err(PANICKED.to_owned()),
+            Ok(None) => return None,
+            Ok(Some(Err(e))) => Err(format!("corrupt data: {e}")),
+            Ok(Some(Ok(b))) => align(&b, &schema).map_err(|e| format!("schema version {version}: {e}")),
+        };
+        failed = b.is_err();
+        Some(b)
+    }))
 }
 
 /// Projects a batch onto `schema` by column name: missing nullable columns become

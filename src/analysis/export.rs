@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use serde_json::json;
 
 use super::report::size_label;
@@ -22,8 +21,16 @@ pub struct ExportStats {
     pub skipped: Vec<Skipped>,
 }
 
-fn col<'a, T: 'static>(b: &'a RecordBatch, n: &str) -> Option<&'a T> {
-    b.column_by_name(n)?.as_any().downcast_ref()
+crate::read_view! {
+    struct OpsCols of ops { host, pid, rank, op, api_start_ns, api_end_ns, seq, bytes, op_id, engine, gpu_start_ns, gpu_end_ns }
+}
+
+crate::read_view! {
+    struct GpuCols of gpu { host, pid, kind, start_ns, end_ns, stream, name, copy_kind, bytes, op_id, group_id, device }
+}
+
+crate::read_view! {
+    struct ProxyCols of proxy { host, pid, event, start_ns, stop_ns, op_id, channel, step }
 }
 
 const TID_API: i64 = 1;
@@ -42,23 +49,15 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     // Processes (host, pid) -> (trace pid, rank); earliest timestamp.
     let mut procs: BTreeMap<(String, i32), (i64, Option<i32>)> = BTreeMap::new();
     let mut t0 = i64::MAX;
-    for b in &ops.batches {
-        let (Some(h), Some(p), Some(s)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<Int64Array>(b, "api_start_ns"),
-        ) else {
-            continue;
-        };
-        let rank = col::<Int32Array>(b, "rank");
-        for r in 0..b.num_rows() {
-            t0 = t0.min(s.value(r));
+    for v in ops.batches.iter().filter_map(OpsCols::of) {
+        for r in 0..v.rows {
+            t0 = t0.min(v.api_start_ns.value(r));
             let n = procs.len() as i64 + 1;
             let e = procs
-                .entry((h.value(r).to_owned(), p.value(r)))
+                .entry((v.host.value(r).to_owned(), v.pid.value(r)))
                 .or_insert((n, None));
             if e.1.is_none() {
-                e.1 = rank.filter(|a| !a.is_null(r)).map(|a| a.value(r));
+                e.1 = v.rank.get(r);
             }
         }
     }
@@ -96,42 +95,25 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     stats.processes = procs.len();
     let tp_of = |h: &str, p: i32| procs.get(&(h.to_owned(), p)).map(|x| x.0);
     // Ops on the API track.
-    for b in &ops.batches {
-        let (Some(h), Some(p), Some(op), Some(s), Some(e)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "op"),
-            col::<Int64Array>(b, "api_start_ns"),
-            col::<Int64Array>(b, "api_end_ns"),
-        ) else {
-            continue;
-        };
-        let (seq, bytes, id, eng) = (
-            col::<UInt64Array>(b, "seq"),
-            col::<UInt64Array>(b, "bytes"),
-            col::<UInt64Array>(b, "op_id"),
-            col::<StringArray>(b, "engine"),
-        );
-        let (gs, ge) = (
-            col::<Int64Array>(b, "gpu_start_ns"),
-            col::<Int64Array>(b, "gpu_end_ns"),
-        );
-        for r in 0..b.num_rows() {
-            let Some(tp) = tp_of(h.value(r), p.value(r)) else {
+    for v in ops.batches.iter().filter_map(OpsCols::of) {
+        for r in 0..v.rows {
+            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };
-            let get = |a: Option<&UInt64Array>| a.filter(|a| !a.is_null(r)).map(|a| a.value(r));
-            let geti = |a: Option<&Int64Array>| a.filter(|a| !a.is_null(r)).map(|a| a.value(r));
-            let size = get(bytes).map_or(String::new(), |v| format!(" {}", size_label(v)));
-            let seqs = get(seq).map_or(String::new(), |v| format!(" #{v}"));
+            let (s, e) = (v.api_start_ns.value(r), v.api_end_ns.value(r));
+            let size = v
+                .bytes
+                .get(r)
+                .map_or(String::new(), |b| format!(" {}", size_label(b)));
+            let seqs = v.seq.get(r).map_or(String::new(), |q| format!(" #{q}"));
             emit(
                 json!({
-                    "ph": "X", "name": format!("{}{size}{seqs}", op.value(r)), "cat": "nccl",
-                    "pid": tp, "tid": TID_API, "ts": ts(s.value(r)), "dur": (e.value(r) - s.value(r)).max(0) as f64 / 1e3,
+                    "ph": "X", "name": format!("{}{size}{seqs}", v.op.value(r)), "cat": "nccl",
+                    "pid": tp, "tid": TID_API, "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
                     "args": {
-                        "op_id": get(id), "seq": get(seq), "bytes": get(bytes),
-                        "engine": eng.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
-                        "gpu_start_us": geti(gs).map(ts), "gpu_end_us": geti(ge).map(ts),
+                        "op_id": v.op_id.get(r), "seq": v.seq.get(r), "bytes": v.bytes.get(r),
+                        "engine": v.engine.get(r),
+                        "gpu_start_us": v.gpu_start_ns.get(r).map(ts), "gpu_end_us": v.gpu_end_ns.get(r).map(ts),
                     }
                 }),
                 out,
@@ -142,35 +124,18 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     }
     // GPU work per stream.
     let mut streams: BTreeMap<(i64, u32), i64> = BTreeMap::new();
-    for b in &gpu.batches {
-        let (Some(h), Some(p), Some(kind), Some(s), Some(e), Some(st)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "kind"),
-            col::<Int64Array>(b, "start_ns"),
-            col::<Int64Array>(b, "end_ns"),
-            col::<UInt32Array>(b, "stream"),
-        ) else {
-            continue;
-        };
-        let (name, ck, bytes, op, grp, dev) = (
-            col::<StringArray>(b, "name"),
-            col::<StringArray>(b, "copy_kind"),
-            col::<UInt64Array>(b, "bytes"),
-            col::<UInt64Array>(b, "op_id"),
-            col::<UInt64Array>(b, "group_id"),
-            col::<UInt32Array>(b, "device"),
-        );
-        for r in 0..b.num_rows() {
-            let Some(tp) = tp_of(h.value(r), p.value(r)) else {
+    for v in gpu.batches.iter().filter_map(GpuCols::of) {
+        for r in 0..v.rows {
+            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };
-            let tid = match streams.get(&(tp, st.value(r))) {
+            let st = v.stream.value(r);
+            let tid = match streams.get(&(tp, st)) {
                 Some(&t) => t,
                 None => {
                     let tid = TID_GPU + streams.len() as i64;
-                    streams.insert((tp, st.value(r)), tid);
-                    let label = format!("GPU {} stream {}", dev.map_or(0, |d| d.value(r)), st.value(r));
+                    streams.insert((tp, st), tid);
+                    let label = format!("GPU {} stream {st}", v.device.value(r));
                     emit(
                         json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": tid, "args": {"name": label}}),
                         out,
@@ -180,22 +145,18 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
                     tid
                 }
             };
-            let get = |a: Option<&UInt64Array>| a.filter(|a| !a.is_null(r)).map(|a| a.value(r));
-            let label = match (name.filter(|a| !a.is_null(r)), ck.filter(|a| !a.is_null(r))) {
-                (Some(n), _) => n.value(r).to_owned(),
-                (None, Some(c)) => format!(
-                    "{} {} {}",
-                    kind.value(r),
-                    c.value(r),
-                    get(bytes).map_or(String::new(), size_label)
-                ),
-                _ => kind.value(r).to_owned(),
+            let kind = v.kind.value(r);
+            let label = match (v.name.get(r), v.copy_kind.get(r)) {
+                (Some(n), _) => n.to_owned(),
+                (None, Some(c)) => format!("{kind} {c} {}", v.bytes.get(r).map_or(String::new(), size_label)),
+                _ => kind.to_owned(),
             };
+            let (s, e) = (v.start_ns.value(r), v.end_ns.value(r));
             emit(
                 json!({
                     "ph": "X", "name": label, "cat": "gpu", "pid": tp, "tid": tid,
-                    "ts": ts(s.value(r)), "dur": (e.value(r) - s.value(r)).max(0) as f64 / 1e3,
-                    "args": {"op_id": get(op), "group_id": get(grp)}
+                    "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
+                    "args": {"op_id": v.op_id.get(r), "group_id": v.group_id.get(r)}
                 }),
                 out,
             )
@@ -204,40 +165,27 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
         }
     }
     // Proxy events.
-    for b in &proxy.batches {
-        let (Some(h), Some(p), Some(ev), Some(s)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "event"),
-            col::<Int64Array>(b, "start_ns"),
-        ) else {
-            continue;
-        };
-        let (stop, op, ch, step) = (
-            col::<Int64Array>(b, "stop_ns"),
-            col::<UInt64Array>(b, "op_id"),
-            col::<Int32Array>(b, "channel"),
-            col::<Int32Array>(b, "step"),
-        );
-        for r in 0..b.num_rows() {
-            let Some(tp) = tp_of(h.value(r), p.value(r)) else {
+    for v in proxy.batches.iter().filter_map(ProxyCols::of) {
+        for r in 0..v.rows {
+            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };
-            let Some(e) = stop.filter(|a| !a.is_null(r)).map(|a| a.value(r)) else {
+            let Some(e) = v.stop_ns.get(r) else {
                 continue;
             };
-            let name = ev.value(r);
+            let name = v.event.value(r);
             if name != "ProxyOp" && name != "ProxyStep" {
                 continue;
             }
+            let s = v.start_ns.value(r);
             emit(
                 json!({
                     "ph": "X", "name": name, "cat": "proxy", "pid": tp, "tid": TID_PROXY,
-                    "ts": ts(s.value(r)), "dur": (e - s.value(r)).max(0) as f64 / 1e3,
+                    "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
                     "args": {
-                        "op_id": op.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
-                        "channel": ch.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
-                        "step": step.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
+                        "op_id": v.op_id.get(r),
+                        "channel": v.channel.get(r),
+                        "step": v.step.get(r),
                     }
                 }),
                 out,

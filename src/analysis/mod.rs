@@ -8,11 +8,12 @@ pub mod export;
 pub mod phases;
 pub mod report;
 pub mod scan;
+pub mod summary;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt64Array};
+use arrow_array::RecordBatch;
 
 use crate::reader::{self, ReadError, Skipped};
 use phases::{Cuts, Phases};
@@ -107,6 +108,8 @@ pub struct ProcView {
     /// measured).
     pub ops_graph_captured: Option<u64>,
     pub profiler_plugin: Option<String>,
+    /// `process.plugin_comms`: communicators NCCL initialised our profiler plugin for.
+    pub plugin_comms: u64,
     /// NCCL initialised our profiler plugin for at least one communicator.
     pub plugin_active: bool,
     /// `process.records_dropped`: records not written (`None`: unknown, a killed
@@ -181,17 +184,68 @@ impl Run {
     }
 }
 
-fn col<'a, T: 'static>(b: &'a RecordBatch, name: &str) -> Option<&'a T> {
-    b.column_by_name(name)?.as_any().downcast_ref::<T>()
+crate::read_view! {
+    struct ProcessCols of process {
+        host, pid, env_json, cupti, gpu_timing, gpu_sampling, ops_unsampled, ops_graph_captured,
+        profiler_plugin, plugin_comms, records_dropped, nccl_version,
+    }
 }
-fn opt_u64(a: Option<&UInt64Array>, i: usize) -> Option<u64> {
-    a.filter(|a| !a.is_null(i)).map(|a| a.value(i))
+
+crate::read_view! {
+    struct CallsCols of calls { host, pid, call, result, comm_ptr, buff, size, flags }
 }
-fn opt_i32(a: Option<&Int32Array>, i: usize) -> Option<i32> {
-    a.filter(|a| !a.is_null(i)).map(|a| a.value(i))
+
+crate::read_view! {
+    struct GpuCols of gpu { host, pid, attribution, start_ns, end_ns, op_id, group_id }
 }
-fn opt_str(a: Option<&StringArray>, i: usize) -> Option<String> {
-    a.filter(|a| !a.is_null(i)).map(|a| a.value(i).to_owned())
+
+crate::read_view! {
+    struct ProxyCols of proxy {
+        host, pid, event, op_id, stop_ns, send_wait_ns, recv_wait_ns, recv_flush_wait_ns,
+        recv_gpu_wait_ns,
+    }
+}
+
+crate::read_view! {
+    struct NcclCommsCols of nccl_comms { n_nodes }
+}
+
+/// The rows of one `process` batch; their hosts are interned in `hosts`.
+pub(crate) fn procs_of(b: &RecordBatch, hosts: &mut Vec<String>) -> Vec<ProcView> {
+    let Some(v) = ProcessCols::of(b) else {
+        return Vec::new();
+    };
+    (0..v.rows)
+        .map(|r| {
+            let env = v
+                .env_json
+                .get(r)
+                .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(j).ok())
+                .map(|m| {
+                    m.into_iter()
+                        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let text = |c: &crate::tables::Col<crate::tables::kind::Utf8>| c.get(r).map(str::to_owned);
+            let plugin_comms = v.plugin_comms.get(r).unwrap_or(0);
+            ProcView {
+                host: intern(hosts, v.host.value(r)),
+                pid: v.pid.value(r),
+                env,
+                cupti: text(&v.cupti),
+                gpu_timing: text(&v.gpu_timing),
+                gpu_sampling: text(&v.gpu_sampling),
+                ops_unsampled: v.ops_unsampled.get(r),
+                ops_graph_captured: v.ops_graph_captured.get(r),
+                profiler_plugin: text(&v.profiler_plugin),
+                plugin_comms,
+                plugin_active: v.profiler_plugin.get(r) == Some("zcta") && plugin_comms > 0,
+                records_dropped: v.records_dropped.get(r),
+                nccl_version: v.nccl_version.get(r),
+            }
+        })
+        .collect()
 }
 
 /// Reads the small tables (process, calls, gpu proxy copies, nccl_comms). Unreadable
@@ -211,168 +265,78 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     let procs = reader::read_table(run_dir, "process")?;
     note(&mut run, &procs);
     for b in &procs.batches {
-        let (Some(host), Some(pid)) = (col::<StringArray>(b, "host"), col::<Int32Array>(b, "pid")) else {
-            continue;
-        };
-        for r in 0..b.num_rows() {
-            let env = opt_str(col::<StringArray>(b, "env_json"), r)
-                .and_then(|j| serde_json::from_str::<HashMap<String, serde_json::Value>>(&j).ok())
-                .map(|m| {
-                    m.into_iter()
-                        .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let host = run.host(host.value(r));
-            run.procs.push(ProcView {
-                host,
-                pid: pid.value(r),
-                env,
-                cupti: opt_str(col::<StringArray>(b, "cupti"), r),
-                gpu_timing: opt_str(col::<StringArray>(b, "gpu_timing"), r),
-                gpu_sampling: opt_str(col::<StringArray>(b, "gpu_sampling"), r),
-                ops_unsampled: opt_u64(col::<UInt64Array>(b, "ops_unsampled"), r),
-                ops_graph_captured: opt_u64(col::<UInt64Array>(b, "ops_graph_captured"), r),
-                profiler_plugin: opt_str(col::<StringArray>(b, "profiler_plugin"), r),
-                plugin_active: opt_str(col::<StringArray>(b, "profiler_plugin"), r).as_deref()
-                    == Some("zcta")
-                    && opt_u64(col::<UInt64Array>(b, "plugin_comms"), r).unwrap_or(0) > 0,
-                records_dropped: opt_u64(col::<UInt64Array>(b, "records_dropped"), r),
-                nccl_version: opt_i32(col::<Int32Array>(b, "nccl_version"), r),
-            });
-        }
+        run.procs.extend(procs_of(b, &mut run.hosts));
     }
     let calls = reader::read_table(run_dir, "calls")?;
     note(&mut run, &calls);
-    for b in &calls.batches {
-        let (Some(host), Some(pid), Some(call), Some(result)) = (
-            col::<StringArray>(b, "host"),
-            col::<Int32Array>(b, "pid"),
-            col::<StringArray>(b, "call"),
-            col::<Int32Array>(b, "result"),
-        ) else {
-            continue;
-        };
-        for r in 0..b.num_rows() {
-            if call.value(r) != "CommWindowRegister" || result.value(r) != 0 {
+    for v in calls.batches.iter().filter_map(CallsCols::of) {
+        for r in 0..v.rows {
+            if v.call.value(r) != "CommWindowRegister" || v.result.value(r) != 0 {
                 continue;
             }
-            let (Some(comm), Some(buff), Some(size)) = (
-                opt_u64(col::<UInt64Array>(b, "comm_ptr"), r),
-                opt_u64(col::<UInt64Array>(b, "buff"), r),
-                opt_u64(col::<UInt64Array>(b, "size"), r),
-            ) else {
+            let (Some(comm), Some(buff), Some(size)) = (v.comm_ptr.get(r), v.buff.get(r), v.size.get(r))
+            else {
                 continue;
             };
-            let host = run.host(host.value(r));
+            let host = run.host(v.host.value(r));
             run.windows.push(Window {
                 host,
-                pid: pid.value(r),
+                pid: v.pid.value(r),
                 comm_ptr: comm,
                 buff,
                 size,
-                flags: opt_i32(col::<Int32Array>(b, "flags"), r).unwrap_or(0),
+                flags: v.flags.get(r).unwrap_or(0),
             });
         }
     }
     // The gpu and proxy tables can be as long as ops: streamed, only what is kept.
     let mut copies = ProxyCopies::default();
     let mut hosts = std::mem::take(&mut run.hosts);
-    let gpu = reader::for_each_batch(
-        run_dir,
-        "gpu",
-        &[
-            "host",
-            "pid",
-            "attribution",
-            "start_ns",
-            "end_ns",
-            "op_id",
-            "group_id",
-        ],
-        |b| {
-            let (Some(host), Some(pid), Some(how), Some(s), Some(e)) = (
-                col::<StringArray>(b, "host"),
-                col::<Int32Array>(b, "pid"),
-                col::<StringArray>(b, "attribution"),
-                col::<Int64Array>(b, "start_ns"),
-                col::<Int64Array>(b, "end_ns"),
-            ) else {
-                return;
-            };
-            for r in 0..b.num_rows() {
-                if how.value(r) != "proxy_window" {
-                    continue;
-                }
-                let key = match (
-                    opt_u64(col::<UInt64Array>(b, "op_id"), r),
-                    opt_u64(col::<UInt64Array>(b, "group_id"), r),
-                ) {
-                    (_, Some(g)) => crate::gpu::GROUP_BIT | g,
-                    (Some(op), None) => op,
-                    (None, None) => continue,
-                };
-                let h = intern(&mut hosts, host.value(r));
-                copies
-                    .entry((h, pid.value(r), key))
-                    .or_default()
-                    .push((s.value(r), e.value(r)));
+    let gpu = reader::for_each_batch(run_dir, "gpu", GpuCols::COLUMNS, |b| {
+        let Some(v) = GpuCols::of(b) else { return };
+        for r in 0..v.rows {
+            if v.attribution.value(r) != "proxy_window" {
+                continue;
             }
-        },
-    )?;
+            let key = match (v.op_id.get(r), v.group_id.get(r)) {
+                (_, Some(g)) => crate::gpu::GROUP_BIT | g,
+                (Some(op), None) => op,
+                (None, None) => continue,
+            };
+            let h = intern(&mut hosts, v.host.value(r));
+            copies
+                .entry((h, v.pid.value(r), key))
+                .or_default()
+                .push((v.start_ns.value(r), v.end_ns.value(r)));
+        }
+    })?;
     let mut steps = ProxyCopies::default();
-    let px = reader::for_each_batch(
-        run_dir,
-        "proxy",
-        &[
-            "host",
-            "pid",
-            "event",
-            "op_id",
-            "stop_ns",
-            "send_wait_ns",
-            "recv_wait_ns",
-            "recv_flush_wait_ns",
-            "recv_gpu_wait_ns",
-        ],
-        |b| {
-            let (Some(host), Some(pid), Some(ev)) = (
-                col::<StringArray>(b, "host"),
-                col::<Int32Array>(b, "pid"),
-                col::<StringArray>(b, "event"),
-            ) else {
-                return;
-            };
-            let l = |n: &str, r: usize| {
-                col::<Int64Array>(b, n)
-                    .filter(|a| !a.is_null(r))
-                    .map(|a| a.value(r))
-            };
-            for r in 0..b.num_rows() {
-                if ev.value(r) != "ProxyStep" {
-                    continue;
-                }
-                let Some(op) = opt_u64(col::<UInt64Array>(b, "op_id"), r) else {
-                    continue;
-                };
-                let stop = l("stop_ns", r);
-                let mut spans = Vec::new();
-                if let (Some(s), Some(e)) = (l("send_wait_ns", r), stop) {
-                    spans.push((s, e));
-                }
-                if let Some(s) = l("recv_wait_ns", r)
-                    && let Some(e) = l("recv_flush_wait_ns", r).or(l("recv_gpu_wait_ns", r)).or(stop)
-                {
-                    spans.push((s, e));
-                }
-                if spans.is_empty() {
-                    continue;
-                }
-                let h = intern(&mut hosts, host.value(r));
-                steps.entry((h, pid.value(r), op)).or_default().extend(spans);
+    let px = reader::for_each_batch(run_dir, "proxy", ProxyCols::COLUMNS, |b| {
+        let Some(v) = ProxyCols::of(b) else { return };
+        for r in 0..v.rows {
+            if v.event.value(r) != "ProxyStep" {
+                continue;
             }
-        },
-    )?;
+            let Some(op) = v.op_id.get(r) else {
+                continue;
+            };
+            let stop = v.stop_ns.get(r);
+            let mut spans = Vec::new();
+            if let (Some(s), Some(e)) = (v.send_wait_ns.get(r), stop) {
+                spans.push((s, e));
+            }
+            if let Some(s) = v.recv_wait_ns.get(r)
+                && let Some(e) = v.recv_flush_wait_ns.get(r).or(v.recv_gpu_wait_ns.get(r)).or(stop)
+            {
+                spans.push((s, e));
+            }
+            if spans.is_empty() {
+                continue;
+            }
+            let h = intern(&mut hosts, v.host.value(r));
+            steps.entry((h, v.pid.value(r), op)).or_default().extend(spans);
+        }
+    })?;
     run.hosts = hosts;
     run.proxy_copies = copies;
     run.proxy_steps = steps;
@@ -380,10 +344,8 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     note(&mut run, &px);
     let nc = reader::read_table(run_dir, "nccl_comms")?;
     note(&mut run, &nc);
-    for b in &nc.batches {
-        if let Some(n) = col::<Int32Array>(b, "n_nodes") {
-            run.nccl_nodes.extend((0..b.num_rows()).map(|r| n.value(r)));
-        }
+    for v in nc.batches.iter().filter_map(NcclCommsCols::of) {
+        run.nccl_nodes.extend((0..v.rows).map(|r| v.n_nodes.value(r)));
     }
     Ok(run)
 }

@@ -31,54 +31,115 @@ pub struct Cuts {
     pub proxy: Option<i64>,
 }
 
-/// The phases of one op on one rank (ns). `None`: not measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Phases {
-    /// `gpu_end - api_start`; `None` without GPU times (then every phase is `None`).
-    pub window: Option<i64>,
-    pub init: Option<i64>,
-    pub queue: Option<i64>,
-    /// From the stream being free to the op's first kernel block or copy: NCCL's stream
-    /// synchronisation and the launch on the GPU (copy engine: its flag waits too).
-    pub sync: Option<i64>,
-    pub barrier: Option<i64>,
-    pub transfer: Option<i64>,
-    pub memcpy: Option<i64>,
-    pub proxy: Option<i64>,
-    /// Window time that belongs to phases that could not be told apart.
-    pub unresolved: i64,
+/// The phase list, in window order: the one definition the [`Phases`] fields, the
+/// [`Phase`] names, the `phases` table's columns and the report's headers all expand
+/// from (`analysis/` Python and SQL are checked against it by a test). Per phase:
+/// variant, [`Phases`] field, `phases` column, report header and its width, whether
+/// the column is nullable (`unresolved` is always measured), the column's doc.
+/// Hands the list to the macro `$m`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! with_phase_list {
+    ($m:ident) => {
+        $m! {
+            [Init, init, init_ns, "init", 6, nullable, "API entry to the first launch call; NULL: not measured"]
+            [Queue, queue, queue_ns, "queue", 6, nullable, "launch call to the stream being free for the op (ops.gpu_ready_ns): waiting behind earlier work; NULL: not measured"]
+            [Sync, sync, sync_ns, "sync", 6, nullable, "stream free (ops.gpu_ready_ns) to GPU start: NCCL's stream synchronisation and the kernel's launch on the GPU (copy engine: its flag waits too); NULL: not measured"]
+            [Barrier, barrier, barrier_ns, "barrier", 7, nullable, "own GPU start to the last rank's GPU start (host clocks aligned); NULL: not every rank's data"]
+            [Transfer, transfer, transfer_ns, "transfer", 8, nullable, "GPU time after the barrier not in memcpy or proxy; NULL: not measured"]
+            [Memcpy, memcpy, memcpy_ns, "memcpy", 6, nullable, "proxy-thread copies after the barrier; NULL: not measured"]
+            [Proxy, proxy, proxy_ns, "proxy", 5, nullable, "ProxyStep network waits after the barrier (not counted in memcpy); NULL: no profiler plugin"]
+            [Unresolved, unresolved, unresolved_ns, "unres", 6, required, "window time of phases that could not be told apart (window = sum of the measured phases + this)"]
+        }
+    };
 }
 
-/// Number of phases, `unresolved` included.
-pub const N_PHASES: usize = 8;
-/// Index of `unresolved` in [`PHASES`] (the last).
-pub const UNRESOLVED: usize = N_PHASES - 1;
+/// A phase's value type: `Option` where it can be not measured.
+macro_rules! phase_type {
+    (nullable) => { Option<i64> };
+    (required) => { i64 };
+}
 
-/// Names of the phases, in window order (for reports).
-pub const PHASES: [&str; N_PHASES] = [
-    "init",
-    "queue",
-    "sync",
-    "barrier",
-    "transfer",
-    "memcpy",
-    "proxy",
-    "unresolved",
-];
+/// A phase's value as an `Option`.
+macro_rules! phase_value {
+    (nullable, $v:expr) => {
+        $v
+    };
+    (required, $v:expr) => {
+        Some($v)
+    };
+}
+
+macro_rules! define_phases {
+    ($( [$V:ident, $f:ident, $col:ident, $header:literal, $width:literal, $null:ident, $doc:literal] )*) => {
+        /// One phase of an op's window.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Phase {
+            $( $V, )*
+        }
+
+        /// Number of phases, `unresolved` included.
+        pub const N_PHASES: usize = [$( stringify!($f) ),*].len();
+
+        /// Names of the phases, in window order (for reports).
+        pub const PHASES: [&str; N_PHASES] = [$( stringify!($f) ),*];
+
+        impl Phase {
+            /// Every phase, in window order.
+            pub const ALL: [Phase; N_PHASES] = [$( Phase::$V ),*];
+
+            /// Its name ([`PHASES`]).
+            pub const fn name(self) -> &'static str {
+                PHASES[self as usize]
+            }
+
+            /// Its column of the `phases` table.
+            pub const fn column(self) -> &'static str {
+                match self {
+                    $( Phase::$V => stringify!($col), )*
+                }
+            }
+
+            /// Its header in the report's table, and that column's width.
+            pub const fn header(self) -> (&'static str, usize) {
+                match self {
+                    $( Phase::$V => ($header, $width), )*
+                }
+            }
+        }
+
+        /// The phases of one op on one rank (ns). `None`: not measured.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Phases {
+            /// `gpu_end - api_start`; `None` without GPU times (then every phase is `None`).
+            pub window: Option<i64>,
+            $(
+                #[doc = $doc]
+                pub $f: phase_type!($null),
+            )*
+        }
+
+        impl Phases {
+            /// The value of phase `p` (`unresolved` always measured).
+            pub fn get(&self, p: Phase) -> Option<i64> {
+                match p {
+                    $( Phase::$V => phase_value!($null, self.$f), )*
+                }
+            }
+        }
+    };
+}
+
+crate::with_phase_list!(define_phases);
+
+/// Index of `unresolved` in [`PHASES`] (the last).
+pub const UNRESOLVED: usize = Phase::Unresolved as usize;
+const _: () = assert!(UNRESOLVED == N_PHASES - 1, "unresolved is the last phase");
 
 impl Phases {
-    /// Values in [`PHASES`] order (`unresolved` always measured).
+    /// Values in [`PHASES`] order.
     pub fn values(&self) -> [Option<i64>; N_PHASES] {
-        [
-            self.init,
-            self.queue,
-            self.sync,
-            self.barrier,
-            self.transfer,
-            self.memcpy,
-            self.proxy,
-            Some(self.unresolved),
-        ]
+        Phase::ALL.map(|p| self.get(p))
     }
 }
 
@@ -368,6 +429,43 @@ mod tests {
             (None, None, 25)
         );
         assert_eq!(no_launch.barrier, Some(25));
+    }
+
+    /// The Python package and the SQL breakdown spell the phase list out: they must
+    /// follow this one (the names, their order, the `phases` columns).
+    #[test]
+    fn python_and_sql_follow_the_phase_list() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let read = |p: &str| std::fs::read_to_string(format!("{root}/{p}")).unwrap();
+        let py = read("analysis/zcta_analysis/__init__.py");
+        let quoted: Vec<String> = PHASES.iter().map(|p| format!("\"{p}\"")).collect();
+        let want = format!("PHASES = ({})", quoted.join(", "));
+        assert!(
+            py.lines().any(|l| l == want),
+            "analysis/zcta_analysis/__init__.py must say {want}"
+        );
+        let plot = read("analysis/zcta_analysis/plot.py");
+        for p in PHASES {
+            assert!(
+                plot.contains(&format!("    \"{p}\": \"#")),
+                "analysis/zcta_analysis/plot.py has no colour for {p}"
+            );
+        }
+        // `sum(init_ns) / sum(window_ns) as init,` per phase, in order.
+        let sql = read("analysis/sql/phase_breakdown.sql");
+        let shares: Vec<(String, String)> = sql
+            .lines()
+            .filter_map(|l| {
+                let (sum, name) = l.trim().split_once(" / sum(window_ns) as ")?;
+                let col = sum.strip_prefix("sum(")?.strip_suffix(')')?;
+                Some((col.to_owned(), name.trim_end_matches(',').to_owned()))
+            })
+            .collect();
+        let want: Vec<(String, String)> = Phase::ALL
+            .iter()
+            .map(|p| (p.column().to_owned(), p.name().to_owned()))
+            .collect();
+        assert_eq!(shares, want, "analysis/sql/phase_breakdown.sql");
     }
 
     proptest! {

@@ -8,17 +8,20 @@ use serde_json::{Value, json};
 
 use std::collections::HashMap;
 
-use super::phases::{N_PHASES, PHASES, Phases, UNRESOLVED};
+use super::phases::{N_PHASES, PHASES, Phase, Phases, UNRESOLVED};
 use super::{OpView, Run, ScanStats, plural};
+use crate::nccl::OpKind;
 use crate::nccl_rules::{self, NcclRules, Rule};
 
 /// nccl-tests' bus-bandwidth factor for `op` on `n` ranks.
-pub fn busbw_factor(op: &str, n: i32) -> f64 {
+pub fn busbw_factor(op: OpKind, n: i32) -> f64 {
     let n = f64::from(n.max(1));
     match op {
-        "AllReduce" => 2.0 * (n - 1.0) / n,
-        "AllGather" | "ReduceScatter" | "AlltoAll" | "Gather" | "Scatter" => (n - 1.0) / n,
-        _ => 1.0, // Broadcast, Bcast, Reduce, Send, Recv
+        OpKind::AllReduce => 2.0 * (n - 1.0) / n,
+        OpKind::AllGather | OpKind::ReduceScatter | OpKind::AlltoAll | OpKind::Gather | OpKind::Scatter => {
+            (n - 1.0) / n
+        }
+        OpKind::Broadcast | OpKind::Bcast | OpKind::Reduce | OpKind::Send | OpKind::Recv => 1.0,
     }
 }
 
@@ -450,7 +453,9 @@ impl Builder {
                 .filter(|&m| m > 0.0)
                 .map(|m| g.bytes_gpu as f64 / g.gpu.weight() as f64 / (m * 1e3));
             // A local copy is not link traffic: no bus bandwidth against the link's peak.
-            let busbw = algbw.filter(|_| !local).map(|b| b * busbw_factor(op, g.nranks));
+            // An op name this zcta does not know moves its bytes once, as a Broadcast.
+            let factor = OpKind::from_name(op).map_or(1.0, |k| busbw_factor(k, g.nranks));
+            let busbw = algbw.filter(|_| !local).map(|b| b * factor);
             groups.push(Group {
                 op: (*op).into(),
                 bucket: *bucket,
@@ -711,45 +716,34 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 /// The report as a terminal table.
 pub fn render_text(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
-        "op",
-        "size bucket",
-        "engine",
-        "count",
-        "p50 us",
-        "p99 us",
-        "init",
-        "queue",
-        "sync",
-        "barrier",
-        "transfer",
-        "memcpy",
-        "proxy",
-        "unres",
-        "busbw",
-        "%peak"
+        "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10}",
+        "op", "size bucket", "engine", "count", "p50 us", "p99 us"
     );
+    for p in Phase::ALL {
+        let (header, w) = p.header();
+        let _ = write!(s, " {header:>w$}");
+    }
+    let _ = writeln!(s, " {:>8} {:>6}", "busbw", "%peak");
     for g in &r.groups {
-        let share = |k: usize| g.shares[k].map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>5} {:>6} {:>8} {:>6}",
+            "{:<14} {:>13} {:<16} {:>7} {:>10} {:>10}",
             g.op,
             bucket_label(g.bucket),
             g.engine,
             g.count,
             fmt_opt(g.p50_us, 1),
             fmt_opt(g.p99_us, 1),
-            share(0),
-            share(1),
-            share(2),
-            share(3),
-            share(4),
-            share(5),
-            share(6),
-            share(7),
+        );
+        for (p, v) in Phase::ALL.into_iter().zip(g.shares) {
+            let share = v.map_or("n/m".to_string(), |v| format!("{:.0}%", v * 100.0));
+            let _ = write!(s, " {share:>w$}", w = p.header().1);
+        }
+        let _ = writeln!(
+            s,
+            " {:>8} {:>6}",
             if g.local {
                 "local".into()
             } else {
@@ -894,8 +888,8 @@ mod tests {
         assert_eq!(bucket_label(1 << 20), "1–2 MiB");
         assert_eq!(bucket_label(8), "8–16 B");
         assert_eq!(bucket_label(0), "0 B");
-        assert_eq!(busbw_factor("AllReduce", 8), 1.75);
-        assert_eq!(busbw_factor("AlltoAll", 2), 0.5);
-        assert_eq!(busbw_factor("Broadcast", 8), 1.0);
+        assert_eq!(busbw_factor(OpKind::AllReduce, 8), 1.75);
+        assert_eq!(busbw_factor(OpKind::AlltoAll, 2), 0.5);
+        assert_eq!(busbw_factor(OpKind::Broadcast, 8), 1.0);
     }
 }

@@ -9,41 +9,23 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use arrow_array::{Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::RecordBatch;
 
 use super::{OpView, Run, engine_name, op_key, op_name};
 use crate::reader::{self, Skipped};
 use crate::tables;
 
+crate::read_view! {
+    /// The columns of `ops` the analysis reads, of one batch.
+    pub struct OpsRead of ops {
+        host, pid, op_id, op, comm_id, comm_ptr, seq, rank, nranks, peer, bytes, sendbuff,
+        recvbuff, stream, group_id, result, api_start_ns, api_end_ns, launch_ns, gpu_ready_ns,
+        gpu_start_ns, gpu_end_ns, engine, timing, timing_level, gpu_source,
+    }
+}
+
 /// Columns of `ops` the analysis reads.
-pub const OPS_COLUMNS: [&str; 26] = [
-    "host",
-    "pid",
-    "op_id",
-    "op",
-    "comm_id",
-    "comm_ptr",
-    "seq",
-    "rank",
-    "nranks",
-    "peer",
-    "bytes",
-    "sendbuff",
-    "recvbuff",
-    "stream",
-    "group_id",
-    "result",
-    "api_start_ns",
-    "api_end_ns",
-    "launch_ns",
-    "gpu_ready_ns",
-    "gpu_start_ns",
-    "gpu_end_ns",
-    "engine",
-    "timing",
-    "timing_level",
-    "gpu_source",
-];
+pub const OPS_COLUMNS: &[&str] = OpsRead::COLUMNS;
 
 /// Rows per batch read.
 const BATCH_ROWS: usize = 64 * 1024;
@@ -74,70 +56,13 @@ pub fn streams_of(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
         .collect()
 }
 
-/// The columns of one batch, looked up once (a missing column is `None`: NULL).
-struct Cols {
-    n: usize,
-    host: Option<StringArray>,
-    op: Option<StringArray>,
-    engine: Option<StringArray>,
-    timing: Option<StringArray>,
-    gpu_source: Option<StringArray>,
-    timing_level: Option<UInt32Array>,
-    u: [Option<UInt64Array>; 9],
-    i: [Option<Int32Array>; 6],
-    l: [Option<Int64Array>; 6],
-}
-
-const U: [&str; 9] = [
-    "op_id", "comm_id", "comm_ptr", "seq", "bytes", "sendbuff", "recvbuff", "stream", "group_id",
-];
-const I: [&str; 6] = ["pid", "rank", "nranks", "peer", "result", "_"];
-const L: [&str; 6] = [
-    "api_start_ns",
-    "api_end_ns",
-    "launch_ns",
-    "gpu_start_ns",
-    "gpu_end_ns",
-    "gpu_ready_ns",
-];
-
-impl Cols {
-    fn new(b: &RecordBatch) -> Self {
-        fn get<T: Clone + 'static>(b: &RecordBatch, n: &str) -> Option<T> {
-            b.column_by_name(n)?.as_any().downcast_ref::<T>().cloned()
-        }
-        Cols {
-            n: b.num_rows(),
-            host: get(b, "host"),
-            op: get(b, "op"),
-            engine: get(b, "engine"),
-            timing: get(b, "timing"),
-            gpu_source: get(b, "gpu_source"),
-            timing_level: get(b, "timing_level"),
-            u: U.map(|n| get(b, n)),
-            i: I.map(|n| get(b, n)),
-            l: L.map(|n| get(b, n)),
-        }
-    }
-}
-
-fn ou(a: &Option<UInt64Array>, r: usize) -> Option<u64> {
-    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
-}
-fn oi(a: &Option<Int32Array>, r: usize) -> Option<i32> {
-    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
-}
-fn ol(a: &Option<Int64Array>, r: usize) -> Option<i64> {
-    a.as_ref().filter(|a| !a.is_null(r)).map(|a| a.value(r))
-}
-
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, String>> + Send>;
 
 /// One process's rows, in file order.
 struct Stream {
     files: VecDeque<PathBuf>,
     cur: Option<(PathBuf, Batches)>,
-    batch: Option<Cols>,
+    batch: Option<OpsRead>,
     row: usize,
     /// Interned host name of the current batch's host column values (cache).
     last_host: Option<(String, usize)>,
@@ -183,7 +108,9 @@ impl Stream {
                         if b.num_rows() == 0 {
                             continue;
                         }
-                        self.batch = Some(Cols::new(&b));
+                        // Aligned to the projection: every column is there.
+                        let Some(cols) = OpsRead::of(&b) else { continue };
+                        self.batch = Some(cols);
                         self.row = 0;
                         return true;
                     }
@@ -200,7 +127,7 @@ impl Stream {
             let Some(path) = self.files.pop_front() else {
                 return false;
             };
-            match reader::stream_file(&path, &schema, &OPS_COLUMNS, BATCH_ROWS) {
+            match reader::stream_file(&path, &schema, OPS_COLUMNS, BATCH_ROWS) {
                 Ok(it) => self.cur = Some((path, Box::new(it))),
                 Err(reason) => skipped.push(Skipped { path, reason }),
             }
@@ -211,9 +138,9 @@ impl Stream {
     fn peek_time(&mut self, skipped: &mut Vec<Skipped>) -> Option<i64> {
         loop {
             if let Some(c) = &self.batch
-                && self.row < c.n
+                && self.row < c.rows
             {
-                return Some(ol(&c.l[0], self.row).unwrap_or(0));
+                return Some(c.api_start_ns.value(self.row));
             }
             if !self.next_batch(skipped) {
                 return None;
@@ -225,7 +152,7 @@ impl Stream {
         let c = self.batch.as_ref().expect("peeked");
         let r = self.row;
         self.row += 1;
-        let host_name = c.host.as_ref().map_or("", |h| h.value(r));
+        let host_name = c.host.value(r);
         let host = match &self.last_host {
             Some((n, i)) if n == host_name => *i,
             _ => {
@@ -236,59 +163,44 @@ impl Stream {
         };
         OpView {
             host,
-            pid: oi(&c.i[0], r).unwrap_or(0),
-            op_id: ou(&c.u[0], r).unwrap_or(0),
-            op: match &c.op {
-                Some(a) => {
-                    let v = a.value(r);
-                    if self.last_op.0 != v {
-                        self.last_op = (v.to_owned(), op_name(v));
-                    }
-                    self.last_op.1
+            pid: c.pid.value(r),
+            op_id: c.op_id.value(r),
+            op: {
+                let v = c.op.value(r);
+                if self.last_op.0 != v {
+                    self.last_op = (v.to_owned(), op_name(v));
                 }
-                None => "unknown",
+                self.last_op.1
             },
-            comm_id: ou(&c.u[1], r),
-            comm_ptr: ou(&c.u[2], r).unwrap_or(0),
-            seq: ou(&c.u[3], r),
-            rank: oi(&c.i[1], r),
-            nranks: oi(&c.i[2], r),
-            peer: oi(&c.i[3], r),
-            bytes: ou(&c.u[4], r),
-            sendbuff: ou(&c.u[5], r).unwrap_or(0),
-            recvbuff: ou(&c.u[6], r).unwrap_or(0),
-            stream: ou(&c.u[7], r).unwrap_or(0),
-            group_id: ou(&c.u[8], r),
-            result: oi(&c.i[4], r).unwrap_or(0),
-            api_start: ol(&c.l[0], r).unwrap_or(0),
-            api_end: ol(&c.l[1], r).unwrap_or(0),
-            launch: ol(&c.l[2], r),
-            gpu_start: ol(&c.l[3], r),
-            gpu_end: ol(&c.l[4], r),
-            ready: ol(&c.l[5], r),
-            engine: match &c.engine {
-                Some(a) if !a.is_null(r) => {
-                    let v = a.value(r);
-                    if self.last_engine.0 != v {
-                        self.last_engine = (v.to_owned(), engine_name(v));
-                    }
-                    Some(self.last_engine.1)
+            comm_id: c.comm_id.get(r),
+            comm_ptr: c.comm_ptr.value(r),
+            seq: c.seq.get(r),
+            rank: c.rank.get(r),
+            nranks: c.nranks.get(r),
+            peer: c.peer.get(r),
+            bytes: c.bytes.get(r),
+            sendbuff: c.sendbuff.value(r),
+            recvbuff: c.recvbuff.value(r),
+            stream: c.stream.value(r),
+            group_id: c.group_id.get(r),
+            result: c.result.value(r),
+            api_start: c.api_start_ns.value(r),
+            api_end: c.api_end_ns.value(r),
+            launch: c.launch_ns.get(r),
+            gpu_start: c.gpu_start_ns.get(r),
+            gpu_end: c.gpu_end_ns.get(r),
+            ready: c.gpu_ready_ns.get(r),
+            engine: c.engine.get(r).map(|v| {
+                if self.last_engine.0 != v {
+                    self.last_engine = (v.to_owned(), engine_name(v));
                 }
-                _ => None,
-            },
-            weight: {
-                let is = |a: &Option<StringArray>, v: &str| {
-                    a.as_ref().is_some_and(|a| !a.is_null(r) && a.value(r) == v)
-                };
-                let level = c
-                    .timing_level
-                    .as_ref()
-                    .filter(|a| !a.is_null(r))
-                    .map(|a| a.value(r));
-                match level {
-                    Some(l) if is(&c.timing, "timed") && is(&c.gpu_source, "events") => 1u64 << l.min(32),
-                    _ => 1,
+                self.last_engine.1
+            }),
+            weight: match c.timing_level.get(r) {
+                Some(l) if c.timing.get(r) == Some("timed") && c.gpu_source.get(r) == Some("events") => {
+                    1u64 << l.min(32)
                 }
+                _ => 1,
             },
         }
     }

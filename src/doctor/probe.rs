@@ -11,7 +11,6 @@ use std::path::{Path as FsPath, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use arrow_array::{Array, Int32Array, StringArray};
 use serde::Serialize;
 
 use super::facts::Facts;
@@ -280,6 +279,14 @@ fn symmetric_mode(report: &Report) -> bool {
         .any(|c| c.key == "cta_policy" && c.state == State::Met)
 }
 
+crate::read_view! {
+    struct OpsCols of ops { op, engine, result }
+}
+
+crate::read_view! {
+    struct ProcessCols of process { nccl_lib }
+}
+
 /// Compares a finished job (its run directory and log) with the prediction.
 pub fn judge(facts: &Facts, report: &Report, run_dir: &FsPath, log: &str, symmetric: bool) -> ProbeResult {
     let nl = parse_log(log);
@@ -295,28 +302,15 @@ pub fn judge(facts: &Facts, report: &Report, run_dir: &FsPath, log: &str, symmet
     let mut engines: BTreeMap<Family, BTreeMap<String, u64>> = BTreeMap::new();
     match reader::read_table(run_dir, "ops") {
         Ok(t) => {
-            for b in &t.batches {
-                let col = |n: &str| {
-                    b.column_by_name(n)
-                        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                };
-                let (Some(op), eng) = (col("op"), col("engine")) else {
-                    continue;
-                };
-                let res = b
-                    .column_by_name("result")
-                    .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
-                for i in 0..b.num_rows() {
-                    if res.is_some_and(|a| !a.is_null(i) && a.value(i) != 0) {
+            for v in t.batches.iter().filter_map(OpsCols::of) {
+                for i in 0..v.rows {
+                    if v.result.get(i).is_some_and(|res| res != 0) {
                         continue;
                     }
-                    let Some(fam) = Family::of_op(op.value(i)) else {
+                    let Some(fam) = Family::of_op(v.op.value(i)) else {
                         continue;
                     };
-                    let e = match eng {
-                        Some(a) if !a.is_null(i) => a.value(i).to_owned(),
-                        _ => "not measured".to_owned(),
-                    };
+                    let e = v.engine.get(i).unwrap_or("not measured").to_owned();
                     *engines.entry(fam).or_default().entry(e).or_default() += 1;
                 }
             }
@@ -466,15 +460,10 @@ fn p_badness(p: Path) -> u8 {
 /// `process.nccl_lib` of the probe's processes (the first).
 fn loaded_nccl_lib(run_dir: &FsPath) -> Option<String> {
     let t = reader::read_table(run_dir, "process").ok()?;
-    t.batches.iter().find_map(|b| {
-        let a = b
-            .column_by_name("nccl_lib")?
-            .as_any()
-            .downcast_ref::<StringArray>()?;
-        (0..a.len())
-            .find(|i| !a.is_null(*i))
-            .map(|i| a.value(i).to_owned())
-    })
+    t.batches
+        .iter()
+        .filter_map(ProcessCols::of)
+        .find_map(|v| (0..v.rows).find_map(|i| v.nccl_lib.get(i).map(str::to_owned)))
 }
 
 /// Runs the probe (or says plainly why it cannot).

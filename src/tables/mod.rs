@@ -147,29 +147,137 @@ pub fn markdown_columns(cols: &[ColumnDoc]) -> String {
     s
 }
 
+/// One column of a table, as a type. [`define_table!`] makes one per column, in the
+/// table module's `columns` module; the read side names columns only through them
+/// ([`read_view!`]), so a column renamed in its table's definition fails to compile
+/// in every reader of it.
+pub trait Column {
+    type Kind: kind::ColumnKind;
+    const NAME: &'static str;
+}
+
+/// One column of a batch, typed by its kind.
+pub struct Col<K: kind::ColumnKind>(K::Array);
+
+impl<K: kind::ColumnKind> Col<K> {
+    /// Column `name` of `b`; `None` when `b` lacks it or holds another type.
+    pub fn of(b: &RecordBatch, name: &str) -> Option<Self> {
+        b.column_by_name(name).and_then(|a| K::cast(a)).cloned().map(Col)
+    }
+    /// Row `i`, `None` when NULL.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<K::Value<'_>> {
+        use arrow_array::Array;
+        self.0.is_valid(i).then(|| K::value(&self.0, i))
+    }
+    /// Row `i` whether NULL or not (a NULL row holds zero or the empty string).
+    #[inline]
+    pub fn value(&self, i: usize) -> K::Value<'_> {
+        K::value(&self.0, i)
+    }
+    #[inline]
+    pub fn is_null(&self, i: usize) -> bool {
+        use arrow_array::Array;
+        self.0.is_null(i)
+    }
+}
+
+/// A typed view of the columns a reader uses of a table, and the projection it asks
+/// Parquet for ([`reader::stream_file`](crate::reader::stream_file) and friends):
+///
+/// ```
+/// zcta::read_view! {
+///     struct Calls of calls { host, pid, call }
+/// }
+/// assert_eq!(Calls::COLUMNS, ["host", "pid", "call"]);
+/// # let b = arrow_array::RecordBatch::new_empty(zcta::tables::schema_of("calls").unwrap());
+/// let v = Calls::of(&b).unwrap();
+/// let first_call: Option<&str> = (v.rows > 0).then(|| v.call.value(0));
+/// # assert_eq!(first_call, None);
+/// ```
+///
+/// `calls` is the table's module in [`tables`](crate::tables); each column is looked up
+/// in its `columns` module, so a name that is not one of the table's columns does not
+/// compile:
+///
+/// ```compile_fail
+/// zcta::read_view! {
+///     struct Calls of calls { host, pid, no_such_column }
+/// }
+/// ```
+#[macro_export]
+macro_rules! read_view {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $View:ident of $table:ident { $($col:ident),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        $vis struct $View {
+            /// Rows of the batch.
+            pub rows: usize,
+            $(
+                pub $col: $crate::tables::Col<
+                    <$crate::tables::$table::columns::$col as $crate::tables::Column>::Kind,
+                >,
+            )*
+        }
+
+        impl $View {
+            /// The columns it reads: the projection asked of Parquet.
+            #[allow(dead_code)]
+            pub const COLUMNS: &'static [&'static str] =
+                &[$( <$crate::tables::$table::columns::$col as $crate::tables::Column>::NAME ),*];
+
+            /// The view of `b`, a batch the reader aligned to the table's schema;
+            /// `None` when a column is missing or of another type.
+            #[allow(dead_code)]
+            pub fn of(b: &arrow_array::RecordBatch) -> Option<Self> {
+                Some(Self {
+                    rows: b.num_rows(),
+                    $(
+                        $col: $crate::tables::Col::of(
+                            b,
+                            <$crate::tables::$table::columns::$col as $crate::tables::Column>::NAME,
+                        )?,
+                    )*
+                })
+            }
+        }
+    };
+}
+
 /// Arrow column kinds used by the tables.
 pub mod kind {
     use super::*;
     use arrow_array::builder::{
         BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder,
     };
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+    use arrow_array::{Array, BooleanArray, PrimitiveArray, StringArray};
 
-    /// Mapping from a column kind to its Arrow builder and type.
+    /// Mapping from a column kind to its Arrow builder, type and array.
     pub trait ColumnKind {
         type Builder: arrow_array::builder::ArrayBuilder + Default + Send;
         type Value<'a>;
+        /// The array a reader finds the column in.
+        type Array: Array + Clone + 'static;
         const TYPE_NAME: &'static str;
         fn data_type() -> DataType;
         fn append(b: &mut Self::Builder, v: Option<Self::Value<'_>>);
+        /// `a` as this kind's array; `None` when it holds another type.
+        fn cast(a: &dyn Array) -> Option<&Self::Array>;
+        fn value(a: &Self::Array, i: usize) -> Self::Value<'_>;
     }
 
     macro_rules! prim_kind {
-        ($k:ident, $b:ty, $v:ty, $dt:expr, $name:literal) => {
+        ($k:ident, $b:ty, $v:ty, $dt:expr, $name:literal, $array:ty, $cast:ident $(:: <$t:ty>)?) => {
             #[derive(Debug)]
             pub struct $k;
             impl ColumnKind for $k {
                 type Builder = $b;
                 type Value<'a> = $v;
+                type Array = $array;
                 const TYPE_NAME: &'static str = $name;
                 fn data_type() -> DataType {
                     $dt
@@ -178,20 +286,69 @@ pub mod kind {
                 fn append(b: &mut Self::Builder, v: Option<$v>) {
                     b.append_option(v)
                 }
+                #[inline]
+                fn cast(a: &dyn Array) -> Option<&Self::Array> {
+                    a.$cast$(::<$t>)?()
+                }
+                #[inline]
+                fn value(a: &Self::Array, i: usize) -> $v {
+                    a.value(i)
+                }
             }
         };
     }
-    prim_kind!(I32, Int32Builder, i32, DataType::Int32, "int32");
-    prim_kind!(I64, Int64Builder, i64, DataType::Int64, "int64");
-    prim_kind!(U32, UInt32Builder, u32, DataType::UInt32, "uint32");
-    prim_kind!(U64, UInt64Builder, u64, DataType::UInt64, "uint64");
-    prim_kind!(Bool, BooleanBuilder, bool, DataType::Boolean, "bool");
+    prim_kind!(
+        I32,
+        Int32Builder,
+        i32,
+        DataType::Int32,
+        "int32",
+        PrimitiveArray<Int32Type>,
+        as_primitive_opt::<Int32Type>
+    );
+    prim_kind!(
+        I64,
+        Int64Builder,
+        i64,
+        DataType::Int64,
+        "int64",
+        PrimitiveArray<Int64Type>,
+        as_primitive_opt::<Int64Type>
+    );
+    prim_kind!(
+        U32,
+        UInt32Builder,
+        u32,
+        DataType::UInt32,
+        "uint32",
+        PrimitiveArray<UInt32Type>,
+        as_primitive_opt::<UInt32Type>
+    );
+    prim_kind!(
+        U64,
+        UInt64Builder,
+        u64,
+        DataType::UInt64,
+        "uint64",
+        PrimitiveArray<UInt64Type>,
+        as_primitive_opt::<UInt64Type>
+    );
+    prim_kind!(
+        Bool,
+        BooleanBuilder,
+        bool,
+        DataType::Boolean,
+        "bool",
+        BooleanArray,
+        as_boolean_opt
+    );
 
     #[derive(Debug)]
     pub struct Utf8;
     impl ColumnKind for Utf8 {
         type Builder = StringBuilder;
         type Value<'a> = &'a str;
+        type Array = StringArray;
         const TYPE_NAME: &'static str = "string";
         fn data_type() -> DataType {
             DataType::Utf8
@@ -200,10 +357,19 @@ pub mod kind {
         fn append(b: &mut Self::Builder, v: Option<&str>) {
             b.append_option(v)
         }
+        #[inline]
+        fn cast(a: &dyn Array) -> Option<&StringArray> {
+            a.as_string_opt::<i32>()
+        }
+        #[inline]
+        fn value(a: &StringArray, i: usize) -> &str {
+            a.value(i)
+        }
     }
 }
 
-/// Defines a table: a marker type implementing [`Table`] and its builder.
+/// Defines a table: a marker type implementing [`Table`], its builder, and for the
+/// read side a `columns` module with one [`Column`] type per column ([`read_view!`]).
 ///
 /// ```ignore
 /// define_table! {
@@ -255,6 +421,20 @@ macro_rules! define_table {
                     vec![$( std::sync::Arc::new(self.$col.finish()) as arrow_array::ArrayRef, )*],
                 )
             }
+        }
+
+        #[doc = concat!("The columns of the `", $name, "` table as types, for [`read_view!`](crate::read_view).")]
+        #[allow(non_camel_case_types)]
+        pub mod columns {
+            $(
+                #[doc = $doc]
+                #[derive(Debug)]
+                pub struct $col;
+                impl $crate::tables::Column for $col {
+                    type Kind = $crate::tables::kind::$kind;
+                    const NAME: &'static str = stringify!($col);
+                }
+            )*
         }
 
         impl $crate::tables::Table for $Table {
