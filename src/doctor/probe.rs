@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::facts::Facts;
 use super::verdict::{Family, Path, Report, State};
+use crate::nccl::OpKind;
 use crate::{launch, reader};
 
 /// The probe program, written to a temporary folder at run time.
@@ -307,7 +308,7 @@ pub fn judge(facts: &Facts, report: &Report, run_dir: &FsPath, log: &str, symmet
                     if v.result.get(i).is_some_and(|res| res != 0) {
                         continue;
                     }
-                    let Some(fam) = Family::of_op(v.op.value(i)) else {
+                    let Some(fam) = OpKind::from_name(v.op.value(i)).and_then(Family::of_op) else {
                         continue;
                     };
                     let e = v.engine.get(i).unwrap_or("not measured").to_owned();

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::facts::Facts;
 use super::rules::{self, Ctx, Judged, families, transport, whats};
+use crate::nccl::OpKind;
 use crate::nccl_rules::{NcclRules, Rule};
 
 pub use super::rules::topology::visible_gpus;
@@ -70,15 +71,15 @@ impl Family {
         matches!(self, Family::AllGather | Family::AlltoAll)
     }
 
-    /// The family of an `ops.op` value.
-    pub fn of_op(op: &str) -> Option<Family> {
+    /// The family of an op kind (the families the doctor judges; others: none).
+    pub fn of_op(op: OpKind) -> Option<Family> {
         Some(match op {
-            "AllReduce" => Family::AllReduce,
-            "AllGather" => Family::AllGather,
-            "ReduceScatter" => Family::ReduceScatter,
-            "AlltoAll" | "Send" | "Recv" => Family::AlltoAll,
-            "Broadcast" | "Bcast" => Family::Broadcast,
-            _ => return None,
+            OpKind::AllReduce => Family::AllReduce,
+            OpKind::AllGather => Family::AllGather,
+            OpKind::ReduceScatter => Family::ReduceScatter,
+            OpKind::AlltoAll | OpKind::Send | OpKind::Recv => Family::AlltoAll,
+            OpKind::Broadcast | OpKind::Bcast => Family::Broadcast,
+            OpKind::Reduce | OpKind::Gather | OpKind::Scatter => return None,
         })
     }
 }
@@ -1227,9 +1228,9 @@ mod tests {
 
     #[test]
     fn families_of_ops() {
-        assert_eq!(Family::of_op("Send"), Some(Family::AlltoAll));
-        assert_eq!(Family::of_op("Bcast"), Some(Family::Broadcast));
-        assert_eq!(Family::of_op("Reduce"), None);
+        assert_eq!(Family::of_op(OpKind::Send), Some(Family::AlltoAll));
+        assert_eq!(Family::of_op(OpKind::Bcast), Some(Family::Broadcast));
+        assert_eq!(Family::of_op(OpKind::Reduce), None);
         assert!(Family::AllGather.ce_capable() && !Family::ReduceScatter.ce_capable());
     }
 }
