@@ -1,5 +1,5 @@
 //! Synthetic run directories for benchmarks and scale tests of the analysis
-//! (`examples/gen_run.rs`, `benches/report.rs`), written with the real sink.
+//! (`examples/gen_run.rs`, `bench/criterion/report.rs`), written with the real sink.
 
 use std::path::Path;
 
