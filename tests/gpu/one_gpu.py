@@ -202,13 +202,18 @@ def sampled(shim_dir, summary):
     run, _ = record("sampled", shim_dir, {"ZCTA_SAMPLE": "50ms/250ms", **READY})
     ops, proc = read_table(run, "ops"), read_table(run, "process")
     p = proc.iloc[0]
+    # A Send always launches its group's kernel: one without a CUPTI span was outside
+    # the windows (its engine may still be known, from NCCL's own events).
     sends = ops[ops.op == "Send"]
-    measured = sends[sends.engine.notna()]
+    measured = sends[sends.gpu_start_ns.notna()]
     check(0 < len(measured) < len(sends), f"sampled: {len(measured)} of {len(sends)} groups measured")
-    check((measured.gpu_start_ns.notna()).all() and p.ops_without_gpu == 0,
-          f"sampled: every measured group has its GPU side (ops_without_gpu {p.ops_without_gpu})")
-    check(int(p.ops_unsampled) == int(ops.engine.isna().sum()),
-          f"sampled: ops_unsampled {p.ops_unsampled} = ops with engine NULL {int(ops.engine.isna().sum())}")
+    check(p.ops_without_gpu == 0, f"sampled: every sampled op has its GPU side (ops_without_gpu {p.ops_without_gpu})")
+    # Unsampled: at least the Send and Recv of each group without a CUPTI span that the
+    # budget did not time with CUDA events either (those have their GPU side from the
+    # events), at most every op without a CUPTI span.
+    untimed = sends[sends.gpu_start_ns.isna() & (sends.timing != "timed")]
+    lo, hi = 2 * len(untimed), int(ops.gpu_start_ns.isna().sum())
+    check(lo <= int(p.ops_unsampled) <= hi, f"sampled: ops_unsampled {p.ops_unsampled} within [{lo}, {hi}]")
     check(p.gpu_inconsistent == 0, f"sampled: gpu_inconsistent {p.gpu_inconsistent}")
     rk = measured.gpu_ready_ns.notna()
     print(f"INFO  sampled: gpu_ready_ns known for {int(rk.sum())} of {len(measured)} measured groups")
