@@ -19,6 +19,7 @@
 
 pub mod env;
 pub mod facts;
+pub mod model;
 pub mod nvml;
 pub mod probe;
 pub mod render;

@@ -3,7 +3,7 @@
 //! enabled, NCCL and driver versions), then the program's (windows, stream).
 
 use super::super::env;
-use super::super::verdict::{Decider, State, TORCH_RECIPE};
+use super::super::model::{Decider, State, TORCH_RECIPE};
 use super::topology::{cuda_p2p, find_pair, switch_links};
 use super::{Check, Ctx, cuda_str, src_of};
 use crate::nccl_rules::{Rule, parse_version};

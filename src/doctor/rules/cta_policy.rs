@@ -2,7 +2,7 @@
 //! reads `NCCL_CTA_POLICY`, the condition, and the requests the variable makes.
 
 use super::super::env::{self, Setting};
-use super::super::verdict::{Decider, Request, State};
+use super::super::model::{Decider, Request, State};
 use super::{Check, Ctx, Judged, src_of};
 use crate::nccl_rules::{NcclRules, Rule};
 

@@ -1,7 +1,7 @@
 //! Each collective family's path here, and the notes on it ([`super::NOTES`]).
 
 use super::super::env;
-use super::super::verdict::{Condition, Family, FamilyVerdict, Path, State};
+use super::super::model::{Condition, Family, FamilyVerdict, Path, State};
 use super::topology::{PATH_NVL, each_pair, find_pair, path_type, switch_links};
 use super::{Ctx, Judged, NOTES, src_of, whats};
 use crate::nccl_rules::{Basis, NcclRules, Rule};

@@ -1,6 +1,6 @@
 //! The machine under NCCL: driver, visible GPUs, WSL2, torch's CUDA, GPU memory.
 
-use super::super::verdict::{Finding, Level};
+use super::super::model::{Finding, Level};
 use super::{Judged, cuda_str};
 
 /// No usable NVIDIA driver (and whether GPUs are on the PCI bus anyway).

@@ -22,7 +22,7 @@ pub mod transport;
 
 use super::env::Setting;
 use super::facts::{Facts, Gpu};
-use super::verdict::{Condition, Decider, Family, Finding, Path, Request, State, Transport};
+use super::model::{Condition, Decider, Family, Finding, Path, Request, State, Transport};
 use crate::nccl_rules::{NcclRules, Rule};
 use p2p::PairView;
 use transport::EnvView;

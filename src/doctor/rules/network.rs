@@ -1,7 +1,7 @@
 //! NCCL's network transport between nodes (`NCCL_NET`, InfiniBand/RoCE or sockets).
 
 use super::super::env;
-use super::super::verdict::{Finding, Level};
+use super::super::model::{Finding, Level};
 use super::{Ctx, Judged, src_of};
 
 /// More than one node: what carries the inter-node part.

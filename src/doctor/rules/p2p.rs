@@ -3,7 +3,7 @@
 
 use super::super::env::Setting;
 use super::super::facts::{Gpu, Pair};
-use super::super::verdict::{Finding, Level, Path, Request};
+use super::super::model::{Finding, Level, Path, Request};
 use super::topology::{PATH_LOC, PATH_NAMES, PATH_NVB, PATH_PXB, PATH_SYS, cuda_p2p, find_pair, path_type};
 use super::{Ctx, Judged, src_of};
 

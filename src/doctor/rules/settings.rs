@@ -2,7 +2,7 @@
 //! `TORCH_NCCL_*` variables.
 
 use super::super::env;
-use super::super::verdict::{Finding, Level};
+use super::super::model::{Finding, Level};
 use super::{Judged, src_of};
 
 /// Conf-file lines with spaces around the name: NCCL never reads them.

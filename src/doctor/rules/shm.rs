@@ -2,7 +2,7 @@
 //! `NCCL_SHM_DISABLE` (then the network), the proxy-memcpy variant, a small `/dev/shm`.
 
 use super::super::env::Setting;
-use super::super::verdict::{Finding, Level, Path, Request};
+use super::super::model::{Finding, Level, Path, Request};
 use super::p2p::{P2p, PairView, path_request};
 use super::{Ctx, Judged, src_of};
 

@@ -1,6 +1,6 @@
 //! The libraries a torch process loads: NCCL copies, torch itself, CUPTI.
 
-use super::super::verdict::{Finding, Level};
+use super::super::model::{Finding, Level};
 use super::Judged;
 
 /// More than one libnccl: which one torch loads, and whether another could win.

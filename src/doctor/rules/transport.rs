@@ -3,7 +3,7 @@
 
 use super::super::env::{self, Setting};
 use super::super::facts::Gpu;
-use super::super::verdict::{PairPath, Path, Transport};
+use super::super::model::{PairPath, Path, Transport};
 use super::p2p::PairView;
 use super::topology::{PATH_LOC, PATH_NAMES, PATH_PHB, PATH_PIX, PATH_PXB, PATH_SYS, each_pair};
 use super::{Ctx, PAIR_PATHS, network, src_of};
