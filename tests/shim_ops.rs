@@ -638,7 +638,7 @@ fn split_shrink_initall_config_scalable() {
     assert_eq!((ge[0].u64("group_id"), ge[0].int("n_ops")), (Some(gid), Some(2)));
 }
 
-/// `calls.flags` is documented as "CommShrink: shrinkFlags" (src/tables/calls.rs);
+/// `calls.flags` is documented as "CommShrink: shrinkFlags" (format/src/tables/calls.rs);
 /// the split scenario passes NCCL_SHRINK_DEFAULT (0).
 #[test]
 fn shrink_call_records_shrink_flags() {

@@ -640,8 +640,16 @@ pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
         }
         let row = crate::tables::phases::PhaseRow {
             host: host.clone(),
-            op: o.clone(),
-            phases: *p,
+            pid: o.pid,
+            op_id: o.op_id,
+            op: o.op,
+            rank: o.rank,
+            comm_id: o.comm_id,
+            seq: o.seq,
+            bytes: o.bytes,
+            engine: o.engine,
+            window: p.window,
+            phases: phases::Phase::ALL.map(|ph| p.get(ph)),
         };
         match w.append(&row, &ctx) {
             Ok(()) => n += 1,

@@ -31,28 +31,8 @@ pub struct Cuts {
     pub proxy: Option<i64>,
 }
 
-/// The phase list, in window order: the one definition the [`Phases`] fields, the
-/// [`Phase`] names, the `phases` table's columns and the report's headers all expand
-/// from (`analysis/` Python and SQL are checked against it by a test). Per phase:
-/// variant, [`Phases`] field, `phases` column, report header and its width, whether
-/// the column is nullable (`unresolved` is always measured), the column's doc.
-/// Hands the list to the macro `$m`.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! with_phase_list {
-    ($m:ident) => {
-        $m! {
-            [Init, init, init_ns, "init", 6, nullable, "API entry to the first launch call; NULL: not measured"]
-            [Queue, queue, queue_ns, "queue", 6, nullable, "launch call to the stream being free for the op (ops.gpu_ready_ns): waiting behind earlier work; NULL: not measured"]
-            [Sync, sync, sync_ns, "sync", 6, nullable, "stream free (ops.gpu_ready_ns) to GPU start: NCCL's stream synchronisation and the kernel's launch on the GPU (copy engine: its flag waits too); NULL: not measured"]
-            [Barrier, barrier, barrier_ns, "barrier", 7, nullable, "own GPU start to the last rank's GPU start (host clocks aligned); NULL: not every rank's data"]
-            [Transfer, transfer, transfer_ns, "transfer", 8, nullable, "GPU time after the barrier not in memcpy or proxy; NULL: not measured"]
-            [Memcpy, memcpy, memcpy_ns, "memcpy", 6, nullable, "proxy-thread copies after the barrier; NULL: not measured"]
-            [Proxy, proxy, proxy_ns, "proxy", 5, nullable, "ProxyStep network waits after the barrier (not counted in memcpy); NULL: no profiler plugin"]
-            [Unresolved, unresolved, unresolved_ns, "unres", 6, required, "window time of phases that could not be told apart (window = sum of the measured phases + this)"]
-        }
-    };
-}
+// The phase list (`with_phase_list!`) is part of the on-disk format: it lives with
+// the `phases` table in `zcta-format` (format/src/tables/phases.rs).
 
 /// A phase's value type: `Option` where it can be not measured.
 macro_rules! phase_type {

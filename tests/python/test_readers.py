@@ -53,10 +53,10 @@ def run_job(host: pathlib.Path, out: pathlib.Path, run_id: str, ranks: int = 2, 
 
 
 def schema_version():
-    """SCHEMA_VERSION as src/lib.rs defines it."""
+    """SCHEMA_VERSION as format/src/lib.rs defines it."""
     import re
 
-    src = (pathlib.Path(__file__).resolve().parents[2] / "src" / "lib.rs").read_text()
+    src = (pathlib.Path(__file__).resolve().parents[2] / "format" / "src" / "lib.rs").read_text()
     return re.search(r"pub const SCHEMA_VERSION: u32 = (\d+);", src).group(1)
 
 

@@ -236,7 +236,7 @@ pub fn shared_pids(run_dir: &Path) -> Result<Vec<SharedPid>, ReadError> {
                 }
                 _ => stem,
             };
-            if let Some((host, pid)) = crate::recover::pid_of_stem(prefix) {
+            if let Some((host, pid)) = crate::sink::pid_of_stem(prefix) {
                 by.entry((host, pid)).or_default().insert(prefix.to_owned());
             }
         }

@@ -165,6 +165,11 @@ impl Default for SinkPolicy {
 /// Parquet writer settings for a table: zstd, DELTA_BINARY_PACKED for monotone
 /// integer columns, schema version in the key-value metadata.
 pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
+    properties_of(&crate::tables::info::<T>(), row_group_rows)
+}
+
+/// [`writer_properties`] of a table known by its [`TableInfo`](crate::tables::TableInfo).
+fn properties_of(t: &crate::tables::TableInfo, row_group_rows: usize) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -175,9 +180,9 @@ pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
                 crate::SCHEMA_VERSION_KEY.to_string(),
                 crate::SCHEMA_VERSION.to_string(),
             ),
-            KeyValue::new(crate::TABLE_KEY.to_string(), T::NAME.to_string()),
+            KeyValue::new(crate::TABLE_KEY.to_string(), t.name.to_string()),
         ]));
-    for (col, enc) in T::encodings() {
+    for (col, enc) in (t.encodings)() {
         if *enc == Encoding::Delta {
             let path = ColumnPath::from(*col);
             b = b
@@ -190,15 +195,39 @@ pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
 
 /// Writes one complete Parquet file atomically (tmp + rename).
 pub fn write_parquet_file<T: Table>(path: &Path, batches: &[RecordBatch]) -> Result<(), SinkError> {
+    write_table_file(&crate::tables::info::<T>(), path, batches)
+}
+
+/// [`write_parquet_file`] of a table known by its [`TableInfo`](crate::tables::TableInfo)
+/// (recovery, which finds a table by its name).
+pub fn write_table_file(
+    t: &crate::tables::TableInfo,
+    path: &Path,
+    batches: &[RecordBatch],
+) -> Result<(), SinkError> {
     let tmp = tmp_path_for(path);
     let file = File::create(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
-    let mut w = ArrowWriter::try_new(file, T::schema(), Some(writer_properties::<T>(ROW_GROUP_ROWS)))
+    let mut w = ArrowWriter::try_new(file, (t.schema)(), Some(properties_of(t, ROW_GROUP_ROWS)))
         .map_err(|e| SinkError::parquet(&tmp, e))?;
     for b in batches {
         w.write(b).map_err(|e| SinkError::parquet(&tmp, e))?;
     }
     w.close().map_err(|e| SinkError::parquet(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| SinkError::io(path, e))
+}
+
+/// Host and pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-u<token>][-<segment>]`.
+pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
+    let parts: Vec<&str> = stem.split('-').collect();
+    let i = parts
+        .iter()
+        .rposition(|p| p.len() > 1 && p.starts_with('p') && p[1..].bytes().all(|b| b.is_ascii_digit()))?;
+    let pid = parts[i][1..].parse().ok()?;
+    let host_end = parts[..i]
+        .iter()
+        .rposition(|p| !(p.len() > 1 && p.starts_with('r') && p[1..].bytes().all(|b| b.is_ascii_digit())))
+        .map_or(0, |j| j + 1);
+    Some((parts[..host_end].join("-"), pid))
 }
 
 /// `dir/_name.parquet.tmp` for `dir/name.parquet`.
@@ -1451,5 +1480,25 @@ fn report_failure(ctl: &WriterControl, e: &SinkError) {
         crate::warn(format_args!(
             "cannot write {e}; recording stopped, the program continues unchanged"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems() {
+        assert_eq!(
+            pid_of_stem("gpu-node-1-r3-p1234-00002"),
+            Some(("gpu-node-1".into(), 1234))
+        );
+        assert_eq!(pid_of_stem("h-p77"), Some(("h".into(), 77)));
+        assert_eq!(
+            pid_of_stem("gpu-node-1-r3-p1-u0a1b2c3d-00002"),
+            Some(("gpu-node-1".into(), 1))
+        );
+        assert_eq!(pid_of_stem("h-p1-u12345678"), Some(("h".into(), 1)));
+        assert_eq!(pid_of_stem("nothing"), None);
     }
 }

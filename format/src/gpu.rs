@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi, StreamMark};
 use crate::record::{OpRecord, PlanEngine, Timing};
-use crate::streams::StreamTracker;
+use crate::streams::{StreamTracker, shrink_map};
 
 /// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
 pub const GROUP_BIT: u64 = 1 << 63;
@@ -321,13 +321,6 @@ fn widen(span: &mut Option<Span>, r: &RawActivity) {
                 first: (r.context, r.stream, r.correlation_id),
             })
         }
-    }
-}
-
-/// Gives back a map's capacity when it holds less than a quarter of it.
-pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
-    if m.capacity() > 4 * m.len() + 1024 {
-        m.shrink_to_fit();
     }
 }
 

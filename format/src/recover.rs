@@ -135,20 +135,6 @@ fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
     Ok((out, torn))
 }
 
-/// Host and pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-u<token>][-<segment>]`.
-pub fn pid_of_stem(stem: &str) -> Option<(String, i32)> {
-    let parts: Vec<&str> = stem.split('-').collect();
-    let i = parts
-        .iter()
-        .rposition(|p| p.len() > 1 && p.starts_with('p') && p[1..].bytes().all(|b| b.is_ascii_digit()))?;
-    let pid = parts[i][1..].parse().ok()?;
-    let host_end = parts[..i]
-        .iter()
-        .rposition(|p| !(p.len() > 1 && p.starts_with('r') && p[1..].bytes().all(|b| b.is_ascii_digit())))
-        .map_or(0, |j| j + 1);
-    Some((parts[..host_end].join("-"), pid))
-}
-
 /// Whether a live writer holds the log's lock (the writer locks each log while its
 /// segment is open; the kernel drops the lock when the process dies).
 fn is_locked(wal: &Path) -> bool {
@@ -188,7 +174,7 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
         return LogOutcome::Failed("unexpected log file name".into());
     };
     let stem = final_path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    if let Some((host, pid)) = pid_of_stem(stem)
+    if let Some((host, pid)) = crate::sink::pid_of_stem(stem)
         && is_live(&host, pid)
     {
         return LogOutcome::Live;
@@ -262,7 +248,7 @@ fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), 
         if ended {
             let row = last.slice(last.num_rows() - 1, 1);
             let info = tables::table(table).ok_or("unknown table")?;
-            let r: Result<(), SinkError> = (info.write)(path, &[row]);
+            let r: Result<(), SinkError> = crate::sink::write_table_file(info, path, &[row]);
             return r.map_err(|e| e.to_string());
         }
     }
@@ -277,7 +263,7 @@ fn write_table(table: &str, path: &Path, batches: &[RecordBatch]) -> Result<(), 
         aligned.push(b);
     }
     let info = tables::table(table).ok_or("unknown table")?;
-    let r: Result<(), SinkError> = (info.write)(path, &aligned);
+    let r: Result<(), SinkError> = crate::sink::write_table_file(info, path, &aligned);
     r.map_err(|e| e.to_string())
 }
 
@@ -335,24 +321,4 @@ fn parquet_rows(path: &Path) -> Result<u64, String> {
     })
     .unwrap_or_else(|_| Err("the decoder rejected its footer".into()))?;
     u64::try_from(rows).map_err(|_| "negative row count".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stems() {
-        assert_eq!(
-            pid_of_stem("gpu-node-1-r3-p1234-00002"),
-            Some(("gpu-node-1".into(), 1234))
-        );
-        assert_eq!(pid_of_stem("h-p77"), Some(("h".into(), 77)));
-        assert_eq!(
-            pid_of_stem("gpu-node-1-r3-p1-u0a1b2c3d-00002"),
-            Some(("gpu-node-1".into(), 1))
-        );
-        assert_eq!(pid_of_stem("h-p1-u12345678"), Some(("h".into(), 1)));
-        assert_eq!(pid_of_stem("nothing"), None);
-    }
 }

@@ -82,7 +82,7 @@ struct Act {
 }
 
 /// Activities, event records and stream waits of the recent past; lives on the writer
-/// thread inside [`crate::gpu::Attributor`].
+/// thread inside the GPU join (`gpu::Attributor`).
 pub struct StreamTracker {
     keep_ns: i64,
     corr: Unwrap,
@@ -243,7 +243,7 @@ impl StreamTracker {
         }
         self.waits.retain(|_, m| !m.is_empty());
         self.records.retain(|_, &mut (_, _, t)| t >= old);
-        crate::gpu::shrink_map(&mut self.records);
+        shrink_map(&mut self.records);
         // The launch bounding each kept activity's stays with it.
         let mut floors: Vec<u64> = (self.acts.values())
             .flat_map(|m| m.keys())
@@ -261,6 +261,13 @@ impl StreamTracker {
             + self.waits.values().map(BTreeMap::len).sum::<usize>()
             + self.records.len()
             + self.launches.len()
+    }
+}
+
+/// Gives back a map's capacity when it holds less than a quarter of it.
+pub(crate) fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len() + 1024 {
+        m.shrink_to_fit();
     }
 }
 

@@ -78,16 +78,17 @@ pub struct TableInfo {
     pub name: &'static str,
     pub schema: fn() -> SchemaRef,
     pub columns: fn() -> &'static [ColumnDoc],
-    /// Writes complete batches as one Parquet file with the table's settings.
-    pub write: fn(&std::path::Path, &[RecordBatch]) -> Result<(), crate::sink::SinkError>,
+    /// Columns written with an encoding of their own.
+    pub encodings: fn() -> &'static [(&'static str, Encoding)],
 }
 
-const fn info<T: Table>() -> TableInfo {
+/// The [`TableInfo`] of `T`.
+pub const fn info<T: Table>() -> TableInfo {
     TableInfo {
         name: T::NAME,
         schema: T::schema,
         columns: T::columns,
-        write: crate::sink::write_parquet_file::<T>,
+        encodings: T::encodings,
     }
 }
 
@@ -186,11 +187,11 @@ impl<K: kind::ColumnKind> Col<K> {
 /// Parquet for ([`reader::stream_file`](crate::reader::stream_file) and friends):
 ///
 /// ```
-/// zcta::read_view! {
+/// zcta_format::read_view! {
 ///     struct Calls of calls { host, pid, call }
 /// }
 /// assert_eq!(Calls::COLUMNS, ["host", "pid", "call"]);
-/// # let b = arrow_array::RecordBatch::new_empty(zcta::tables::schema_of("calls").unwrap());
+/// # let b = arrow_array::RecordBatch::new_empty(zcta_format::tables::schema_of("calls").unwrap());
 /// let v = Calls::of(&b).unwrap();
 /// let first_call: Option<&str> = (v.rows > 0).then(|| v.call.value(0));
 /// # assert_eq!(first_call, None);
@@ -201,7 +202,7 @@ impl<K: kind::ColumnKind> Col<K> {
 /// compile:
 ///
 /// ```compile_fail
-/// zcta::read_view! {
+/// zcta_format::read_view! {
 ///     struct Calls of calls { host, pid, no_such_column }
 /// }
 /// ```
@@ -489,7 +490,7 @@ mod tests {
     /// (regenerate the tables with `zcta schema`).
     #[test]
     fn schema_doc_is_current() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/schema.md")).unwrap();
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema.md")).unwrap();
         for t in ALL_TABLES {
             let section = format!("## `{t}`\n\n{}", markdown_columns(columns_of(t).unwrap()));
             assert!(
