@@ -9,6 +9,7 @@
 //! - [`recover`]: turning the write-ahead logs of a killed process into Parquet;
 //! - [`cupti`]: CUPTI activity record layouts and their safe decoder;
 //! - [`gpu`]: joining GPU activities to ops (external correlation, proxy rule);
+//! - [`rows`]: the rows of the `ops` and `gpu` tables that the join makes;
 //! - [`streams`]: stream readiness from CUPTI's event and stream-wait records;
 //! - [`budget`]: which ops get their GPU side timed, under a cost budget;
 //! - [`config`]: settings read from the environment, run-id derivation;
@@ -27,6 +28,7 @@ pub mod nccl;
 pub mod reader;
 pub mod record;
 pub mod recover;
+pub mod rows;
 pub mod sample;
 pub mod sink;
 pub mod streams;

@@ -1,7 +1,7 @@
 //! `gpu`: one row per GPU activity (kernel, copy, memset) CUPTI attributed to NCCL.
 
 use crate::cupti;
-use crate::gpu::GpuRow;
+use crate::rows::GpuRow;
 
 crate::define_table! {
     /// One row per GPU activity of an NCCL operation.

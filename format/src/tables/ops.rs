@@ -1,7 +1,7 @@
 //! `ops`: one row per NCCL data-moving call (collective or point-to-point) per rank.
 
-use crate::gpu::OpRow;
 use crate::nccl::OpKind;
+use crate::rows::OpRow;
 
 crate::define_table! {
     /// One row per NCCL operation call on one rank.
