@@ -86,8 +86,8 @@ fn pay(cost_ns: u64, budget: f64) -> i64 {
 /// budget chose among (the op rate) and what timing cost per timed op (the hot
 /// path's events, NCCL's events for the op, the writer's driver calls). The level is
 /// the lowest at which timing every 2^level-th op would cost at most half the budget:
-/// the other half is headroom for the hash's clusters of selected ops, which the hot
-/// path's limiter ([`charge`]) meets by going one level up at once. Set from the
+/// the other half is headroom for the hash's clusters of selected ops, of which the
+/// rate limiter ([`has_room`]) skips the few it has no room for. Set from the
 /// measured rate rather than stepped, it comes down at the first interval after a
 /// burst instead of one level per interval.
 #[derive(Clone, Copy, Debug)]
