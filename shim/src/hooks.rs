@@ -48,6 +48,11 @@ struct Hot {
     group_level: Cell<Option<u8>>,
     /// The ops of the open group, waiting for its end.
     pending: RefCell<Vec<Pending>>,
+    /// The open outermost group's rows: its ncclGroupStart's (when recorded), then its
+    /// ops' in the order issued. At the group's end its ops' rows are completed in
+    /// place and written with its ncclGroupEnd's row in one reservation of the
+    /// queue; the memory is reused by the next group.
+    rows: RefCell<Vec<Event>>,
 }
 
 thread_local! {
@@ -61,6 +66,7 @@ thread_local! {
             launch_note: Cell::new((None, PlanEngine::Unknown)),
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
+            rows: RefCell::new(Vec::new()),
         }
     };
 }
@@ -263,8 +269,12 @@ fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -
 /// (and counts) it if the outermost `ncclGroupEnd` succeeds, and never for
 /// `ncclGroupSimulateEnd`. Its sequence number is assigned then.
 struct Pending {
-    /// `None`: called while recording was paused (only its sequence number counts).
-    rec: Option<OpRecord>,
+    /// Index of its row in [`Hot::rows`]; `None`: called while recording was paused
+    /// (only its sequence number counts).
+    row: Option<usize>,
+    /// Its call's communicator and stream (what the group's checks compare).
+    comm_ptr: usize,
+    stream: u64,
     op: OpKind,
     peer: Option<i32>,
     /// Its communicator when NCCL accepted the call.
@@ -303,32 +313,38 @@ fn file_op(
     peer: Option<i32>,
     comm: Option<Arc<CommState>>,
     ok: bool,
-    rec: Option<OpRecord>,
+    rec: Option<&OpRecord>,
     selected: bool,
 ) {
     let comm = comm.filter(|_| ok);
     if current_group(h).is_some() {
-        if rec.is_some() {
+        // Busy only if NCCL called back into a hook that files an op from inside
+        // one (it does not): then the op is not kept.
+        let (Ok(mut p), Ok(mut rows)) = (h.pending.try_borrow_mut(), h.rows.try_borrow_mut()) else {
+            return;
+        };
+        let (comm_ptr, stream) = rec.map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
+        let row = rec.map(|r| {
+            rows.push(Event::Op(*r));
+            rows.len() - 1
+        });
+        if row.is_some() {
             count_group_op(h);
         }
-        let pending = Pending {
-            rec,
+        p.push(Pending {
+            row,
+            comm_ptr,
+            stream,
             op: kind,
             peer,
             comm,
             selected,
-        };
-        // Busy only if NCCL called back into a hook that files an op from inside
-        // one (it does not): then the op is not kept.
-        if let Ok(mut p) = h.pending.try_borrow_mut() {
-            p.push(pending);
-        }
+        });
         return;
     }
     let seq = comm.map(|st| next_seq(kind, peer, &st));
-    if let Some(mut rec) = rec {
-        rec.seq = seq;
-        state::emit(Event::Op(rec));
+    if let Some(rec) = rec {
+        state::emit(Event::Op(OpRecord { seq, ..*rec }));
     }
 }
 
@@ -440,7 +456,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             a.peer,
             st,
             ok,
-            Some(rec),
+            Some(&rec),
             pick.is_some_and(|p| p.selected),
         );
     });
@@ -448,32 +464,47 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     rc
 }
 
-/// Emits the ops of a closed outermost group (when `rows`: its ncclGroupEnd, which
-/// launches them, was called while recording); they take sequence numbers only when
-/// the group really ran; `marked`: its ncclGroupEnd was marked for GPU capture;
-/// `timing`: what timing its ncclGroupEnd measured, shared by its ops.
-fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming) {
+/// Emits the rows of a closed outermost group ([`Hot::rows`]) with its closing
+/// call's row `end`, in one reservation of the queue: its ops' rows only when `rows`
+/// (its ncclGroupEnd, which launches them, was called while recording). The ops
+/// take sequence numbers only when the group really ran; `marked`: its ncclGroupEnd
+/// was marked for GPU capture; `timing`: what timing its ncclGroupEnd measured,
+/// shared by its ops.
+fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, end: Option<CallRecord>) {
     let mut ops = h
         .pending
         .try_borrow_mut()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
+    let Ok(mut out) = h.rows.try_borrow_mut() else {
+        return;
+    };
+    let captured = timing.timing.graph_capture();
     for Pending {
-        rec, op, peer, comm, ..
+        row, op, peer, comm, ..
     } in ops.drain(..)
     {
         let seq = match &comm {
             Some(st) if ran => Some(next_seq(op, peer, st)),
             _ => None,
         };
-        if let Some(mut rec) = rec.filter(|_| rows) {
+        if let Some(Event::Op(rec)) = row.and_then(|i| out.get_mut(i)) {
             rec.seq = seq;
             rec.gpu_marked = marked;
-            rec.graph_captured = rec.graph_captured.or(timing.timing.graph_capture());
+            rec.graph_captured = rec.graph_captured.or(captured);
             rec.timing = timing;
-            state::emit(Event::Op(rec));
         }
     }
+    if !rows {
+        out.retain(|e| !matches!(e, Event::Op(_)));
+    }
+    out.extend(end.map(Event::Call));
+    // A group larger than a share of the queue goes in pieces (each one reservation).
+    for chunk in out.chunks(BATCH_MAX) {
+        state::emit_all(chunk);
+    }
+    out.clear();
+    drop(out);
     // The next group reuses the list's memory (no allocation per group).
     if let Ok(mut p) = h.pending.try_borrow_mut()
         && p.is_empty()
@@ -482,6 +513,9 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming) {
         *p = ops;
     }
 }
+
+/// The most records a group writes with one reservation of the queue.
+const BATCH_MAX: usize = 256;
 
 fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
     CallRecord {
@@ -505,7 +539,7 @@ fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
 /// without such ops; `Some(Err(Streams))` when they used several.
 fn group_stream(h: &Hot) -> Option<Result<u64, Timing>> {
     let p = h.pending.try_borrow().ok()?;
-    let mut streams = p.iter().filter_map(|x| x.rec.map(|r| r.stream));
+    let mut streams = p.iter().filter_map(|x| x.row.map(|_| x.stream));
     let first = streams.next()?;
     Some(match streams.all(|s| s == first) {
         true => Ok(first),
@@ -561,10 +595,7 @@ fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
     let me = counter(kind, comm, peer);
     h.pending.try_borrow().map_or(0, |p| {
         p.iter()
-            .filter(|x| {
-                x.rec
-                    .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
-            })
+            .filter(|x| x.row.is_some() && counter(x.op, x.comm_ptr, x.peer) == me)
             .count() as u64
     })
 }
@@ -583,7 +614,7 @@ fn group_level(h: &Hot) -> u8 {
 fn group_pick(h: &Hot) -> timing::Pick {
     let level = h.group_level.replace(None).unwrap_or_else(timing::level);
     let n = h.pending.try_borrow().map_or(0, |p| {
-        p.iter().filter(|x| x.rec.is_some() && x.selected).count() as u64
+        p.iter().filter(|x| x.row.is_some() && x.selected).count() as u64
     });
     timing::Pick {
         level,
@@ -608,6 +639,9 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             (d > 0).then_some(id)
         } else if d == 0 {
             h.group_level.set(None);
+            if let Ok(mut rows) = h.rows.try_borrow_mut() {
+                rows.clear();
+            }
             let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
             h.group.set((1, id, 0));
             Some(id)
@@ -618,7 +652,11 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
         if rows {
             let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
             r.group_id = id;
-            state::emit(Event::Call(r));
+            // The outermost group's row waits for the group's end (its ops wait too).
+            match h.rows.try_borrow_mut() {
+                Ok(mut rows) if rc == nccl::NCCL_SUCCESS && d == 0 => rows.push(Event::Call(r)),
+                _ => state::emit(Event::Call(r)),
+            }
         }
     });
     drop(g);
@@ -677,6 +715,12 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
                 (Some(id), None)
             }
         };
+        let end = rows.then(|| {
+            let mut r = call_record(kind, t0, t1, rc);
+            r.group_id = id;
+            r.n_ops = n_ops;
+            r
+        });
         if n_ops.is_some() {
             flush_group(
                 h,
@@ -684,12 +728,9 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
                 marked,
                 rows,
                 group_timing,
+                end,
             );
-        }
-        if rows {
-            let mut r = call_record(kind, t0, t1, rc);
-            r.group_id = id;
-            r.n_ops = n_ops;
+        } else if let Some(r) = end {
             state::emit(Event::Call(r));
         }
     });

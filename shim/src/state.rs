@@ -267,6 +267,31 @@ impl Recorder {
         self.send(&self.tx, ev, lifecycle);
     }
 
+    /// Hands a group's records to the writer with one reservation of the queue
+    /// (op and group records: they leave the reserve); all dropped and counted when
+    /// they do not all fit.
+    #[inline]
+    pub fn emit_all(&self, evs: &[Event]) {
+        let n = evs.len() as u64;
+        if self.ctl.failed.load(Ordering::Relaxed) {
+            self.ctl.dropped.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        match self.tx.try_push_all(evs, true) {
+            Ok(pos) => {
+                // As in `send`: the length is looked at when the batch passes a 64th
+                // position.
+                if (pos & 63) + evs.len() > 63 && self.tx.len().is_some_and(|l| l >= self.tx.capacity() / 2) {
+                    self.ctl.wake();
+                }
+            }
+            Err(()) => {
+                self.ctl.dropped.fetch_add(n, Ordering::Relaxed);
+                self.ctl.wake();
+            }
+        }
+    }
+
     #[inline]
     fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, lifecycle: bool) {
         if self.ctl.failed.load(Ordering::Relaxed) {
@@ -324,6 +349,14 @@ pub fn emit_plugin(ev: PluginEvent) {
     if let Some(r) = recorder() {
         let lifecycle = ev.is_lifecycle();
         r.send(&r.ptx, ev, lifecycle);
+    }
+}
+
+/// Records `evs` (op and group records) if recording is on, in one reservation.
+#[inline]
+pub fn emit_all(evs: &[Event]) {
+    if let Some(r) = recorder() {
+        r.emit_all(evs);
     }
 }
 
