@@ -83,7 +83,8 @@ fn pay(cost_ns: u64, budget: f64) -> i64 {
 }
 
 /// Sets the level from what the last interval measured: how many launching ops the
-/// budget chose among (the op rate) and what timing cost per timed op (the hot
+/// budget chose among, over the time recording was on (the op rate: the shim leaves
+/// paused time out), and what timing cost per timed op (the hot
 /// path's events, NCCL's events for the op, the writer's driver calls). The level is
 /// the lowest at which timing every 2^level-th op would cost at most half the budget:
 /// the other half is headroom for the hash's clusters of selected ops, of which the

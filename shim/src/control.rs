@@ -23,9 +23,63 @@
 //! | CUPTI's launch callbacks | [`cupti_callbacks_wanted`] | `gpu::sync_capture` |
 //! | rows for data-moving calls | [`rows_wanted`] | the hooks (hot path) |
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 
 static PAUSED: AtomicBool = AtomicBool::new(false);
+static PAUSE_CLOCK: PauseClock = PauseClock::new();
+
+/// How long recording was paused: the budget's controller measures the op rate over
+/// the time ops could be timed, so a program that pauses recording for half of each
+/// interval does not get a level fit for half its rate (and twice the cost while it
+/// records).
+struct PauseClock {
+    /// When the pause now going on began (0: not paused).
+    since_ns: AtomicI64,
+    /// Paused time of pauses that ended since the last [`PauseClock::take`].
+    ended_ns: AtomicU64,
+}
+
+impl PauseClock {
+    const fn new() -> Self {
+        Self {
+            since_ns: AtomicI64::new(0),
+            ended_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn note(&self, paused: bool, now: i64) {
+        if paused {
+            self.since_ns.store(now.max(1), Ordering::Relaxed);
+        } else {
+            let since = self.since_ns.swap(0, Ordering::Relaxed);
+            if since != 0 {
+                self.ended_ns
+                    .fetch_add((now - since).max(0) as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Paused time since the last call, up to `now` (a pause going on counts up to
+    /// `now`, and from `now` at the next call).
+    fn take(&self, now: i64) -> u64 {
+        let mut t = self.ended_ns.swap(0, Ordering::Relaxed);
+        let since = self.since_ns.load(Ordering::Relaxed);
+        if since != 0
+            && self
+                .since_ns
+                .compare_exchange(since, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            t += (now - since).max(0) as u64;
+        }
+        t
+    }
+}
+
+/// Time recording was paused since the last call (the budget's writer-side step).
+pub fn take_paused_ns(now: i64) -> u64 {
+    PAUSE_CLOCK.take(now)
+}
 
 /// Sampling detail ([`zcta::sample::Detail`]) as the writer's sampler sets it; full
 /// without `ZCTA_SAMPLE`.
@@ -40,6 +94,7 @@ static FOLLOW: AtomicBool = AtomicBool::new(false);
 pub fn set_paused(paused: bool) -> bool {
     let was = PAUSED.swap(paused, Ordering::SeqCst);
     if was != paused {
+        PAUSE_CLOCK.note(paused, crate::ffi::sys::now_ns());
         changed();
     } else {
         nccl_changed();
@@ -123,4 +178,23 @@ pub fn changed() {
 /// (atomics only; CUPTI follows at the next [`changed`]).
 pub fn nccl_changed() {
     crate::ffi::plugin::sync_nccl_events();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PauseClock;
+
+    #[test]
+    fn the_pause_clock_counts_paused_time_once() {
+        let c = PauseClock::new();
+        assert_eq!(c.take(100), 0, "never paused");
+        c.note(true, 1_000);
+        c.note(false, 1_400);
+        c.note(true, 2_000);
+        assert_eq!(c.take(2_500), 400 + 500, "an ended pause and one going on");
+        assert_eq!(c.take(3_000), 500, "the pause going on, from the last call");
+        c.note(false, 3_200);
+        assert_eq!(c.take(9_000), 200);
+        assert_eq!(c.take(10_000), 0, "recording since");
+    }
 }

@@ -653,7 +653,9 @@ impl Timer {
         let cost = COST_NS.swap(0, Ordering::Relaxed);
         let chosen = CHOSEN.swap(0, Ordering::Relaxed);
         let timed = TIMED.swap(0, Ordering::Relaxed);
-        let wall = (now - since).max(1) as u64;
+        // The rate of the ops that could be timed: over the time recording was on.
+        let paused = crate::control::take_paused_ns(now);
+        let wall = ((now - since).max(1) as u64).saturating_sub(paused).max(1);
         LEVEL.store(ctl.update(cost, wall, chosen, timed), Ordering::Relaxed);
     }
 
