@@ -54,9 +54,10 @@ MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us
             "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us"]
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--config", required=True,
-                choices=["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
-                         "all", "tiny", "half", "events0"])
+CONFIGS = ["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
+           "all", "tiny", "half", "events0"]
+# A trailing 2 names the same configuration of a second build (always_on.sh's SHIM2).
+ap.add_argument("--config", required=True, choices=CONFIGS + [c + "2" for c in CONFIGS])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=7)
@@ -160,7 +161,7 @@ train_steps(10)
 item_s = {m: per_item(work[m][0], max(work[m][1] // 10, 2)) for m in wanted}
 
 prof = contextlib.nullcontext()
-if args.config == "profiler":
+if args.config.rstrip("2") == "profiler":
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])

@@ -6,10 +6,12 @@
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
-# recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5).
+# recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5),
+# SHIM2 (a second build's directory: a zcta configuration named with a trailing 2,
+# e.g. default2, runs that build, so two builds are compared in one run).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$(cd "${1:-$root/.carry}" && pwd)
+bin1=$(cd "${1:-$root/.carry}" && pwd)
 out=${OUT:-$root/bench-out}
 mkdir -p "$out/json" "$out/runs"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -20,8 +22,14 @@ n=${#configs[@]}
 for ((r = 0; r < rounds; r++)); do
   for ((i = 0; i < n; i++)); do
     c=${configs[$(((i + r) % n))]}
+    bin=$bin1
+    base=$c
+    if [ -n "${SHIM2:-}" ] && [ "${c%2}" != "$c" ]; then
+      bin=$(cd "$SHIM2" && pwd)
+      base=${c%2}
+    fi
     env_args=()
-    case $c in
+    case $base in
       plain | profiler) ;;
       default) env_args=(LD_PRELOAD="$bin/libzcta_prof.so") ;;
       deep) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=deep) ;;
@@ -40,7 +48,7 @@ for ((r = 0; r < rounds; r++)); do
       events0) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_NCCL_MASK=0) ;;
     esac
     ab=()
-    case $c in plain | profiler | disabled) ;; *) [ "${AB:-0}" = 1 ] && ab=(--ab) ;; esac
+    case $base in plain | profiler | disabled) ;; *) [ "${AB:-0}" = 1 ] && ab=(--ab) ;; esac
     pin=()
     [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
     timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
