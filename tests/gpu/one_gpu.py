@@ -166,7 +166,15 @@ def full_detail(shim_dir, summary):
     ready = sends.gpu_ready_ns.notna()
     check(ready.mean() >= 0.99, f"default: gpu_ready_ns known for {int(ready.sum())} of {len(sends)} groups")
     r = sends[ready]
-    check((r.gpu_ready_ns <= r.gpu_start_ns).all(), "default: gpu_ready_ns <= gpu_start_ns everywhere")
+    early = r[r.gpu_ready_ns > r.gpu_start_ns]
+    worst = int((early.gpu_ready_ns - early.gpu_start_ns).max()) if len(early) else 0
+    check(early.empty, f"default: gpu_ready_ns <= gpu_start_ns everywhere ({len(early)} of {len(r)} groups "
+          f"start before their ready, by up to {worst} ns)")
+    if len(early):
+        e = early.head(3)
+        for _, o in e.iterrows():
+            print(f"INFO  early start: group {o.group_id} launch {o.launch_ns} ready {o.gpu_ready_ns} "
+                  f"start {o.gpu_start_ns} end {o.gpu_end_ns}")
     span_s = (sends.api_start_ns.max() - sends.api_start_ns.min()) / 1e9
     print(f"INFO  default: {len(sends)} groups over {span_s:.1f} s; gpu rows {len(gpu)}")
 
