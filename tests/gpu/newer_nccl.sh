@@ -6,7 +6,8 @@
 # NCCL and zcta said of each other (version, profiler ABI loaded).
 #   git -C NCCL_REPO archive --prefix=nccl/ v2.30.7-1 | gzip > .carry/nccl-2.30.7.tar.gz
 #   bash tests/gpu/newer_nccl.sh .carry/nccl-2.30.7.tar.gz [SHIM_DIR]   logs under $OUT
-# Env: BUILD_TIMEOUT (s, default 420), and nccl_build.sh's.
+# Env: BUILD_TIMEOUT (s, default 420), EVENTS_PARTS (tests/gpu/events.sh's parts to
+# run under it too, e.g. "accuracy capture report"), and nccl_build.sh's.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -40,6 +41,10 @@ status=0
 timeout 180 python3 "$here/one_gpu.py" "$bin" >"$out/newer-deep.log" 2>&1 || status=1
 echo "== deep-mode checks (tests/gpu/one_gpu.py)"
 grep -E '^(FAIL|SUMMARY)' "$out/newer-deep.log"
+if [ -n "${EVENTS_PARTS:-}" ]; then
+  echo "== default GPU side (tests/gpu/events.sh: $EVENTS_PARTS)"
+  OUT="$out" PARTS="$EVENTS_PARTS" bash "$here/events.sh" "$bin" || status=1
+fi
 runs=$(mktemp -d)
 timeout 120 env LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_OUT="$runs" ZCTA_RUN_ID=newer \
   python3 "$root/bench/always_on.py" --config default --out "$runs/json" --reps 3 \
