@@ -1,11 +1,12 @@
 //! What the shim captures, decided in one place.
 //!
 //! Every input that changes what is captured is held here, except the recorder's
-//! lifecycle (in `state`, with the recorder) and CUPTI's own state (in `gpu`, with
-//! CUPTI). Every output is derived from the inputs by one function here, and every
-//! change of an input calls [`changed`] (or, where no lock may be taken,
-//! [`nccl_changed`]), which re-derives and applies the outputs; no module resyncs
-//! another's state by hand.
+//! lifecycle (in `state`, with the recorder: passed in where an output needs it) and
+//! CUPTI's own state (in `gpu`, with CUPTI). Every output is derived from the inputs by
+//! one function here. This module calls nothing outside itself: whoever changes an
+//! input then has the outputs applied (`state::apply_capture`, or where no lock may be
+//! taken `ffi::plugin::sync_nccl_events` alone; [`set_detail`] takes its applier), which
+//! re-derive them from here; no module resyncs another's state by hand.
 //!
 //! | input | set by |
 //! |---|---|
@@ -90,14 +91,11 @@ static DETAIL: AtomicU8 = AtomicU8::new(FULL);
 
 static FOLLOW: AtomicBool = AtomicBool::new(false);
 
-/// Pauses (`true`) or resumes recording; returns whether it was paused.
-pub fn set_paused(paused: bool) -> bool {
+/// Pauses (`true`) or resumes recording, at `now`; returns whether it was paused.
+pub fn set_paused(paused: bool, now: i64) -> bool {
     let was = PAUSED.swap(paused, Ordering::SeqCst);
     if was != paused {
-        PAUSE_CLOCK.note(paused, crate::ffi::sys::now_ns());
-        changed();
-    } else {
-        nccl_changed();
+        PAUSE_CLOCK.note(paused, now);
     }
     was
 }
@@ -114,23 +112,22 @@ pub fn detail() -> u8 {
     DETAIL.load(Ordering::Relaxed)
 }
 
-/// The sampler's step. Opening a window, NCCL's events go on (through a draining
-/// step) before calls are marked, so a marked call always has them; closing, marking
-/// stops first.
-pub fn set_detail(code: u8) {
+/// The sampler's step; `apply` applies the outputs after each change. Opening a
+/// window, NCCL's events go on (through a draining step) before calls are marked, so a
+/// marked call always has them; closing, marking stops first.
+pub fn set_detail(code: u8, apply: impl Fn()) {
     if code == FULL && DETAIL.load(Ordering::SeqCst) == DETAIL_OFF {
         DETAIL.store(DRAINING, Ordering::SeqCst);
-        changed();
+        apply();
     }
     DETAIL.store(code, Ordering::SeqCst);
-    changed();
+    apply();
 }
 
 /// From the start of timing on (events mode, finite budget), NCCL's events are asked
 /// for the budget's ops only.
 pub fn set_follow(on: bool) {
     FOLLOW.store(on, Ordering::SeqCst);
-    nccl_changed();
 }
 
 /// Whether NCCL's events follow the budget, op by op (hot path).
@@ -139,11 +136,11 @@ pub fn follow_budget() -> bool {
     FOLLOW.load(Ordering::Relaxed)
 }
 
-/// Whether NCCL should generate our profiler events now: the recorder is active (not
-/// activating, stopped by an internal error, in a fork child or finished), recording
-/// is not paused, and no sampling window is closed.
-pub fn nccl_events_wanted() -> bool {
-    crate::state::active() && !PAUSED.load(Ordering::SeqCst) && DETAIL.load(Ordering::SeqCst) != DETAIL_OFF
+/// Whether NCCL should generate our profiler events now: the recorder is `active`
+/// (not activating, stopped by an internal error, in a fork child or finished: the
+/// lifecycle's input), recording is not paused, and no sampling window is closed.
+pub fn nccl_events_wanted(active: bool) -> bool {
+    active && !PAUSED.load(Ordering::SeqCst) && DETAIL.load(Ordering::SeqCst) != DETAIL_OFF
 }
 
 /// Whether CUPTI's activity kinds should be on: not paused, no window closed.
@@ -164,20 +161,6 @@ pub fn cupti_callbacks_wanted(pause_cupti: bool) -> bool {
 #[inline]
 pub fn rows_wanted() -> bool {
     !paused()
-}
-
-/// An input changed: re-derive and apply every output. Takes CUPTI's lock: not from
-/// a fork child before `gpu::on_fork_child` (which makes the capture skip it) nor from
-/// a panic handler (use [`nccl_changed`]).
-pub fn changed() {
-    crate::gpu::sync_capture();
-    nccl_changed();
-}
-
-/// An input changed where no lock may be taken: re-derive and apply NCCL's mask only
-/// (atomics only; CUPTI follows at the next [`changed`]).
-pub fn nccl_changed() {
-    crate::ffi::plugin::sync_nccl_events();
 }
 
 #[cfg(test)]

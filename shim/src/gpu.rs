@@ -611,7 +611,10 @@ impl GpuSource for CuptiSource {
             Detail::Draining => DRAINING,
             Detail::Off => DETAIL_OFF,
         };
-        crate::control::set_detail(code);
+        crate::control::set_detail(code, || {
+            sync_capture();
+            crate::ffi::plugin::sync_nccl_events();
+        });
     }
 
     fn marked_in_flight(&self) -> usize {

@@ -831,6 +831,8 @@ fn comm_init_in(
     if let Some(r) = state::recorder() {
         let (events, budget, follow) = (r.events, r.budget, r.follow_nccl);
         protect(|| crate::timing::start(events, budget, follow));
+        // NCCL's mask follows the budget from here on.
+        ffi::plugin::sync_nccl_events();
     }
     protect(|| {
         let (comm_id, parent_id) = pre.unwrap_or((None, None));

@@ -177,6 +177,7 @@ fn activate() -> Option<Recorder> {
     let plugin_capacity = (cfg.queue_capacity / 2).max(1024);
     let (ptx, prx) = queue::bounded_reserving(plugin_capacity, plugin_capacity / RESERVE_SHARE);
     let ctl = WriterControl::new();
+    crate::timing::set_writer(Arc::clone(&ctl));
     let policy = zcta::sink::SinkPolicy {
         reserve: Some(ffi::sys::reserve_space),
         ..cfg.policy
@@ -322,13 +323,6 @@ impl Recorder {
 /// Share of each queue kept for lifecycle records: capacity / this.
 pub const RESERVE_SHARE: usize = 8;
 
-/// Asks the writer to run a round now (e.g. to refill the event pools).
-pub fn wake_writer() {
-    if let Some(r) = RECORDER.get() {
-        r.ctl.wake();
-    }
-}
-
 /// Counts a record that could not be made (e.g. a plugin event whose slot was reused).
 pub fn note_lost() {
     if let Some(r) = RECORDER.get() {
@@ -382,7 +376,21 @@ pub fn active() -> bool {
 
 /// Pauses (`on = false`) or resumes recording; returns whether it was on.
 pub fn set_recording(on: bool) -> bool {
-    !crate::control::set_paused(!on)
+    let was_paused = crate::control::set_paused(!on, ffi::sys::now_ns());
+    if was_paused == on {
+        apply_capture();
+    } else {
+        ffi::plugin::sync_nccl_events();
+    }
+    !was_paused
+}
+
+/// Applies what `control` derives from its inputs, after one changed: CUPTI's capture
+/// (under its lock: not from a fork child before `gpu::on_fork_child`, nor from a panic
+/// handler) and NCCL's event mask.
+pub fn apply_capture() {
+    crate::gpu::sync_capture();
+    ffi::plugin::sync_nccl_events();
 }
 
 /// In the child of `fork()`. A child of a recording process stops recording: its
@@ -396,7 +404,7 @@ pub fn on_fork_child() {
     if STATE.load(Ordering::Acquire) != UNINIT {
         STATE.store(DISABLED, Ordering::SeqCst);
         // The child's copy of NCCL's event mask: no events (atomics only, no lock).
-        crate::control::nccl_changed();
+        ffi::plugin::sync_nccl_events();
     }
 }
 
@@ -429,7 +437,7 @@ pub fn report_panic() {
         let _ = STATE.compare_exchange(from, DISABLED, Ordering::SeqCst, Ordering::SeqCst);
     }
     // No lock here: the panic may have happened while one was held.
-    crate::control::nccl_changed();
+    ffi::plugin::sync_nccl_events();
     if !PANIC_REPORTED.swap(true, Ordering::AcqRel) {
         zcta::warn(format_args!(
             "internal error; recording disabled, NCCL calls continue unchanged"

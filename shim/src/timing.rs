@@ -226,6 +226,21 @@ pub fn start(enabled: bool, budget: f64, follow_nccl: bool) {
 
 static BUDGET_BITS: AtomicU64 = AtomicU64::new(0);
 
+/// The writer's control, to wake it (to refill the event pools); set at activation.
+static WRITER: std::sync::OnceLock<std::sync::Arc<zcta::sink::WriterControl>> = std::sync::OnceLock::new();
+
+/// Where [`wake_writer`] reaches the writer (the recorder's activation).
+pub fn set_writer(ctl: std::sync::Arc<zcta::sink::WriterControl>) {
+    let _ = WRITER.set(ctl);
+}
+
+/// Asks the writer to run a round now.
+fn wake_writer() {
+    if let Some(c) = WRITER.get() {
+        c.wake();
+    }
+}
+
 /// In a fork child: the parent's events and pools mean nothing there.
 pub fn on_fork_child() {
     if STATE.load(Ordering::Acquire) == ON {
@@ -296,14 +311,14 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
     };
     let Ok(pair) = pool.rx.try_recv() else {
         if !REFILL.swap(true, Ordering::Relaxed) {
-            crate::state::wake_writer();
+            wake_writer();
         }
         return Err(Timing::PoolEmpty);
     };
     if pool.rx.len() <= POOL_LOW && !REFILL.swap(true, Ordering::Relaxed) {
         // Running low (or only the first pairs made): the writer refills at once,
         // woken once until it has.
-        crate::state::wake_writer();
+        wake_writer();
     }
     if cuda::record(pair.ready, stream).is_err() {
         pool.give(pair);

@@ -436,7 +436,7 @@ pub fn follow_op(selected: bool) {
 }
 
 fn wanted_mask() -> i32 {
-    if crate::control::nccl_events_wanted() {
+    if crate::control::nccl_events_wanted(crate::state::active()) {
         plugin::activation_mask()
     } else {
         0
