@@ -158,6 +158,25 @@ impl<T> Inner<T> {
         (slot, slot.seq.load(Ordering::Acquire).wrapping_add(idx))
     }
 
+    /// Whether a push at `last` (a batch's last position) leaves the reserve free. Reads
+    /// the consumer's position only when `last` reaches the last limit it gave.
+    #[inline]
+    fn leaves_reserve(&self, last: usize) -> bool {
+        if (last.wrapping_sub(self.limit.0.load(Ordering::Relaxed)) as isize) < 0 {
+            return true;
+        }
+        let limit = self
+            .head
+            .0
+            .load(Ordering::Acquire)
+            .wrapping_add(self.mask + 1 - self.reserve);
+        if last.wrapping_sub(limit) as isize >= 0 {
+            return false;
+        }
+        self.limit.0.store(limit, Ordering::Relaxed);
+        true
+    }
+
     /// Sets the sequence number of the slot at `pos`.
     #[inline]
     fn set_seq(&self, slot: &Slot<T>, pos: usize, seq: usize) {
@@ -319,19 +338,8 @@ impl<T: Copy + Send> Producer<T> {
     #[inline]
     pub fn try_push_leaving_reserve(&self, v: T) -> Result<usize, T> {
         let q = &*self.0;
-        if q.reserve > 0 {
-            let pos = q.tail.0.load(Ordering::Relaxed);
-            if pos.wrapping_sub(q.limit.0.load(Ordering::Relaxed)) as isize >= 0 {
-                let limit = q
-                    .head
-                    .0
-                    .load(Ordering::Acquire)
-                    .wrapping_add(q.mask + 1 - q.reserve);
-                if pos.wrapping_sub(limit) as isize >= 0 {
-                    return Err(v);
-                }
-                q.limit.0.store(limit, Ordering::Relaxed);
-            }
+        if q.reserve > 0 && !q.leaves_reserve(q.tail.0.load(Ordering::Relaxed)) {
+            return Err(v);
         }
         self.try_push(v)
     }
@@ -353,19 +361,11 @@ impl<T: Copy + Send> Producer<T> {
         if n > q.mask + 1 {
             return Err(());
         }
-        if leave_reserve && q.reserve > 0 {
-            let last = q.tail.0.load(Ordering::Relaxed).wrapping_add(n - 1);
-            if last.wrapping_sub(q.limit.0.load(Ordering::Relaxed)) as isize >= 0 {
-                let limit = q
-                    .head
-                    .0
-                    .load(Ordering::Acquire)
-                    .wrapping_add(q.mask + 1 - q.reserve);
-                if last.wrapping_sub(limit) as isize >= 0 {
-                    return Err(());
-                }
-                q.limit.0.store(limit, Ordering::Relaxed);
-            }
+        if leave_reserve
+            && q.reserve > 0
+            && !q.leaves_reserve(q.tail.0.load(Ordering::Relaxed).wrapping_add(n - 1))
+        {
+            return Err(());
         }
         let mut pos = q.tail.0.load(Ordering::Relaxed);
         loop {
@@ -517,6 +517,31 @@ mod tests {
         assert_eq!(p.try_push_leaving_reserve(9), Err(9));
     }
 
+    /// `threads` producers, the t-th pushing its items 0..`each` with `push(p, t, i)`,
+    /// each retried while the queue refuses it.
+    fn producers(
+        p: &Producer<(u64, u64)>,
+        threads: u64,
+        each: u64,
+        push: fn(&Producer<(u64, u64)>, u64, u64) -> bool,
+    ) -> Vec<std::thread::JoinHandle<()>> {
+        (0..threads)
+            .map(|t| {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    let mut i = 0;
+                    while i < each {
+                        if push(&p, t, i) {
+                            i += 1;
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
     #[test]
     fn a_batch_takes_consecutive_slots_or_none() {
         let (p, c) = bounded_reserving::<u64>(8, 2);
@@ -545,23 +570,10 @@ mod tests {
         const PRODUCERS: u64 = 4;
         const BATCHES: u64 = 50_000;
         let (p, c) = bounded::<(u64, u64)>(256);
-        let handles: Vec<_> = (0..PRODUCERS)
-            .map(|t| {
-                let p = p.clone();
-                std::thread::spawn(move || {
-                    let mut i = 0;
-                    while i < BATCHES {
-                        let n = 1 + (i % 3);
-                        let batch: Vec<_> = (0..n).map(|k| (t, i * 4 + k)).collect();
-                        if p.try_push_all(&batch, false).is_ok() {
-                            i += 1;
-                        } else {
-                            std::hint::spin_loop();
-                        }
-                    }
-                })
-            })
-            .collect();
+        let handles = producers(&p, PRODUCERS, BATCHES, |p, t, i| {
+            let batch: Vec<_> = (0..1 + (i % 3)).map(|k| (t, i * 4 + k)).collect();
+            p.try_push_all(&batch, false).is_ok()
+        });
         let mut next = [0u64; PRODUCERS as usize];
         let mut got = 0;
         while got < PRODUCERS * BATCHES {
@@ -605,21 +617,7 @@ mod tests {
         const PRODUCERS: u64 = 4;
         const EACH: u64 = 200_000;
         let (p, c) = bounded::<(u64, u64)>(256);
-        let handles: Vec<_> = (0..PRODUCERS)
-            .map(|t| {
-                let p = p.clone();
-                std::thread::spawn(move || {
-                    let mut i = 0;
-                    while i < EACH {
-                        if p.try_push((t, i)).is_ok() {
-                            i += 1;
-                        } else {
-                            std::hint::spin_loop();
-                        }
-                    }
-                })
-            })
-            .collect();
+        let handles = producers(&p, PRODUCERS, EACH, |p, t, i| p.try_push((t, i)).is_ok());
         let mut next = [0u64; PRODUCERS as usize];
         let mut got = 0;
         while got < PRODUCERS * EACH {
