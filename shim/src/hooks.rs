@@ -476,9 +476,9 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
         .try_borrow_mut()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
-    let Ok(mut out) = h.rows.try_borrow_mut() else {
-        return;
-    };
+    // Busy only if NCCL called back into a hook from inside one (it does not): the
+    // ops still take their sequence numbers, and their rows are not written.
+    let mut out = h.rows.try_borrow_mut().ok();
     let captured = timing.timing.graph_capture();
     for Pending {
         row, op, peer, comm, ..
@@ -488,13 +488,16 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
             Some(st) if ran => Some(next_seq(op, peer, st)),
             _ => None,
         };
-        if let Some(Event::Op(rec)) = row.and_then(|i| out.get_mut(i)) {
+        if let Some(Event::Op(rec)) = row.zip(out.as_deref_mut()).and_then(|(i, o)| o.get_mut(i)) {
             rec.seq = seq;
             rec.gpu_marked = marked;
             rec.graph_captured = rec.graph_captured.or(captured);
             rec.timing = timing;
         }
     }
+    let Some(mut out) = out else {
+        return;
+    };
     if !rows {
         out.retain(|e| !matches!(e, Event::Op(_)));
     }
@@ -514,7 +517,9 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
     }
 }
 
-/// The most records a group writes with one reservation of the queue.
+/// The most records a group writes with one reservation of the queue (a quarter of
+/// the smallest queue `ZCTA_QUEUE_CAPACITY` allows, so a batch always fits an empty
+/// queue with its reserve kept).
 const BATCH_MAX: usize = 256;
 
 fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
