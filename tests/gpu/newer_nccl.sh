@@ -6,7 +6,8 @@
 # NCCL and zcta said of each other (version, profiler ABI loaded).
 #   git -C NCCL_REPO archive --prefix=nccl/ v2.30.7-1 | gzip > .carry/nccl-2.30.7.tar.gz
 #   bash tests/gpu/newer_nccl.sh .carry/nccl-2.30.7.tar.gz [SHIM_DIR]   logs under $OUT
-# Env: BUILD_TIMEOUT (s, default 420), EVENTS_PARTS (tests/gpu/events.sh's parts to
+# Env: BUILD_TIMEOUT (s, default 420), DEEP_RUNS (how many times the deep-mode checks
+# run, default 1), EVENTS_PARTS (tests/gpu/events.sh's parts to
 # run under it too, e.g. "accuracy capture report"), and nccl_build.sh's.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,9 +39,11 @@ v = ctypes.c_int()
 ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(v))
 print("torch", torch.__version__, "built with NCCL", ".".join(map(str, torch.cuda.nccl.version())), "loads", v.value)'
 status=0
-timeout 180 python3 "$here/one_gpu.py" "$bin" >"$out/newer-deep.log" 2>&1 || status=1
-echo "== deep-mode checks (tests/gpu/one_gpu.py)"
-grep -E '^(FAIL|SUMMARY)' "$out/newer-deep.log"
+for i in $(seq "${DEEP_RUNS:-1}"); do
+  timeout 180 python3 "$here/one_gpu.py" "$bin" >"$out/newer-deep-$i.log" 2>&1 || status=1
+  echo "== deep-mode checks (tests/gpu/one_gpu.py), run $i"
+  grep -E '^(FAIL|SUMMARY|INFO  early)' "$out/newer-deep-$i.log"
+done
 if [ -n "${EVENTS_PARTS:-}" ]; then
   echo "== default GPU side (tests/gpu/events.sh: $EVENTS_PARTS)"
   OUT="$out" PARTS="$EVENTS_PARTS" bash "$here/events.sh" "$bin" || status=1
