@@ -273,47 +273,33 @@ impl Recorder {
     /// they do not all fit.
     #[inline]
     pub fn emit_all(&self, evs: &[Event]) {
-        let n = evs.len() as u64;
-        if self.ctl.failed.load(Ordering::Relaxed) {
-            self.ctl.dropped.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
-        match self.tx.try_push_all(evs, true) {
-            Ok(pos) => {
-                // As in `send`: the length is looked at when the batch passes a 64th
-                // position.
-                if (pos & 63) + evs.len() > 63 && self.tx.len().is_some_and(|l| l >= self.tx.capacity() / 2) {
-                    self.ctl.wake();
-                }
-            }
-            Err(()) => {
-                self.ctl.dropped.fetch_add(n, Ordering::Relaxed);
-                self.ctl.wake();
-            }
-        }
+        self.send_all(&self.tx, evs, false);
     }
 
     #[inline]
     fn send<T: Copy + Send>(&self, tx: &Producer<T>, ev: T, lifecycle: bool) {
+        self.send_all(tx, std::slice::from_ref(&ev), lifecycle);
+    }
+
+    /// Pushes `evs` with one reservation (`lifecycle`: they may use the reserve); all
+    /// dropped and counted when they do not all fit.
+    #[inline(always)]
+    fn send_all<T: Copy + Send>(&self, tx: &Producer<T>, evs: &[T], lifecycle: bool) {
+        let n = evs.len();
         if self.ctl.failed.load(Ordering::Relaxed) {
-            self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            self.ctl.dropped.fetch_add(n as u64, Ordering::Relaxed);
             return;
         }
-        let pushed = if lifecycle {
-            tx.try_push(ev)
-        } else {
-            tx.try_push_leaving_reserve(ev)
-        };
-        match pushed {
+        match tx.try_push_all(evs, !lifecycle) {
             Ok(pos) => {
                 // The queue's length reads the writer's position too (a cache line it
-                // keeps writing): look at every 64th position of this queue only.
-                if pos & 63 == 63 && tx.len().is_some_and(|n| n >= tx.capacity() / 2) {
+                // keeps writing): look at it only when a push passes a 64th position.
+                if (pos & 63) + n > 63 && tx.len().is_some_and(|l| l >= tx.capacity() / 2) {
                     self.ctl.wake();
                 }
             }
-            Err(_full) => {
-                self.ctl.dropped.fetch_add(1, Ordering::Relaxed);
+            Err(()) => {
+                self.ctl.dropped.fetch_add(n as u64, Ordering::Relaxed);
                 self.ctl.wake();
             }
         }

@@ -123,7 +123,7 @@ struct Inner<T> {
     /// Next position to pop (written by the consumer only).
     head: Padded,
     /// Positions below this may take a push that leaves the reserve free
-    /// ([`Producer::try_push_leaving_reserve`]): `head + capacity - reserve` for some
+    /// (a push with `leave_reserve`, [`Producer::try_push_all`]): `head + capacity - reserve` for some
     /// past `head`, renewed when the tail reaches it (rarely: read-mostly).
     limit: Padded,
     slots: Slots<T>,
@@ -207,7 +207,7 @@ pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
 
 /// As [`bounded`], keeping `reserve` slots (less than the capacity) for the records
 /// pushed with [`Producer::try_push`] when those pushed with
-/// [`Producer::try_push_leaving_reserve`] fill the rest.
+/// [`Producer::try_push_all`] leaving the reserve fill the rest.
 pub fn bounded_reserving<T: Copy + Send>(capacity: usize, reserve: usize) -> (Producer<T>, Consumer<T>) {
     let cap = capacity.max(2).next_power_of_two();
     let reserve = reserve.min(cap - 1);
@@ -300,58 +300,19 @@ impl<T: Copy + Send> Producer<T> {
     /// gives it back when the queue is full. Never blocks.
     #[inline]
     pub fn try_push(&self, v: T) -> Result<usize, T> {
-        let q = &*self.0;
-        let mut pos = q.tail.0.load(Ordering::Relaxed);
-        loop {
-            let (slot, seq) = q.slot(pos);
-            let dif = seq.wrapping_sub(pos) as isize;
-            if dif == 0 {
-                match q.tail.0.compare_exchange_weak(
-                    pos,
-                    pos.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => {
-                        // SAFETY: winning the CAS for `pos` gives this thread sole
-                        // access to the slot until the store below publishes it.
-                        unsafe { (*slot.val.get()).write(v) };
-                        q.set_seq(slot, pos, pos.wrapping_add(1));
-                        q.prefetch(pos.wrapping_add(1));
-                        return Ok(pos);
-                    }
-                    Err(now) => pos = now,
-                }
-            } else if dif < 0 {
-                return Err(v); // the consumer has not freed this slot yet: full
-            } else {
-                pos = q.tail.0.load(Ordering::Relaxed); // another producer took it
-            }
-        }
-    }
-
-    /// As [`Self::try_push`], but refuses `v` when it would leave fewer than the
-    /// queue's reserve of slots free ([`bounded_reserving`]), so that records pushed
-    /// with [`Self::try_push`] still find room. Producers racing each other can each
-    /// pass the check once, so the reserve is kept to within their number. Reads the
-    /// consumer's position only when the tail reaches the last limit it gave.
-    #[inline]
-    pub fn try_push_leaving_reserve(&self, v: T) -> Result<usize, T> {
-        let q = &*self.0;
-        if q.reserve > 0 && !q.leaves_reserve(q.tail.0.load(Ordering::Relaxed)) {
-            return Err(v);
-        }
-        self.try_push(v)
+        self.try_push_all(std::slice::from_ref(&v), false).map_err(|()| v)
     }
 
     /// Appends the records of `vs` at consecutive positions with one reservation (a
     /// group's rows: one compare-and-swap where each record would take its own), and
     /// returns the first position; or takes none of them when the queue has no room
-    /// for all (with `leave_reserve`, for all and the reserve, as
-    /// [`Self::try_push_leaving_reserve`]). More records than the capacity never fit.
+    /// for all (with `leave_reserve`, for all and the queue's reserve of slots
+    /// ([`bounded_reserving`]), so that records pushed without it still find room;
+    /// producers racing each other can each pass that check once, so the reserve is
+    /// kept to within their number). More records than the capacity never fit.
     /// Between the reservation and the last publication nothing can fail: the
     /// consumer waits at an unpublished slot, so no slot is ever left claimed.
-    #[inline]
+    #[inline(always)]
     pub fn try_push_all(&self, vs: &[T], leave_reserve: bool) -> Result<usize, ()> {
         let q = &*self.0;
         let n = vs.len();
@@ -492,13 +453,9 @@ mod tests {
         let (p, c) = bounded_reserving::<u64>(8, 2);
         for round in 0..100u64 {
             for i in 0..6 {
-                assert!(p.try_push_leaving_reserve(round * 10 + i).is_ok(), "{round} {i}");
+                assert!(p.try_push_all(&[round * 10 + i], true).is_ok(), "{round} {i}");
             }
-            assert_eq!(
-                p.try_push_leaving_reserve(99),
-                Err(99),
-                "6 of 8 used: 2 stay free"
-            );
+            assert_eq!(p.try_push_all(&[99], true), Err(()), "6 of 8 used: 2 stay free");
             assert!(p.try_push(round * 10 + 6).is_ok());
             assert!(p.try_push(round * 10 + 7).is_ok());
             assert_eq!(p.try_push(99), Err(99));
@@ -513,8 +470,8 @@ mod tests {
         for _ in 0..3 {
             c.try_pop();
         }
-        assert!(p.try_push_leaving_reserve(8).is_ok());
-        assert_eq!(p.try_push_leaving_reserve(9), Err(9));
+        assert!(p.try_push_all(&[8], true).is_ok());
+        assert_eq!(p.try_push_all(&[9], true), Err(()));
     }
 
     /// `threads` producers, the t-th pushing its items 0..`each` with `push(p, t, i)`,
