@@ -56,8 +56,8 @@ MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us
 ap = argparse.ArgumentParser()
 CONFIGS = ["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
            "all", "tiny", "half", "events0"]
-# A trailing 2 names the same configuration of a second build (always_on.sh's SHIM2).
-ap.add_argument("--config", required=True, choices=CONFIGS + [c + "2" for c in CONFIGS])
+# A trailing digit N names the same configuration of another build (always_on.sh's SHIMN).
+ap.add_argument("--config", required=True, choices=CONFIGS + [c + str(d) for c in CONFIGS for d in range(2, 10)])
 ap.add_argument("--round", type=int, default=0)
 ap.add_argument("--out", required=True)
 ap.add_argument("--reps", type=int, default=7)
@@ -161,7 +161,7 @@ train_steps(10)
 item_s = {m: per_item(work[m][0], max(work[m][1] // 10, 2)) for m in wanted}
 
 prof = contextlib.nullcontext()
-if args.config.rstrip("2") == "profiler":
+if args.config.rstrip("23456789") == "profiler":
     from torch.profiler import ProfilerActivity, profile
 
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
@@ -199,15 +199,41 @@ with prof:
             res[m].append(sums[True] / blocks * scale)
             paused[m].append(sums[False] / blocks * scale)
 me.destroy()
+
+
+def threads():
+    """CPU seconds and last CPU of each of this process's threads, by name (the
+    writer's share of a core next to the measured loops)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    got = {}
+    for t in Path("/proc/self/task").iterdir():
+        try:
+            name = (t / "comm").read_text().strip()
+            f = (t / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # Fields after the name start at field 3: utime 14, stime 15, processor 39.
+        cpu = (int(f[11]) + int(f[12])) / tick
+        e = got.setdefault(name, {"cpu_s": 0.0, "n": 0, "last_cpu": []})
+        e["cpu_s"] += cpu
+        e["n"] += 1
+        e["last_cpu"].append(int(f[36]))
+    return got
+
+
+thr = threads()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 (out / f"{args.config}-{args.round}.json").write_text(
     json.dumps({"config": args.config, "round": args.round, "reps": res,
-                "median": {m: statistics.median(v) for m, v in res.items()},
+                "median": {m: statistics.median(v) for m, v in res.items()}, "threads": thr,
                 **({"paused": paused,
                     "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items}
                    if set_recording is not None else {})}))
 print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
+print(args.config, args.round, "threads:", ", ".join(f"{k} {v['cpu_s']:.2f} s cpu {v['last_cpu']}"
+                                                    for k, v in sorted(thr.items(), key=lambda kv: -kv[1]["cpu_s"])[:6]),
+      flush=True)
 dist.destroy_process_group()

@@ -7,8 +7,8 @@
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
 # recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5),
-# SHIM2 (a second build's directory: a zcta configuration named with a trailing 2,
-# e.g. default2, runs that build, so two builds are compared in one run).
+# SHIM2 … SHIM9 (other builds' directories: a zcta configuration named with a trailing
+# digit N, e.g. default2, runs build SHIMN, so builds are compared in one run).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin1=$(cd "${1:-$root/.carry}" && pwd)
@@ -24,10 +24,16 @@ for ((r = 0; r < rounds; r++)); do
     c=${configs[$(((i + r) % n))]}
     bin=$bin1
     base=$c
-    if [ -n "${SHIM2:-}" ] && [ "${c%2}" != "$c" ]; then
-      bin=$(cd "$SHIM2" && pwd)
-      base=${c%2}
-    fi
+    d=${c: -1}
+    case $d in
+      [2-9])
+        v=SHIM$d
+        if [ -n "${!v:-}" ]; then
+          bin=$(cd "${!v}" && pwd)
+          base=${c%"$d"}
+        fi
+        ;;
+    esac
     env_args=()
     case $base in
       plain | profiler) ;;
