@@ -14,10 +14,18 @@ compares zcta's gpu_end_ns - gpu_ready_ns of the same ops with those events. The
 program's events hold zcta's two records as well, so each iteration also measures,
 on the same stream behind the same sleep, what two event records between a pair of
 events add (three records back to back: the third minus the first); the check takes
-that off the program's window of the same op. Under the shim the same ops run
-again with zcta's recording paused (no zcta event inside the program's pair), and the
-check shows zcta's durations against that window's median (shown, not judged: the ops
-are not the same ones). ITERS (40) ops per kind and size.
+that off the program's window of the same op. That correction is a median: what a
+record really adds varies from op to op (1.3 to 2.5 us right before or after a large
+kernel: bench/event_records.py), so no tool whose events sit exactly where zcta's do
+can pass every op. The check therefore also measures that ideal tool in the same
+process: with zcta's recording paused, the program records the two inner events
+itself, where zcta records its own (just before and just after the launching call),
+and the same correction is judged on them. An op size passes when all its ops were
+timed, zcta is within max(1 us, 2 %) for >= 95 % of its ops or for as many as the
+ideal tool is (less two standard errors of the two shares), and the two residuals
+agree on average within 0.25 us (zcta's events sit where the ideal's do; means of
+the middle 90 %, since the residuals take a few discrete values). ITERS (100) ops per
+kind and size.
 capture: NCCL ops captured into a CUDA graph (torch.cuda.graph, global capture mode)
 and replayed; the check wants the same graph (node types and counts) and the same
 results with and without zcta, and zcta's rows of the captured ops marked
@@ -31,7 +39,7 @@ from pathlib import Path
 
 MiB = 1 << 20
 SIZES = [MiB, 16 * MiB, 64 * MiB]
-ITERS = int(os.environ.get("ITERS", "40"))
+ITERS = int(os.environ.get("ITERS", "100"))
 
 
 def setup():
@@ -61,7 +69,18 @@ def accuracy(out):
     set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
     if set_recording is not None:
         set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
-    res, paused = [], []
+
+    def ev():
+        return torch.cuda.Event(enable_timing=True)
+
+    def three():
+        c = [ev() for _ in range(3)]
+        torch.cuda._sleep(200_000)
+        for x in c:
+            x.record(s)
+        return c[0], c[2]
+
+    res = []
     for nbytes in SIZES:
         n = nbytes // 4
         a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
@@ -70,41 +89,38 @@ def accuracy(out):
             fn(3)  # warm-up (same sizes: the check takes the last ITERS rows)
             torch.cuda.synchronize()
             for _ in range(ITERS):
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0, e1 = ev(), ev()
                 torch.cuda._sleep(200_000)  # ~100 us: the stream is busy past the call
                 e0.record(s)
                 fn(1)
                 e1.record(s)
-                c = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-                torch.cuda._sleep(200_000)
-                for x in c:
-                    x.record(s)
-                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": (c[0], c[2])})
+                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": three()})
             torch.cuda.synchronize()
-            # The same op with zcta's recording paused (no event of zcta's inside the
-            # program's pair): the window CUDA events give without zcta, in this process.
+            # The ideal tool, with zcta's recording paused (no event of zcta's inside
+            # the program's pair): the program records the inner pair where zcta
+            # records its own.
             if set_recording is not None:
                 set_recording(0)
-                for _ in range(ITERS):
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    torch.cuda._sleep(200_000)
-                    e0.record(s)
-                    fn(1)
-                    e1.record(s)
-                    paused.append({"kind": kind, "bytes": nbytes, "e": (e0, e1)})
+            for _ in range(ITERS):
+                e0, r, e, e1 = ev(), ev(), ev(), ev()
+                torch.cuda._sleep(200_000)
+                e0.record(s)
+                r.record(s)
+                fn(1)
+                e.record(s)
+                e1.record(s)
+                res.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": three()})
+            if set_recording is not None:
                 set_recording(1)
-                torch.cuda.synchronize()
-    for r in paused:
-        e0, e1 = r.pop("e")
-        r["paused_us"] = e0.elapsed_time(e1) * 1e3
-    res += paused
+            torch.cuda.synchronize()
     for r in res:
-        if "paused_us" in r:
-            continue
         e0, e1 = r.pop("e")
         r["events_us"] = e0.elapsed_time(e1) * 1e3
         c0, c2 = r.pop("c")
         r["two_records_us"] = c0.elapsed_time(c2) * 1e3
+        if "i" in r:
+            i0, i1 = r.pop("i")
+            r["inner_us"] = i0.elapsed_time(i1) * 1e3
     me.destroy()
     Path(out).write_text(json.dumps(res))
     dist.destroy_process_group()
@@ -117,51 +133,68 @@ def rows(run_dir, table, columns=None):
     return ds.dataset(files).to_table(columns=columns).to_pandas()
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
+def trimmed_mean(xs):
+    """Mean of the middle 90 % (the residuals jump between a few values: a median
+    would jump with them)."""
+    xs = sorted(xs)
+    k = len(xs) // 20
+    mid = xs[k:len(xs) - k] or xs
+    return sum(mid) / len(mid) if mid else float("nan")
+
+
+def residuals(outer, inner, two):
+    """Per op: the program's window less the median of `two` (what two records add),
+    less the inner duration; and whether that is within max(1 us, 2 %) of it."""
+    t = median(two)
+    res = [o - t - i for o, i in zip(outer, inner)]
+    return res, sum(abs(x) <= max(1.0, 0.02 * i) for x, i in zip(res, inner))
+
+
 def check_accuracy(out, run_dir, plain=None):
     """Per op and size: zcta's gpu_end - gpu_ready against the program's own events
-    around the same op in this run, less what zcta's two event records inside them
-    add (measured in the same run: the median of `two_records_us`), within max(1 us,
-    2 %) for >= 95 % of the ops; with `plain`, also against the median of the same
-    events in a run without zcta (shown, not judged: ops differ from run to run)."""
+    around the same op in this run, less what two event records add (module doc),
+    judged next to the ideal tool measured in the same process; with `plain`, the
+    median of the same events in a run without zcta is shown too."""
     got = json.loads(Path(out).read_text())
-    want = [w for w in got if "events_us" in w]
-    paused = [w for w in got if "paused_us" in w]
     ref = json.loads(Path(plain).read_text()) if plain else []
     ops = rows(run_dir, "ops").sort_values("op_id")
     ok_all, lines = True, []
     for kind, op in [("sr", "Send"), ("a2a", "AlltoAll")]:
         for nbytes in SIZES:
-            ev = [w["events_us"] for w in want if w["kind"] == kind and w["bytes"] == nbytes]
-            z = ops[(ops.op == op) & (ops.bytes == nbytes)].tail(len(ev))
-            timed = z[z.timing == "timed"]
-            dur = ((timed.gpu_end_ns - timed.gpu_ready_ns) / 1e3).tolist()
-            evt = [e for e, t in zip(ev, (z.timing == "timed").tolist()) if t]
-            two = sorted(w["two_records_us"] for w in want if w["kind"] == kind and w["bytes"] == nbytes)
-            two_med = two[len(two) // 2] if two else 0.0
-            corr = [e - two_med for e in evt]
-            near = sum(abs(d - c) <= max(1.0, 0.02 * c) for d, c in zip(dur, corr))
-            near_share = near / len(dur) if dur else 0.0
-            errs = sorted(d - e for d, e in zip(dur, evt))
-            med = errs[len(errs) // 2] if errs else float("nan")
-            plain_ev = sorted(w["events_us"] for w in ref if w["kind"] == kind and w["bytes"] == nbytes)
-            p5, p95 = (errs[len(errs) // 20], errs[-1 - len(errs) // 20]) if errs else (float("nan"),) * 2
-            line = (f"accuracy {kind:3} {nbytes // MiB:3} MiB: {len(timed)}/{len(ev)} timed; same run: events median "
-                    f"{sorted(evt)[len(evt) // 2] if evt else float('nan'):7.2f} us, zcta - events median {med:+.2f} us "
-                    f"[p5 {p5:+.2f}, p95 {p95:+.2f}]; two records add {two_med:.2f} us; zcta within "
-                    f"max(1 us, 2 %) of the same op's events less them: {near}/{len(dur)} ({near_share:.0%})")
-            good = len(timed) == len(ev) and near_share >= 0.95
+            mine = [w for w in got if w["kind"] == kind and w["bytes"] == nbytes]
+            want = [w for w in mine if "ideal" not in w]
+            ideal = [w for w in mine if "ideal" in w]
+            # zcta's rows of the measured ops (the ideal tool's ran paused: no rows).
+            z = ops[(ops.op == op) & (ops.bytes == nbytes)].tail(len(want))
+            timed = (z.timing == "timed").tolist()
+            dur = ((z.gpu_end_ns - z.gpu_ready_ns) / 1e3).tolist()
+            zw = [w for w, t in zip(want, timed) if t]
+            zd = [d for d, t in zip(dur, timed) if t]
+            zres, znear = residuals([w["events_us"] for w in zw], zd, [w["two_records_us"] for w in want])
+            ires, inear = residuals([w["events_us"] for w in ideal], [w["inner_us"] for w in ideal],
+                                    [w["two_records_us"] for w in ideal])
+            zs = znear / len(zd) if zd else 0.0
+            ish = inear / len(ideal) if ideal else 0.0
+            se = (ish * (1 - ish) * (1 / max(len(zd), 1) + 1 / max(len(ideal), 1))) ** 0.5
+            shift = trimmed_mean(zres) - trimmed_mean(ires)
+            good = (sum(timed) == len(want) and len(want) > 0 and (zs >= 0.95 or zs >= ish - 2 * se)
+                    and abs(shift) <= 0.25)
+            q = lambda xs, f: sorted(xs)[min(int(f * len(xs)), len(xs) - 1)] if xs else float("nan")  # noqa: E731
+            line = (f"accuracy {kind:3} {nbytes // MiB:3} MiB: {sum(timed)}/{len(want)} timed; events median "
+                    f"{median([w['events_us'] for w in want]):7.2f} us, zcta median {median(zd):7.2f} us; "
+                    f"events less two records minus zcta: median {median(zres):+.2f} [p5 {q(zres, .05):+.2f}, "
+                    f"p95 {q(zres, .95):+.2f}] us, within max(1 us, 2 %): {znear}/{len(zd)} ({zs:.0%}); "
+                    f"ideal tool (same process, paused): median {median(ires):+.2f} [p5 {q(ires, .05):+.2f}, "
+                    f"p95 {q(ires, .95):+.2f}] us, within: {inear}/{len(ideal)} ({ish:.0%}); "
+                    f"means (middle 90 %) differ by {shift:+.2f} us")
+            plain_ev = [w["events_us"] for w in ref if w["kind"] == kind and w["bytes"] == nbytes and "ideal" not in w]
             if plain_ev:
-                pm = plain_ev[len(plain_ev) // 2]
-                within = sum(abs(d - pm) <= max(1.0, 0.02 * pm) for d in dur)
-                line += (f"; without zcta: events median {pm:7.2f} us, zcta within max(1 us, 2 %) of it: "
-                         f"{within}/{len(dur)}")
-            pz = sorted(w["paused_us"] for w in paused if w["kind"] == kind and w["bytes"] == nbytes)
-            if pz:
-                pm = pz[len(pz) // 2]
-                within = sum(abs(d - pm) <= max(1.0, 0.02 * pm) for d in dur)
-                line += (f"; paused in this process: events median {pm:7.2f} us [p5 {pz[len(pz) // 20]:.2f}, p95 "
-                         f"{pz[-1 - len(pz) // 20]:.2f}], zcta median {sorted(dur)[len(dur) // 2]:7.2f} us, "
-                         f"zcta within max(1 us, 2 %) of the paused median: {within}/{len(dur)}")
+                line += f"; without zcta: events median {median(plain_ev):7.2f} us"
             ok_all &= good
             lines.append(f"{'ok  ' if good else 'FAIL'} {line}")
     print("\n".join(lines))
