@@ -933,6 +933,15 @@ impl TimingCalls {
     const GROUPS_KEPT: usize = 256;
 
     fn count(&mut self, r: &crate::record::OpRecord) {
+        // Only these outcomes are counted: an op with another (most of them, under
+        // the budget) is passed over before the group check, which scans the groups
+        // kept.
+        let counter = match r.timing.timing {
+            Timing::Timed(_) => &mut self.timed,
+            Timing::PoolEmpty => &mut self.pool_empty,
+            Timing::Captured => &mut self.captured,
+            _ => return,
+        };
         if let Some(g) = r.group_id {
             if self.recent_groups.contains(&g) {
                 return;
@@ -942,12 +951,7 @@ impl TimingCalls {
             }
             self.recent_groups.push_back(g);
         }
-        match r.timing.timing {
-            Timing::Timed(_) => self.timed += 1,
-            Timing::PoolEmpty => self.pool_empty += 1,
-            Timing::Captured => self.captured += 1,
-            _ => {}
-        }
+        *counter += 1;
     }
 }
 
