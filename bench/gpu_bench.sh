@@ -4,8 +4,8 @@
 # cheap enough to leave on, and right?
 #
 # 1. Overhead, process A/B: ROUNDS rounds; each round runs bench/gpu_job.py once per
-#    configuration — plain, zcta (defaults), ready (zcta with ZCTA_GPU_READY=1: CUPTI's
-#    event and stream-wait records), kernelch (zcta + NCCL's per-channel GPU timers),
+#    configuration — plain, zcta (defaults), ready (zcta with ZCTA_BUDGET=all: every op
+#    timed with CUDA events, so every op has gpu_ready_ns), kernelch (zcta + NCCL's per-channel GPU timers),
 #    profiler (torch.profiler, CPU + CUDA activities) — in a rotated order. More for
 #    CONFIGS, to split zcta's cost: nokinds (ZCTA_CUPTI_KINDS=none), kernelonly
 #    (ZCTA_CUPTI_KINDS=kernel), copyonly (ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset),
@@ -24,7 +24,7 @@
 # 2. Overhead, in-process A/B (bench/gpu_ab.py): the same processes alternate blocks
 #    with zcta recording on and off (ABBA), so start-up variance cancels out.
 # 3. Accuracy (in the first zcta process, defaults: without gpu_ready_ns the duration is
-#    the kernels' span; tests/gpu/cupti.sh checks it with ZCTA_GPU_READY=1): zcta's GPU duration per op vs CUDA events
+#    the kernels' span; tests/gpu/cupti.sh checks it with ZCTA_BUDGET=all): zcta's GPU duration per op vs CUDA events
 #    around the same op; zcta's busbw vs an nccl-tests-style loop; phase conservation
 #    over every op of the run (`zcta phases`).
 # 4. Data: bytes on disk per op, writer lag (bench/wal_lag.py watching the write-ahead
@@ -57,7 +57,7 @@ config_env() {
   case $1 in
     plain | profiler) ;;
     zcta) echo "LD_PRELOAD=$shim" ;;
-    ready) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_GPU_READY=1 ;;
+    ready) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_BUDGET=all ;;
     kernelch) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_NCCL_KERNEL_CH=1 ;;
     nokinds) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_KINDS=none ;;
     kernelonly) printf '%s\n' "LD_PRELOAD=$shim" ZCTA_CUPTI_KINDS=kernel ;;

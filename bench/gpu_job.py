@@ -4,7 +4,7 @@ cost the benchmark compares, measured the same way whatever is attached.
     torchrun --standalone --nproc-per-node 2 bench/gpu_job.py --config zcta --out DIR
 
 --config names what is attached (the launcher sets LD_PRELOAD and the environment;
-this job only checks it): plain, zcta, ready (zcta with ZCTA_GPU_READY=1), kernelch
+this job only checks it): plain, zcta, ready (zcta with ZCTA_BUDGET=all), kernelch
 (zcta + NCCL's per-channel GPU timers), nokinds / kernelonly / copyonly (zcta with no
 activity kinds, the kernel kind only, the memcpy/memcpy2/memset kinds only), hostonly
 (zcta without CUPTI), nocallbacks (zcta without CUPTI's launch callbacks), noplugin (zcta

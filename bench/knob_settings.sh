@@ -13,8 +13,8 @@
 #                   with NCCL's mask at 0; no kinds, no events, no marking
 #   between-no-callbacks  between-windows without the launch callbacks (ZCTA_CUPTI_CALLBACKS=0)
 #   host-mask-0     ZCTA_CUPTI=0 ZCTA_NCCL_MASK=0: host records + the plugin loaded, no events
-#   gpu-ready       the default plus CUPTI's CUDA_EVENT and SYNCHRONIZATION kinds
-#                   (gpu_ready_ns): ZCTA_GPU_READY=1
+#   gpu-ready       the default with every op timed with CUDA events (gpu_ready_ns for
+#                   every op): ZCTA_BUDGET=all
 # Whether setting NAME is among SETTINGS (a comma-separated list; unset: all).
 selected() { [[ -z "${SETTINGS:-}" || ",$SETTINGS," == *",$1,"* ]]; }
 # shellcheck disable=SC2034
@@ -24,4 +24,4 @@ names=(default no-kinds copies-only no-callbacks nccl-mask-0 host-only host-no-p
 envs=("" "ZCTA_CUPTI_KINDS=none" "ZCTA_CUPTI_KINDS=memcpy,memcpy2,memset" "ZCTA_CUPTI_CALLBACKS=0"
       "ZCTA_NCCL_MASK=0" "ZCTA_CUPTI=0" "ZCTA_CUPTI=0 ZCTA_NCCL_PLUGIN=0" "ZCTA_SAMPLE=100ms/1s"
       "ZCTA_SAMPLE=50ms/1440min" "ZCTA_SAMPLE=50ms/1440min ZCTA_CUPTI_CALLBACKS=0"
-      "ZCTA_CUPTI=0 ZCTA_NCCL_MASK=0" "ZCTA_GPU_READY=1")
+      "ZCTA_CUPTI=0 ZCTA_NCCL_MASK=0" "ZCTA_BUDGET=all")

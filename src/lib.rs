@@ -16,8 +16,7 @@
 
 pub use zcta_format::{
     SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, ZCTA_VERSION, budget, clock, config, cupti, define_table,
-    gpu, hash, nccl, read_view, reader, record, recover, rows, sample, sink, streams, tables, warn,
-    with_phase_list,
+    gpu, hash, nccl, read_view, reader, record, recover, rows, sample, sink, tables, warn, with_phase_list,
 };
 
 pub mod analysis;

@@ -18,7 +18,6 @@
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 //! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |
-//! | `ZCTA_GPU_READY` | unset | `1`: also CUPTI's event and stream-wait records, for `ops.gpu_ready_ns` (read by the shim; costly on small ops) |
 //! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
 //! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI's launch callbacks off (read by the shim) |
 
@@ -126,8 +125,15 @@ impl Config {
         // the shim makes of them.
         switch(env, "ZCTA_NCCL_PLUGIN", &mut warnings);
         switch(env, "ZCTA_CUPTI_CALLBACKS", &mut warnings);
-        for name in ["ZCTA_NCCL_KERNEL_CH", "ZCTA_GPU_READY", "ZCTA_PAUSE_CUPTI"] {
+        for name in ["ZCTA_NCCL_KERNEL_CH", "ZCTA_PAUSE_CUPTI"] {
             one_only(env, name, true, &mut warnings);
+        }
+        if env("ZCTA_GPU_READY").is_some_and(|v| !v.trim().is_empty()) {
+            warnings.push(
+                "ZCTA_GPU_READY is not used any more: gpu_ready_ns comes from each timed op's CUDA \
+                 events (ZCTA_BUDGET=all times every op)"
+                    .into(),
+            );
         }
         one_only(env, "ZCTA_CUPTI_DEBUG", false, &mut warnings);
         // Read by the shim's plugin itself (quietly: it also runs in processes that
@@ -580,7 +586,6 @@ mod tests {
             ("ZCTA_NCCL_PLUGIN", "2"),
             ("ZCTA_CUPTI_CALLBACKS", "none"),
             ("ZCTA_NCCL_KERNEL_CH", "yes"),
-            ("ZCTA_GPU_READY", "true"),
             ("ZCTA_PAUSE_CUPTI", "on"),
             ("ZCTA_CUPTI_DEBUG", " 1"),
             ("ZCTA_GPU", "fast"),
@@ -607,12 +612,7 @@ mod tests {
                 assert_eq!(if on { c.enabled } else { c.cupti }, want, "{name}={v:?}");
             }
         }
-        for name in [
-            "ZCTA_NCCL_KERNEL_CH",
-            "ZCTA_GPU_READY",
-            "ZCTA_PAUSE_CUPTI",
-            "ZCTA_CUPTI_DEBUG",
-        ] {
+        for name in ["ZCTA_NCCL_KERNEL_CH", "ZCTA_PAUSE_CUPTI", "ZCTA_CUPTI_DEBUG"] {
             for v in ["0", "1", ""] {
                 assert!(
                     Config::from_env(&env(&[(name, v)])).warnings.is_empty(),
@@ -620,6 +620,10 @@ mod tests {
                 );
             }
         }
+        // A setting that no longer exists is named, not silently ignored.
+        let c = Config::from_env(&env(&[("ZCTA_GPU_READY", "1")]));
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(c.warnings[0].contains("ZCTA_GPU_READY is not used any more"));
         let e = env(&[("ZCTA_RUN_ID", "a/b")]);
         let r = derive_run_id(&e, &facts());
         assert_eq!(r.id, "a_b");

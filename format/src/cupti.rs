@@ -13,10 +13,9 @@
 use std::mem::{offset_of, size_of};
 
 use cudarc::cupti::sys::{
-    CUpti_ActivityAPI as Api, CUpti_ActivityCudaEvent2 as CudaEvent,
-    CUpti_ActivityExternalCorrelation as ExtCorr, CUpti_ActivityKernel10 as Kernel,
+    CUpti_ActivityAPI as Api, CUpti_ActivityExternalCorrelation as ExtCorr, CUpti_ActivityKernel10 as Kernel,
     CUpti_ActivityMemcpy6 as Memcpy, CUpti_ActivityMemcpyPtoP4 as MemcpyPtoP,
-    CUpti_ActivityMemset4 as Memset, CUpti_ActivitySynchronization2 as Sync,
+    CUpti_ActivityMemset4 as Memset,
 };
 
 /// `CUpti_ActivityKind` values used by zcta.
@@ -27,13 +26,8 @@ pub mod kind {
     pub const RUNTIME: u32 = 5;
     pub const CONCURRENT_KERNEL: u32 = 10;
     pub const MEMCPY2: u32 = 22;
-    pub const CUDA_EVENT: u32 = 36;
-    pub const SYNCHRONIZATION: u32 = 38;
     pub const EXTERNAL_CORRELATION: u32 = 39;
 }
-
-/// `CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT`.
-const SYNC_STREAM_WAIT_EVENT: u32 = 2;
 
 /// The activity kinds zcta enables by default, in the order it enables them.
 /// Driver/runtime API records are not among them: tracing them (which CUPTI needs
@@ -42,32 +36,12 @@ const SYNC_STREAM_WAIT_EVENT: u32 = 2;
 /// CUPTI's callback API instead, for the few calls below only.
 pub const DEFAULT_KINDS: [u32; 4] = [kind::CONCURRENT_KERNEL, kind::MEMCPY, kind::MEMCPY2, kind::MEMSET];
 
-/// Added with `ZCTA_GPU_READY=1`: the event records and stream waits that say when an
-/// op's stream was free ([`crate::streams`]); CUPTI 13.0 writes no CUDA_EVENT record
-/// without SYNCHRONIZATION. Not on by default: with them a torch loop of 8-byte
-/// all_reduce ran 1.9–3.2× slower than plain processes, the slowdown outlived
-/// switching them off, and one zcta process without them ran about as fast as plain
-/// ones (docs/dev/cupti-measurements.md, "CUPTI's event records").
-pub const STREAM_KINDS: [u32; 2] = [kind::CUDA_EVENT, kind::SYNCHRONIZATION];
-
-/// The kinds enabled without `ZCTA_CUPTI_KINDS`: the defaults, plus the stream kinds
-/// with `gpu_ready` (`ZCTA_GPU_READY=1`).
-pub fn default_kinds(gpu_ready: bool) -> Vec<u32> {
-    let mut k = DEFAULT_KINDS.to_vec();
-    if gpu_ready {
-        k.extend(STREAM_KINDS);
-    }
-    k
-}
-
 /// The names of the activity kinds zcta can enable (`ZCTA_CUPTI_KINDS`).
-const KIND_NAMES: [(&str, u32); 6] = [
+const KIND_NAMES: [(&str, u32); 4] = [
     ("kernel", kind::CONCURRENT_KERNEL),
     ("memcpy", kind::MEMCPY),
     ("memcpy2", kind::MEMCPY2),
     ("memset", kind::MEMSET),
-    ("event", kind::CUDA_EVENT),
-    ("sync", kind::SYNCHRONIZATION),
 ];
 
 /// `ZCTA_CUPTI_KINDS` (a developer's knob for measuring what each kind costs): the
@@ -85,7 +59,7 @@ pub fn parse_kinds(text: &str) -> Result<Vec<u32>, String> {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|&(_, k)| k)
             .ok_or_else(|| {
-                format!("unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, event, sync, none)")
+                format!("unknown activity kind {name:?} (kernel, memcpy, memcpy2, memset, none)")
             })?;
         if !out.contains(&k) {
             out.push(k);
@@ -148,8 +122,6 @@ pub const fn record_size(kind: u32) -> Option<usize> {
         kind::MEMSET => Some(size_of::<Memset>()),
         kind::DRIVER | kind::RUNTIME => Some(size_of::<Api>()),
         kind::EXTERNAL_CORRELATION => Some(size_of::<ExtCorr>()),
-        kind::CUDA_EVENT => Some(size_of::<CudaEvent>()),
-        kind::SYNCHRONIZATION => Some(size_of::<Sync>()),
         _ => None,
     }
 }
@@ -239,21 +211,6 @@ pub enum Raw {
         external_id: u64,
         correlation_id: u32,
     },
-    /// `cudaEventRecord` (call `correlation_id`) on `stream`; `sync_id`
-    /// (`cudaEventSyncId`) names this record of the event.
-    EventRecord(StreamMark),
-    /// `cudaStreamWaitEvent` (call `correlation_id`): `stream` waits for the event
-    /// record `sync_id` (0: not known to CUPTI, e.g. recorded before capture).
-    StreamWait(StreamMark),
-}
-
-/// An event record or a stream wait, as CUPTI reported it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamMark {
-    pub context: u32,
-    pub stream: u32,
-    pub correlation_id: u32,
-    pub sync_id: u64,
 }
 
 fn u8_at(b: &[u8], off: usize) -> u8 {
@@ -370,21 +327,6 @@ pub fn decode(b: &[u8]) -> Option<Raw> {
             external_id: u64_at(b, offset_of!(ExtCorr, externalId)),
             correlation_id: u32_at(b, offset_of!(ExtCorr, correlationId)),
         },
-        kind::CUDA_EVENT => Raw::EventRecord(StreamMark {
-            context: u32_at(b, offset_of!(CudaEvent, contextId)),
-            stream: u32_at(b, offset_of!(CudaEvent, streamId)),
-            correlation_id: u32_at(b, offset_of!(CudaEvent, correlationId)),
-            sync_id: u64_at(b, offset_of!(CudaEvent, cudaEventSyncId)),
-        }),
-        // Event and stream synchronisations block the host, not a stream: not used.
-        kind::SYNCHRONIZATION if u32_at(b, offset_of!(Sync, type_)) == SYNC_STREAM_WAIT_EVENT => {
-            Raw::StreamWait(StreamMark {
-                context: u32_at(b, offset_of!(Sync, contextId)),
-                stream: u32_at(b, offset_of!(Sync, streamId)),
-                correlation_id: u32_at(b, offset_of!(Sync, correlationId)),
-                sync_id: u64_at(b, offset_of!(Sync, cudaEventSyncId)),
-            })
-        }
         _ => return None,
     })
 }
@@ -423,8 +365,8 @@ mod tests {
         assert_eq!(record_size(kind::MEMSET), Some(88));
         assert_eq!(record_size(kind::RUNTIME), Some(40));
         assert_eq!(record_size(kind::EXTERNAL_CORRELATION), Some(24));
-        assert_eq!(record_size(kind::CUDA_EVENT), Some(56));
-        assert_eq!(record_size(kind::SYNCHRONIZATION), Some(56));
+        assert_eq!(record_size(36), None, "CUDA event records are not decoded");
+        assert_eq!(record_size(38), None, "synchronisation records are not decoded");
         assert_eq!(record_size(37), None);
     }
 
@@ -596,66 +538,10 @@ mod tests {
         let mut b = vec![0u8; 64];
         b[0] = 37;
         assert_eq!(decode(&b), None);
-        // Synchronizations other than stream waits (event/stream/context synchronize)
-        // block the host, not a stream: not decoded.
         let mut b = vec![0u8; 56];
-        b[0] = kind::SYNCHRONIZATION as u8;
-        b[4] = 3;
-        assert_eq!(decode(&b), None);
+        b[0] = 38;
         b[4] = 2;
-        assert!(matches!(decode(&b), Some(Raw::StreamWait(_))));
-        assert_eq!(decode(&b[..55]), None);
-    }
-
-    /// CUpti_ActivityCudaEvent2 and CUpti_ActivitySynchronization2 as CUPTI 13.0
-    /// defines them (offsets of the struct definitions; the CUDA_EVENT ones matched
-    /// the records CUPTI 13.0.85 wrote on the H200, bench/launch_gap.py).
-    #[test]
-    fn decodes_event_records_and_stream_waits() {
-        let ev = rec(
-            56,
-            &[
-                (0, &36u32.to_le_bytes()),
-                (4, &41u32.to_le_bytes()),
-                (8, &1u32.to_le_bytes()),
-                (12, &13u32.to_le_bytes()),
-                (16, &7u32.to_le_bytes()),
-                (40, &123_456u64.to_le_bytes()),
-                (48, &900u64.to_le_bytes()),
-            ],
-        );
-        assert_eq!(
-            decode(&ev),
-            Some(Raw::EventRecord(StreamMark {
-                context: 1,
-                stream: 13,
-                correlation_id: 41,
-                sync_id: 900
-            }))
-        );
-        let w = rec(
-            56,
-            &[
-                (0, &38u32.to_le_bytes()),
-                (4, &2u32.to_le_bytes()),
-                (8, &10u64.to_le_bytes()),
-                (16, &20u64.to_le_bytes()),
-                (24, &42u32.to_le_bytes()),
-                (28, &1u32.to_le_bytes()),
-                (32, &15u32.to_le_bytes()),
-                (36, &7u32.to_le_bytes()),
-                (40, &900u64.to_le_bytes()),
-            ],
-        );
-        assert_eq!(
-            decode(&w),
-            Some(Raw::StreamWait(StreamMark {
-                context: 1,
-                stream: 15,
-                correlation_id: 42,
-                sync_id: 900
-            }))
-        );
+        assert_eq!(decode(&b), None, "a stream wait is not decoded");
     }
 
     #[test]
@@ -666,6 +552,10 @@ mod tests {
             vec![kind::CONCURRENT_KERNEL, kind::MEMSET]
         );
         assert!(parse_kinds("kernel,api").unwrap_err().contains("\"api\""));
+        assert!(
+            parse_kinds("kernel,event").is_err(),
+            "CUPTI's event records are not used"
+        );
         assert!(parse_kinds("").is_err());
         assert_eq!(
             kind_names(&parse_kinds("memset,kernel").unwrap()),

@@ -31,10 +31,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi, StreamMark};
+use crate::cupti::{self, GpuKind, Raw, RawActivity, RawApi};
 use crate::record::{OpRecord, Timing};
 pub use crate::rows::{Activity, Attribution, Engine, GpuRow, GpuSourceKind, OpGpu, OpRow};
-use crate::streams::{StreamTracker, shrink_map};
 
 /// Set in external ids that name a group (`group_id`) rather than an op (`op_id`).
 pub const GROUP_BIT: u64 = 1 << 63;
@@ -71,9 +70,6 @@ pub enum GpuItem {
     ProxyThread(u32),
     /// CUPTI's clock minus CLOCK_REALTIME, measured when capture started (ns).
     ClockOffset(i64),
-    /// A `cudaEventRecord` / a `cudaStreamWaitEvent` of anyone ([`crate::streams`]).
-    EventRecord(StreamMark),
-    StreamWait(StreamMark),
     /// CUPTI's activity kinds were switched on or off at `t` (CLOCK_REALTIME ns): a
     /// pause of recording or a sampling window ([`Attributor::kinds_switched`]).
     Kinds {
@@ -105,19 +101,15 @@ impl GpuItem {
             }),
             Raw::Api(a) => GpuItem::Api(a),
             Raw::ExtCorr { .. } => return None,
-            Raw::EventRecord(m) => GpuItem::EventRecord(m),
-            Raw::StreamWait(m) => GpuItem::StreamWait(m),
         })
     }
 }
 
-/// GPU work's time span, and the activity it starts with — (context, stream,
-/// launching call) — to ask when that stream was free.
+/// GPU work's time span.
 #[derive(Clone, Copy)]
 struct Span {
     start: i64,
     end: i64,
-    first: (u32, u32, u32),
 }
 
 /// What bounds an op's GPU window, strongest last: its kernels; without one, the
@@ -155,17 +147,13 @@ struct Agg {
 fn widen(span: &mut Option<Span>, r: &RawActivity) {
     match span {
         Some(s) => {
-            if r.start_ns < s.start {
-                s.start = r.start_ns;
-                s.first = (r.context, r.stream, r.correlation_id);
-            }
+            s.start = s.start.min(r.start_ns);
             s.end = s.end.max(r.end_ns);
         }
         None => {
             *span = Some(Span {
                 start: r.start_ns,
                 end: r.end_ns,
-                first: (r.context, r.stream, r.correlation_id),
             })
         }
     }
@@ -217,7 +205,9 @@ impl Agg {
         }
     }
 
-    fn columns(&self, streams: &StreamTracker, kinds_on_since: impl Fn(i64) -> i64) -> OpGpu {
+    /// CUPTI's view of the op; `gpu_ready_ns` comes from its events only (an op the
+    /// events did not time has none: queue and sync are not measured for it).
+    fn columns(&self) -> OpGpu {
         let engine = if self.n_kernels > 0 {
             if self.symmetric {
                 Engine::SymmetricKernel
@@ -234,16 +224,9 @@ impl Agg {
             Engine::None
         };
         let span = self.span;
-        // When the stream of the activity the window starts with was free;
-        // `kinds_on_since` says what history counts ([`StreamTracker::ready`]).
-        let since = self.launch_ns.map_or(i64::MIN, kinds_on_since);
-        let gpu_ready_ns = span.and_then(|s| {
-            let (ctx, stream, corr) = s.first;
-            streams.ready(ctx, stream, corr, since).map(|r| r.min(s.start))
-        });
         OpGpu {
             launch_ns: self.launch_ns,
-            gpu_ready_ns,
+            gpu_ready_ns: None,
             gpu_start_ns: span.map(|s| s.start),
             gpu_end_ns: span.map(|s| s.end),
             engine,
@@ -309,11 +292,6 @@ pub struct Attributor {
     unseen_order: VecDeque<(i64, u32)>,
     /// [`CAUSALITY_SLACK_NS`] plus the measured offset of CUPTI's clock.
     causality_slack_ns: i64,
-    /// Every stream's recent work, event records and waits: when an op's stream was
-    /// free for it. Not fed without CUPTI's event and stream-wait records
-    /// (`stream_history` false), which it needs to be used.
-    streams: StreamTracker,
-    stream_history: bool,
     /// Since when CUPTI's kinds have been off (`None`: on), and the earlier spans they
     /// were off, (from, to), oldest first (pruned by age): sampling windows and pauses.
     kinds_off_since: Option<i64>,
@@ -365,11 +343,13 @@ impl Call {
     }
 }
 
-/// Stream history is kept for the hold plus this after it arrived (a stream's latest
-/// activity: after a newer one replaced it). An op's row is written a hold after its
-/// host record arrived, which is about when its own GPU records arrive and replace the
-/// work ahead of it; the margin covers a slow record queue.
-const STREAM_KEEP_EXTRA_NS: i64 = 2_000_000_000;
+/// Gives a map's capacity back once a burst has passed (it holds far fewer entries
+/// than it has room for).
+fn shrink_map<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 4 * m.len() + 1024 {
+        m.shrink_to_fit();
+    }
+}
 
 /// Correlation entries, NCCL kernels for the proxy rule and groups' GPU sides are kept
 /// for twice the hold plus this: an activity arrives within a flush interval of its
@@ -397,8 +377,6 @@ impl Attributor {
             unseen: HashSet::new(),
             unseen_order: VecDeque::new(),
             causality_slack_ns: CAUSALITY_SLACK_NS,
-            streams: StreamTracker::new(hold_ns + STREAM_KEEP_EXTRA_NS),
-            stream_history: true,
             kinds_off_since: None,
             kinds_off: VecDeque::new(),
             timed: HashMap::new(),
@@ -418,17 +396,6 @@ impl Attributor {
         }
     }
 
-    /// When CUPTI's kinds were last switched on at or before `t` (`i64::MIN`: not since
-    /// they were first off, as far as kept).
-    fn kinds_on_since(kinds_off: &VecDeque<(i64, i64)>, t: i64) -> i64 {
-        kinds_off
-            .iter()
-            .rev()
-            .map(|&(_, on)| on)
-            .find(|&on| on <= t)
-            .unwrap_or(i64::MIN)
-    }
-
     /// Whether CUPTI's kinds were off at some time in `[a, b]`.
     fn kinds_were_off_within(&self, a: i64, b: i64) -> bool {
         self.kinds_off_since.is_some_and(|from| from <= b)
@@ -440,15 +407,6 @@ impl Attributor {
     /// records arrive ([`Self::pending`]).
     pub fn with_sampling(mut self) -> Self {
         self.sampled = true;
-        self
-    }
-
-    /// Whether to keep every stream's recent work (see [`GpuPolicy::stream_history`]:
-    /// only when CUPTI's event and stream-wait records are enabled).
-    ///
-    /// [`GpuPolicy::stream_history`]: crate::sink::GpuPolicy::stream_history
-    pub fn with_stream_history(mut self, keep: bool) -> Self {
-        self.stream_history = keep;
         self
     }
 
@@ -499,9 +457,6 @@ impl Attributor {
                 }
             }
             GpuItem::Api(api) => {
-                if self.stream_history {
-                    self.streams.launched(api.correlation_id, api.start_ns, now);
-                }
                 let call = Call::of(&api);
                 let l = self.launch(api.correlation_id, now);
                 l.call = Some(call);
@@ -525,15 +480,7 @@ impl Attributor {
             } => {
                 self.timed.insert(ext, (ready_ns, end_ns, now));
             }
-            GpuItem::EventRecord(m) if self.stream_history => self.streams.event_record(&m, now),
-            GpuItem::StreamWait(m) if self.stream_history => self.streams.stream_wait(&m, now),
-            GpuItem::EventRecord(_) | GpuItem::StreamWait(_) => {}
             GpuItem::Activity(a) => {
-                let r = &a.raw;
-                if self.stream_history {
-                    self.streams
-                        .activity(r.context, r.stream, r.correlation_id, r.end_ns, now);
-                }
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
                     return;
@@ -734,7 +681,6 @@ impl Attributor {
         while self.kinds_off.len() > 1 && self.kinds_off.front().is_some_and(|&(_, to)| to < keep_from) {
             self.kinds_off.pop_front();
         }
-        self.streams.prune(now);
         // A burst's peak capacity is given back once it has passed.
         shrink_map(&mut self.launches);
         shrink_map(&mut self.agg);
@@ -818,14 +764,14 @@ impl Attributor {
                 self.stats.ops_unsampled += 1;
                 None
             }
-            Some(g) => Some(g.columns(&self.streams, |t| Self::kinds_on_since(&self.kinds_off, t))),
+            Some(g) => Some(g.columns()),
             // Nothing arrived, and the kinds were off at some time during its call
             // (its launches unreported: the callbacks were off too): not measured.
             None if self.kinds_were_off_within(rec.api_start_ns, rec.api_end_ns) => {
                 self.stats.ops_unsampled += 1;
                 None
             }
-            None => Some(Agg::default().columns(&self.streams, |_| i64::MIN)),
+            None => Some(Agg::default().columns()),
         }
     }
 }
@@ -834,7 +780,6 @@ impl Attributor {
 mod tests {
     use super::*;
     use crate::nccl::OpKind;
-    use crate::streams::tests::mark;
 
     pub(crate) fn op(op_id: u64, group: Option<u64>) -> OpRecord {
         OpRecord {
@@ -1375,137 +1320,59 @@ mod tests {
         assert_eq!(split_ext(ext_id(4, None)), (Some(4), None));
     }
 
-    /// The op's stream is free when the work ahead of it ends: the program's kernel on
-    /// the same stream, or the work on another stream it waits for through an event.
+    /// CUPTI's records give an op its kernel span, never when its stream was free:
+    /// `gpu_ready_ns` is NULL (not measured) unless its events timed it.
     #[test]
-    fn without_stream_history_nothing_is_kept_and_readiness_is_not_measured() {
-        let items = || {
-            vec![
-                act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-                GpuItem::EventRecord(mark(9, 5, 1)),
-                api(10, 200, 1),
-                ext(1, 10),
-                act(
-                    GpuKind::Kernel,
-                    10,
-                    540,
-                    900,
-                    Some("ncclDevKernel_AllReduce"),
-                    None,
-                ),
-            ]
-        };
-        for keep in [true, false] {
-            let mut at = Attributor::new(100).with_stream_history(keep);
-            at.hold(op(1, None), 0);
-            let mut rows = Vec::new();
-            for it in items() {
-                at.item(it, 10, &mut rows);
-            }
-            assert_eq!(at.streams.len() > 0, keep);
-            let mut out = Vec::new();
-            at.release(1000, false, &mut out);
-            let g = out[0].gpu.as_ref().unwrap();
-            assert_eq!(g.gpu_start_ns, Some(540));
-            assert_eq!(g.gpu_ready_ns, keep.then_some(500));
-        }
-    }
-
-    #[test]
-    fn an_ops_stream_is_free_when_the_work_ahead_of_it_ends() {
+    fn readiness_comes_from_the_events_only() {
         let kernel = |corr, s, e| act(GpuKind::Kernel, corr, s, e, Some("ncclDevKernel_AllReduce"), None);
-        // The program's kernel (call 3, stream 7) ends at 500; the op's kernel (call 10)
-        // starts at 540.
         let items = vec![
             act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            GpuItem::EventRecord(mark(9, 5, 1)),
             api(10, 200, 1),
             ext(1, 10),
             kernel(10, 540, 900),
         ];
         let (_, out, stats) = run(items, vec![op(1, None)]);
         let g = out[0].gpu.as_ref().unwrap();
-        assert_eq!((g.gpu_ready_ns, g.gpu_start_ns), (Some(500), Some(540)));
-        assert_eq!(stats.foreign, 1, "the program's kernel is still not a gpu row");
+        assert_eq!(
+            (g.gpu_ready_ns, g.gpu_start_ns, g.gpu_end_ns),
+            (None, Some(540), Some(900))
+        );
+        assert_eq!(stats.foreign, 1, "the program's kernel is not a gpu row");
 
-        // Stream 7 waits (call 8) for an event recorded on stream 4 (call 6) after a
-        // kernel there (call 4) that ends at 700, later than stream 7's own work.
-        let items = vec![
-            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            GpuItem::Activity(Activity {
-                raw: RawActivity {
-                    stream: 4,
-                    ..match act(GpuKind::Kernel, 4, 100, 700, None, None) {
-                        GpuItem::Activity(a) => a.raw,
-                        _ => unreachable!(),
-                    }
+        // The same op timed with events too: ready and end are the events'.
+        let mut at = Attributor::new(100);
+        let mut rows = Vec::new();
+        at.hold(
+            OpRecord {
+                gpu_marked: true,
+                timing: crate::record::OpTiming {
+                    timing: Timing::Timed(0),
+                    ..crate::record::OpTiming::default()
                 },
-                name: Some(Arc::from("gemm")),
-            }),
-            GpuItem::EventRecord(mark(4, 6, 77)),
-            GpuItem::StreamWait(mark(7, 8, 77)),
+                ..op(1, None)
+            },
+            0,
+        );
+        for it in [
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
             api(10, 200, 1),
             ext(1, 10),
-            kernel(10, 705, 900),
-        ];
-        let (_, out, _) = run(items, vec![op(1, None)]);
-        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, Some(700));
-
-        // What was recorded before the kinds went off and on again does not count for
-        // an op launched after: the work launched in between is unknown.
-        let mut at = Attributor::new(100).with_sampling();
-        let mut rows = Vec::new();
-        at.hold(op(1, None), 0);
-        at.item(
-            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            0,
-            &mut rows,
-        );
-        at.item(GpuItem::EventRecord(mark(9, 5, 1)), 0, &mut rows);
-        at.kinds_switched(false, 600);
-        at.kinds_switched(true, 700);
-        for it in [
-            GpuItem::EventRecord(mark(9, 8, 2)),
-            api(10, 800, 1),
-            ext(1, 10),
-            kernel(10, 840, 900),
+            kernel(10, 540, 900),
+            GpuItem::Timed {
+                ext: ext_id(1, None),
+                ready_ns: 510,
+                end_ns: 905,
+            },
         ] {
             at.item(it, 0, &mut rows);
         }
         let mut out = Vec::new();
         at.release(1_000, false, &mut out);
         let g = out[0].gpu.as_ref().unwrap();
-        assert_eq!((g.gpu_start_ns, g.gpu_ready_ns), (Some(840), None));
-
-        // An op of the previous window still held when the kinds come back on keeps
-        // what the history said of its stream.
-        let mut at = Attributor::new(100).with_sampling();
-        let mut rows = Vec::new();
-        at.hold(op(1, None), 0);
-        for it in [
-            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            GpuItem::EventRecord(mark(9, 5, 1)),
-            api(10, 200, 1),
-            ext(1, 10),
-            kernel(10, 540, 900),
-        ] {
-            at.item(it, 0, &mut rows);
-        }
-        at.item(GpuItem::Kinds { on: false, t: 600 }, 600, &mut rows);
-        at.item(GpuItem::Kinds { on: true, t: 950 }, 950, &mut rows);
-        let mut out = Vec::new();
-        at.release(1_000, false, &mut out);
-        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, Some(500));
-
-        // Without CUPTI's event and wait records (their kinds off) nothing is claimed.
-        let items = vec![
-            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            api(10, 200, 1),
-            ext(1, 10),
-            kernel(10, 540, 900),
-        ];
-        let (_, out, _) = run(items, vec![op(1, None)]);
-        assert_eq!(out[0].gpu.as_ref().unwrap().gpu_ready_ns, None);
+        assert_eq!(
+            (g.gpu_ready_ns, g.gpu_start_ns, g.gpu_end_ns),
+            (Some(510), Some(540), Some(905))
+        );
     }
 
     /// Without sampling too: an op that a pause (or CUPTI's hand-over) overtook — its

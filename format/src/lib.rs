@@ -31,7 +31,6 @@ pub mod recover;
 pub mod rows;
 pub mod sample;
 pub mod sink;
-pub mod streams;
 pub mod tables;
 
 /// Prints one `zcta: ...` line on stderr. Never panics (unlike `eprintln!`, which

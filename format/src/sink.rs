@@ -866,10 +866,6 @@ pub struct GpuPolicy {
     pub flush_every: Duration,
     /// `ZCTA_SAMPLE`: detail only in windows ([`crate::sample`]); `None`: every op.
     pub sampling: Option<Sampling>,
-    /// CUPTI's event and stream-wait records are enabled (`ZCTA_GPU_READY=1`): keep
-    /// every stream's recent work for `gpu_ready_ns`. Without them that history could
-    /// not be used, so it is not kept.
-    pub stream_history: bool,
 }
 
 impl Default for GpuPolicy {
@@ -878,7 +874,6 @@ impl Default for GpuPolicy {
             hold: Duration::from_millis(1000),
             flush_every: Duration::from_millis(500),
             sampling: None,
-            stream_history: true,
         }
     }
 }
@@ -1012,8 +1007,7 @@ impl Writer {
     /// Attaches the CUPTI side: from now on ops are held for their GPU data while
     /// `src` is active.
     pub fn set_gpu_source(&mut self, src: Box<dyn GpuSource>, policy: GpuPolicy) {
-        let attrib =
-            Attributor::new(policy.hold.as_nanos() as i64).with_stream_history(policy.stream_history);
+        let attrib = Attributor::new(policy.hold.as_nanos() as i64);
         // In the row logged at start too, so a killed process's run still says so.
         self.info.row.gpu_sampling = policy.sampling.map(|s| s.describe());
         self.gpu_pipe = Some(GpuPipe {

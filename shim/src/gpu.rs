@@ -78,8 +78,6 @@ pub fn active() -> bool {
 /// kinds some GPU work goes unseen, without callbacks no activity joins an op.
 struct Setup {
     kinds: Vec<u32>,
-    /// `ZCTA_GPU_READY=1`: CUPTI's event and stream-wait records too (`gpu_ready_ns`).
-    gpu_ready: bool,
     callbacks: bool,
     /// `ZCTA_PAUSE_CUPTI=1` (a benchmark's setting): a pause switches CUPTI's launch
     /// callbacks off too, not only its kinds (see [`sync_capture`]).
@@ -89,29 +87,21 @@ struct Setup {
 fn setup() -> &'static Setup {
     static SETUP: OnceLock<Setup> = OnceLock::new();
     SETUP.get_or_init(|| {
-        let gpu_ready = std::env::var("ZCTA_GPU_READY").is_ok_and(|v| v.trim() == "1");
         let kinds = match std::env::var("ZCTA_CUPTI_KINDS") {
             Ok(v) => cu::parse_kinds(&v).unwrap_or_else(|e| {
                 zcta::warn(format_args!("ZCTA_CUPTI_KINDS: {e}; using the default kinds"));
-                cu::default_kinds(gpu_ready)
+                cu::DEFAULT_KINDS.to_vec()
             }),
-            Err(_) => cu::default_kinds(gpu_ready),
+            Err(_) => cu::DEFAULT_KINDS.to_vec(),
         };
         let callbacks = !std::env::var("ZCTA_CUPTI_CALLBACKS").is_ok_and(|v| zcta::config::is_off(&v));
         let pause_cupti = std::env::var("ZCTA_PAUSE_CUPTI").is_ok_and(|v| v.trim() == "1");
         Setup {
             kinds,
-            gpu_ready,
             callbacks,
             pause_cupti,
         }
     })
-}
-
-/// Whether capture enables CUPTI's event or stream-wait records (`ZCTA_GPU_READY=1`, or
-/// `ZCTA_CUPTI_KINDS` naming them): only then is the writer's stream history of use.
-pub fn stream_kinds_enabled() -> bool {
-    setup().kinds.iter().any(|k| cu::STREAM_KINDS.contains(k))
 }
 
 /// Serialises the capture's state changes — the end of [`start`], [`sync_capture`],
@@ -388,12 +378,8 @@ fn try_start(off: Option<&'static str>) -> Result<(), String> {
     crate::ffi::process::register_gpu_atexit();
     set_status(|s| {
         let st = setup();
-        s.cupti = if st.kinds == cu::default_kinds(st.gpu_ready) && st.callbacks {
-            if st.gpu_ready {
-                "on (with gpu_ready: CUDA event and stream-wait records)".into()
-            } else {
-                "on".into()
-            }
+        s.cupti = if st.kinds == cu::DEFAULT_KINDS && st.callbacks {
+            "on".into()
         } else {
             format!(
                 "on (developer settings: kinds {}, launch callbacks {})",

@@ -184,11 +184,7 @@ fn activate() -> Option<Recorder> {
     };
     let mut writer = Writer::new(info, policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
-    let gpu_policy = zcta::sink::GpuPolicy {
-        stream_history: cfg.cupti && crate::gpu::stream_kinds_enabled(),
-        ..cfg.gpu
-    };
-    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), gpu_policy);
+    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()

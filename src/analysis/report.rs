@@ -592,18 +592,14 @@ impl Builder {
                 fix: "phases and paths above come from the ops in the windows; for every op, run without ZCTA_SAMPLE (costs more on small ops: docs/dev/cupti-measurements.md)".into(),
             });
         }
-        let asked_for_ready = run
-            .procs
-            .iter()
-            .any(|p| p.cupti.as_deref().is_some_and(|c| c.contains("gpu_ready")));
-        if self.gpu_timed > 0 && self.ready_known == 0 && !asked_for_ready {
+        if self.gpu_timed > 0 && self.ready_known == 0 {
             out.push(Finding {
                 title: "Queue and sync not split: when each op's stream was free is not recorded".into(),
                 evidence: format!(
-                    "none of the {} ops with GPU times has ops.gpu_ready_ns: CUPTI's CUDA event and stream-wait records are off by default, so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch), and GPU durations are the kernels' span (4-6 us short of CUDA events on the 2xH200)",
+                    "none of the {} ops with GPU times has ops.gpu_ready_ns: it comes from the CUDA events zcta records around an op it times, and none of these ops was timed with them (their GPU times are CUPTI's kernel spans, deep mode), so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch)",
                     self.gpu_timed
                 ),
-                fix: "run with ZCTA_GPU_READY=1 to measure them; it costs far more on small ops (up to 2-3x on a loop of 8-byte all_reduce, docs/dev/cupti-measurements.md), so use it for a diagnostic run, not to leave on".into(),
+                fix: "keep the events on (ZCTA_GPU=events or deep, not ZCTA_CUPTI-only tools); ZCTA_BUDGET=all times every op, at the cost docs/PERFORMANCE.md gives for it".into(),
             });
         }
         let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();
