@@ -38,17 +38,12 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-os.environ.setdefault("RANK", "0")
-os.environ.setdefault("WORLD_SIZE", "1")
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import nccl_bench as nb  # noqa: E402
+
+nb.one_rank_env()
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us", "tsr_1MiB_us",
             "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us"]

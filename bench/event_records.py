@@ -21,21 +21,15 @@ check can reach when zcta's events are exactly R and E.
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-os.environ.setdefault("RANK", "0")
-os.environ.setdefault("WORLD_SIZE", "1")
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import nccl_bench as nb  # noqa: E402
+
+nb.one_rank_env()
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 MiB = 1 << 20
 ap = argparse.ArgumentParser()
@@ -51,10 +45,6 @@ torch.cuda.set_stream(s)
 me = nb.SelfComm(s)
 
 
-def ev():
-    return torch.cuda.Event(enable_timing=True)
-
-
 def q(xs, f):
     xs = sorted(xs)
     return xs[min(int(f * len(xs)), len(xs) - 1)]
@@ -67,20 +57,7 @@ for nbytes in (MiB, 16 * MiB, 64 * MiB):
     for kind, fn in (("sr", me.sendrecv(a, b)), ("a2a", lambda k: [dist.all_to_all_single(b, a) for _ in range(k)])):
         fn(3)
         torch.cuda.synchronize()
-        got = []
-        for _ in range(args.iters):
-            e0, r, e, e1 = ev(), ev(), ev(), ev()
-            torch.cuda._sleep(200_000)
-            e0.record(s)
-            r.record(s)
-            fn(1)
-            e.record(s)
-            e1.record(s)
-            c = [ev() for _ in range(3)]
-            torch.cuda._sleep(200_000)
-            for x in c:
-                x.record(s)
-            got.append((e0, r, e, e1, c[0], c[2]))
+        got = [nb.like_zcta(s, fn) for _ in range(args.iters)]
         torch.cuda.synchronize()
         us = [
             {
@@ -90,7 +67,7 @@ for nbytes in (MiB, 16 * MiB, 64 * MiB):
                 "outer": e0.elapsed_time(e1) * 1e3,
                 "two": c0.elapsed_time(c2) * 1e3,
             }
-            for e0, r, e, e1, c0, c2 in got
+            for (e0, r, e, e1), (c0, c2) in got
         ]
         two = q([u["two"] for u in us], 0.5)
         resid = [u["outer"] - two - u["op"] for u in us]

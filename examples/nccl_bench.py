@@ -184,6 +184,46 @@ def buffers(dev, sizes, symmetric):
     return bufs
 
 
+def one_rank_env():
+    """Environment defaults for a one-rank process group on this host, and NVLink
+    multicast off; set before init_process_group."""
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+
+def three_records(stream, sleep_cycles=200_000):
+    """Three CUDA event records in a row behind a sleep kernel: the first and the
+    third, whose elapsed time is what two records between a pair of events add."""
+    import torch
+
+    c = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    torch.cuda._sleep(sleep_cycles)
+    for x in c:
+        x.record(stream)
+    return c[0], c[2]
+
+
+def like_zcta(stream, fn, sleep_cycles=200_000):
+    """One op (`fn(1)`) timed the way zcta's events see it, every event recorded by the
+    program: a sleep kernel (~100 us at 200,000 cycles: the stream becomes free after
+    the launch), E0, R, the op, E, E1, with R and E where zcta records its pair (just
+    before and just after the launching call); then `three_records`. Returns
+    ((e0, r, e, e1), (c0, c2)); read them after a synchronise."""
+    import torch
+
+    e0, r, e, e1 = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    torch.cuda._sleep(sleep_cycles)
+    e0.record(stream)
+    r.record(stream)
+    fn(1)
+    e.record(stream)
+    e1.record(stream)
+    return (e0, r, e, e1), three_records(stream, sleep_cycles)
+
+
 def time_op(fn, stream, iters, warmup=3):
     """GPU time of `fn` (one collective on `stream`) per call, in microseconds, each
     call between its own pair of CUDA events."""

@@ -43,15 +43,12 @@ ITERS = int(os.environ.get("ITERS", "100"))
 
 
 def setup():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    os.environ.setdefault("RANK", "0")
-    os.environ.setdefault("WORLD_SIZE", "1")
-    import torch
-    import torch.distributed as dist
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     import nccl_bench as nb
+
+    nb.one_rank_env()
+    import torch
+    import torch.distributed as dist
 
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
@@ -70,16 +67,6 @@ def accuracy(out):
     if set_recording is not None:
         set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
 
-    def ev():
-        return torch.cuda.Event(enable_timing=True)
-
-    def three():
-        c = [ev() for _ in range(3)]
-        torch.cuda._sleep(200_000)
-        for x in c:
-            x.record(s)
-        return c[0], c[2]
-
     res = []
     for nbytes in SIZES:
         n = nbytes // 4
@@ -89,12 +76,12 @@ def accuracy(out):
             fn(3)  # warm-up (same sizes: the check takes the last ITERS rows)
             torch.cuda.synchronize()
             for _ in range(ITERS):
-                e0, e1 = ev(), ev()
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda._sleep(200_000)  # ~100 us: the stream is busy past the call
                 e0.record(s)
                 fn(1)
                 e1.record(s)
-                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": three()})
+                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": nb.three_records(s)})
             torch.cuda.synchronize()
             # The ideal tool, with zcta's recording paused (no event of zcta's inside
             # the program's pair): the program records the inner pair where zcta
@@ -102,14 +89,8 @@ def accuracy(out):
             if set_recording is not None:
                 set_recording(0)
             for _ in range(ITERS):
-                e0, r, e, e1 = ev(), ev(), ev(), ev()
-                torch.cuda._sleep(200_000)
-                e0.record(s)
-                r.record(s)
-                fn(1)
-                e.record(s)
-                e1.record(s)
-                res.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": three()})
+                (e0, r, e, e1), c = nb.like_zcta(s, fn)
+                res.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": c})
             if set_recording is not None:
                 set_recording(1)
             torch.cuda.synchronize()
