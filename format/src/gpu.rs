@@ -669,7 +669,7 @@ impl Attributor {
         self.lost_groups.retain(|_, t| *t >= old);
         // Kernel start times are CUPTI's clock, the same as `now` (checked at start).
         self.kernels.retain(|&(_, start), _| start >= old);
-        // The latest switch on stays: it says which stream history counts. A held op
+        // Spans that ended before the join's horizon go, the latest one kept. A held op
         // whose call began earlier (a connection setup longer than what the join keeps)
         // still needs the switches since then for the sampling rule in `release`.
         let keep_from = self

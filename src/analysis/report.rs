@@ -599,7 +599,7 @@ impl Builder {
                     "none of the {} ops with GPU times has ops.gpu_ready_ns: it comes from the CUDA events zcta records around an op it times, and none of these ops was timed with them (their GPU times are CUPTI's kernel spans, deep mode), so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch)",
                     self.gpu_timed
                 ),
-                fix: "keep the events on (ZCTA_GPU=events or deep, not ZCTA_CUPTI-only tools); ZCTA_BUDGET=all times every op, at the cost docs/PERFORMANCE.md gives for it".into(),
+                fix: "process.gpu_timing says why no op was timed with CUDA events; with them on, ZCTA_BUDGET=all times every op (its cost: docs/PERFORMANCE.md)".into(),
             });
         }
         let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();
