@@ -227,8 +227,9 @@ out.mkdir(parents=True, exist_ok=True)
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items}
                    if set_recording is not None else {})}))
-print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
+# The measures' line last (scripts read the last line).
 print(args.config, args.round, "threads:", ", ".join(f"{k} {v['cpu_s']:.2f} s cpu {v['last_cpu']}"
                                                     for k, v in sorted(thr.items(), key=lambda kv: -kv[1]["cpu_s"])[:6]),
       flush=True)
+print(args.config, args.round, " ".join(f"{m}={statistics.median(v):.3f}" for m, v in res.items()), flush=True)
 dist.destroy_process_group()
