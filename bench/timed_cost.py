@@ -10,11 +10,14 @@ import statistics
 import sys
 from pathlib import Path
 
-import pyarrow.dataset as ds
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from zcta_analysis import read_table  # noqa: E402
 
 
 def table(run, name, cols):
-    return ds.dataset(str(Path(run) / name), format="parquet").to_table(columns=cols).to_pylist()
+    """The rows of one table, as dicts with None for NULL."""
+    df = read_table(run, name)[cols]
+    return df.astype(object).where(df.notna(), None).to_dict("records")
 
 
 def main(run):
