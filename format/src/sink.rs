@@ -163,7 +163,10 @@ impl Default for SinkPolicy {
 }
 
 /// Parquet writer settings for a table: zstd, DELTA_BINARY_PACKED for monotone
-/// integer columns, schema version in the key-value metadata.
+/// integer columns, PLAIN for the rest, schema version in the key-value metadata.
+/// No dictionary: its encoder hashes and looks up every value, which was the
+/// writer's largest cost per row (callgrind, docs/PERFORMANCE.md), while zstd takes
+/// the repeats out of plain columns for ~1.5 more bytes per `ops` row.
 pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
     properties_of(&crate::tables::info::<T>(), row_group_rows)
 }
@@ -173,6 +176,8 @@ fn properties_of(t: &crate::tables::TableInfo, row_group_rows: usize) -> WriterP
     let mut b = WriterProperties::builder()
         .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false)
+        .set_encoding(PqEncoding::PLAIN)
         .set_max_row_group_row_count(Some(row_group_rows))
         .set_created_by(format!("zcta-prof {}", crate::ZCTA_VERSION))
         .set_key_value_metadata(Some(vec![
