@@ -24,6 +24,7 @@ fn call(i: i64) -> Event {
         api_end_ns: i + 1,
         result: 0,
         tid: 1,
+        group_start: None,
     })
 }
 
@@ -69,6 +70,73 @@ fn recover_leaves_a_live_writers_logs_alone() {
     assert!(report.logs.is_empty(), "{:?}", report.logs);
     let calls = zcta::reader::read_table(dir.path(), "calls").unwrap();
     assert_eq!(calls.num_rows(), 10);
+}
+
+/// A group's end record can carry its ncclGroupStart (the hot path sends one record
+/// for both): the writer writes the start's `calls` row, then the end's.
+#[test]
+fn a_group_end_record_writes_its_start_row_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = writer(dir.path());
+    w.start().unwrap();
+    let Event::Call(mut end) = call(7) else {
+        unreachable!()
+    };
+    end.call = CallKind::GroupEnd;
+    end.n_ops = Some(2);
+    end.api_start_ns = 50;
+    end.api_end_ns = 60;
+    end.tid = 9;
+    end.group_start = Some((10, 12));
+    w.handle(&Event::Call(end)).unwrap();
+    // Without it, the end's row alone.
+    end.group_start = None;
+    end.group_id = Some(8);
+    w.handle(&Event::Call(end)).unwrap();
+    w.finish("exit", 0).unwrap();
+    let calls = zcta::reader::read_table(dir.path(), "calls").unwrap();
+    assert_eq!(calls.batches.len(), 1);
+    let calls = &calls.batches[0];
+    let col = |name: &str| calls.column_by_name(name).unwrap().clone();
+    let kinds = col("call");
+    let kinds = kinds.as_any().downcast_ref::<arrow_array::StringArray>().unwrap();
+    let num = |name: &str, i: usize| -> Option<i64> {
+        use arrow_array::cast::AsArray;
+        use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
+        let a = col(name);
+        if a.is_null(i) {
+            return None;
+        }
+        Some(match a.data_type() {
+            arrow_schema::DataType::Int32 => i64::from(a.as_primitive::<Int32Type>().value(i)),
+            arrow_schema::DataType::UInt32 => i64::from(a.as_primitive::<UInt32Type>().value(i)),
+            arrow_schema::DataType::Int64 => a.as_primitive::<Int64Type>().value(i),
+            arrow_schema::DataType::UInt64 => a.as_primitive::<UInt64Type>().value(i) as i64,
+            t => panic!("{name}: {t}"),
+        })
+    };
+    let got: Vec<_> = (0..calls.num_rows())
+        .map(|i| {
+            (
+                kinds.value(i).to_string(),
+                num("group_id", i),
+                num("n_ops", i),
+                num("api_start_ns", i),
+                num("api_end_ns", i),
+                num("result", i),
+                num("tid", i),
+            )
+        })
+        .collect();
+    let row = |k: &str, g, n, t0, t1| (k.to_string(), Some(g), n, Some(t0), Some(t1), Some(0), Some(9));
+    assert_eq!(
+        got,
+        [
+            row("GroupStart", 7, None, 10, 12),
+            row("GroupEnd", 7, Some(2), 50, 60),
+            row("GroupEnd", 8, Some(2), 50, 60),
+        ]
+    );
 }
 
 /// The log is written before any Parquet encoding, and holds every cut batch.

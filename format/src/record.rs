@@ -199,6 +199,33 @@ pub struct CallRecord {
     pub api_end_ns: i64,
     pub result: i32,
     pub tid: i32,
+    /// An outermost GroupEnd / GroupSimulateEnd: its group's ncclGroupStart (entry and
+    /// return, ns; it returned ncclSuccess on this thread), whose `calls` row the writer
+    /// writes just before this one. Not a column: one record carries both rows.
+    pub group_start: Option<(i64, i64)>,
+}
+
+impl CallRecord {
+    /// The ncclGroupStart row folded into this GroupEnd's record ([`Self::group_start`]).
+    pub fn opening_row(&self) -> Option<CallRecord> {
+        let (t0, t1) = self.group_start?;
+        Some(CallRecord {
+            call: crate::nccl::CallKind::GroupStart,
+            comm_id: None,
+            comm_ptr: None,
+            group_id: self.group_id,
+            n_ops: None,
+            buff: None,
+            size: None,
+            handle: None,
+            flags: None,
+            api_start_ns: t0,
+            api_end_ns: t1,
+            result: crate::nccl::NCCL_SUCCESS,
+            tid: self.tid,
+            group_start: None,
+        })
+    }
 }
 
 /// Short fixed-capacity string for the hot path (communicator names).

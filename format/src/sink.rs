@@ -1052,7 +1052,12 @@ impl Writer {
                     None => self.ops.append(&OpRow { rec: *r, gpu: None }, ctx),
                 }
             }
-            Event::Call(r) => self.calls.append(r, ctx),
+            Event::Call(r) => {
+                // Both rows are handed on, whatever the first's outcome.
+                let start = r.opening_row().map_or(Ok(()), |s| self.calls.append(&s, ctx));
+                let end = self.calls.append(r, ctx);
+                start.and(end)
+            }
             Event::Comm(r) => self.comms.append(r, ctx),
         }
     }

@@ -2,8 +2,9 @@
 //! and the counters that give every op its sequence numbers.
 //!
 //! Lookups happen on every NCCL call, so the map sits behind an `RwLock` with a
-//! per-thread one-entry cache validated by a global epoch (bumped whenever a
-//! communicator is added or removed: a freed `ncclComm_t` address can be reused).
+//! per-thread one-entry cache ([`Cache`], kept in the hooks' thread-local) validated
+//! by a global epoch (bumped whenever a communicator is added or removed: a freed
+//! `ncclComm_t` address can be reused).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -159,8 +160,13 @@ impl CommState {
 static MAP: LazyLock<RwLock<HashMap<usize, Arc<CommState>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
 static EPOCH: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    static CACHE: RefCell<(usize, u64, Option<Arc<CommState>>)> = const { RefCell::new((0, 0, None)) };
+/// A thread's last lookup: (address, epoch it was valid at, what it found).
+pub struct Cache(RefCell<(usize, u64, Option<Arc<CommState>>)>);
+
+impl Cache {
+    pub const fn new() -> Self {
+        Self(RefCell::new((0, 0, None)))
+    }
 }
 
 /// Registers a communicator created at `ptr` (replacing any stale entry).
@@ -180,25 +186,22 @@ pub fn remove(ptr: usize, st: &Arc<CommState>) {
     }
 }
 
-/// The communicator at `ptr`, if known.
+/// The communicator at `ptr`, if known, through this thread's `cache`.
 #[inline]
-pub fn get(ptr: usize) -> Option<Arc<CommState>> {
+pub fn get(ptr: usize, cache: &Cache) -> Option<Arc<CommState>> {
     if ptr == 0 {
         return None;
     }
     let epoch = EPOCH.load(Ordering::Acquire);
-    let cached = CACHE
-        .try_with(|c| {
-            let c = c.borrow();
-            (c.0 == ptr && c.1 == epoch).then(|| c.2.clone()).flatten()
-        })
-        .ok()
-        .flatten();
-    if cached.is_some() {
-        return cached;
+    // Busy only if a lookup re-entered another (none does): the map answers.
+    let Ok(mut c) = cache.0.try_borrow_mut() else {
+        return MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
+    };
+    if c.0 == ptr && c.1 == epoch {
+        return c.2.clone();
     }
     let found = MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
-    let _ = CACHE.try_with(|c| *c.borrow_mut() = (ptr, epoch, found.clone()));
+    *c = (ptr, epoch, found.clone());
     found
 }
 
@@ -208,13 +211,16 @@ mod tests {
 
     #[test]
     fn cache_is_invalidated_on_reuse() {
+        let c = Cache::new();
         let a = Arc::new(CommState::new(Some(1), Some(0), Some(2), None));
         insert(0x1000, Arc::clone(&a));
-        assert_eq!(get(0x1000).unwrap().comm_id, Some(1));
+        assert_eq!(get(0x1000, &c).unwrap().comm_id, Some(1));
         remove(0x1000, &a);
-        assert!(get(0x1000).is_none());
+        assert!(get(0x1000, &c).is_none());
         insert(0x1000, Arc::new(CommState::new(Some(2), Some(0), Some(2), None)));
-        assert_eq!(get(0x1000).unwrap().comm_id, Some(2));
+        assert_eq!(get(0x1000, &c).unwrap().comm_id, Some(2));
+        // A second thread's cache sees the same map.
+        assert_eq!(get(0x1000, &Cache::new()).unwrap().comm_id, Some(2));
     }
 
     /// A destroy that finishes after another thread created a communicator at the
@@ -225,7 +231,7 @@ mod tests {
         insert(0x2000, Arc::clone(&old));
         insert(0x2000, Arc::new(CommState::new(Some(8), Some(0), Some(2), None)));
         remove(0x2000, &old);
-        assert_eq!(get(0x2000).unwrap().comm_id, Some(8));
+        assert_eq!(get(0x2000, &Cache::new()).unwrap().comm_id, Some(8));
     }
 
     #[test]

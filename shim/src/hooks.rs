@@ -48,11 +48,18 @@ struct Hot {
     group_level: Cell<Option<u8>>,
     /// The ops of the open group, waiting for its end.
     pending: RefCell<Vec<Pending>>,
-    /// The open outermost group's rows: its ncclGroupStart's (when recorded), then its
-    /// ops' in the order issued. At the group's end its ops' rows are completed in
-    /// place and written with its ncclGroupEnd's row in one reservation of the
-    /// queue; the memory is reused by the next group.
+    /// The open outermost group's ops' rows, in the order issued. At the group's end
+    /// they are completed in place and written with its ncclGroupEnd's record (which
+    /// carries its ncclGroupStart's row too) in one reservation of the queue; the
+    /// memory is reused by the next group.
     rows: RefCell<Vec<Event>>,
+    /// The open outermost group's ncclGroupStart (entry, return) when its row is to be
+    /// written: it travels in the group's end record ([`CallRecord::group_start`]).
+    opened: Cell<Option<(i64, i64)>>,
+    /// This thread's last communicator lookup.
+    comms: comms::Cache,
+    /// This thread's id (gettid), 0 until first asked.
+    tid: Cell<i32>,
 }
 
 thread_local! {
@@ -67,6 +74,9 @@ thread_local! {
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
             rows: RefCell::new(Vec::new()),
+            opened: Cell::new(None),
+            comms: comms::Cache::new(),
+            tid: Cell::new(0),
         }
     };
 }
@@ -192,9 +202,17 @@ fn enter(h: &Hot) -> Option<(Guard<'_>, bool)> {
     (outer && state::recorder().is_some()).then(|| (g, crate::control::rows_wanted()))
 }
 
+/// This thread's id, read once per thread.
 #[inline]
-fn tid() -> i32 {
-    ffi::sys::gettid()
+fn tid(h: &Hot) -> i32 {
+    match h.tid.get() {
+        0 => {
+            let t = ffi::sys::gettid();
+            h.tid.set(t);
+            t
+        }
+        t => t,
+    }
 }
 
 fn current_group(h: &Hot) -> Option<u64> {
@@ -234,11 +252,11 @@ fn may_query(h: &Hot, rc: i32) -> bool {
 /// Looks up a communicator, learning it lazily when it was created in a way we could
 /// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
 /// [`may_query`], so a bad or unready pointer is never handed to it by us first.
-fn comm_state(ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
-    comm_state_from(comms::get(ptr), ptr, queryable)
+fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
+    comm_state_from(comms::get(ptr, &h.comms), ptr, queryable)
 }
 
-/// [`comm_state`] from what `comms::get(ptr)` returned (looked up once per call).
+/// [`comm_state`] from what `comms::get` returned (looked up once per call).
 fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
     match known {
         Some(st) => {
@@ -296,7 +314,7 @@ fn next_seq(op: OpKind, peer: Option<i32>, comm: &CommState) -> u64 {
 /// numbers (at its group's end when grouped), so `seq` stays the op's index on the
 /// communicator and agrees across ranks that paused at different ops.
 fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
-    let Some(st) = comm_state(a.comm, may_query(h, rc)) else {
+    let Some(st) = comm_state(h, a.comm, may_query(h, rc)) else {
         return;
     };
     st.next_call_seq();
@@ -371,7 +389,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
     // The communicator, looked up once for the budget's key and the row.
-    let known = comms::get(a.comm);
+    let known = comms::get(a.comm, &h.comms);
     let pick = if timing::on() {
         protect(|| pick_op(h, kind, &a, known.as_deref(), op_id, launching))
     } else {
@@ -445,7 +463,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
             api_start_ns: t0,
             api_end_ns: t1,
             result: rc,
-            tid: tid(),
+            tid: tid(h),
             gpu_marked: marked,
             graph_captured,
             timing: op_timing,
@@ -499,7 +517,7 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
         return;
     };
     if !rows {
-        out.retain(|e| !matches!(e, Event::Op(_)));
+        out.clear();
     }
     out.extend(end.map(Event::Call));
     // A group larger than a share of the queue goes in pieces (each one reservation).
@@ -522,7 +540,7 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
 /// queue with its reserve kept).
 const BATCH_MAX: usize = 256;
 
-fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
+fn call_record(h: &Hot, call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
     CallRecord {
         call,
         comm_id: None,
@@ -536,7 +554,8 @@ fn call_record(call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
         api_start_ns: t0,
         api_end_ns: t1,
         result: rc,
-        tid: tid(),
+        tid: tid(h),
+        group_start: None,
     }
 }
 
@@ -644,6 +663,7 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             (d > 0).then_some(id)
         } else if d == 0 {
             h.group_level.set(None);
+            h.opened.set(None);
             if let Ok(mut rows) = h.rows.try_borrow_mut() {
                 rows.clear();
             }
@@ -655,12 +675,14 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             Some(id)
         };
         if rows {
-            let mut r = call_record(CallKind::GroupStart, t0, t1, rc);
-            r.group_id = id;
-            // The outermost group's row waits for the group's end (its ops wait too).
-            match h.rows.try_borrow_mut() {
-                Ok(mut rows) if rc == nccl::NCCL_SUCCESS && d == 0 => rows.push(Event::Call(r)),
-                _ => state::emit(Event::Call(r)),
+            if rc == nccl::NCCL_SUCCESS && d == 0 {
+                // The outermost group's row waits for the group's end (its ops wait
+                // too), and travels in the end's record.
+                h.opened.set(Some((t0, t1)));
+            } else {
+                let mut r = call_record(h, CallKind::GroupStart, t0, t1, rc);
+                r.group_id = id;
+                state::emit(Event::Call(r));
             }
         }
     });
@@ -720,12 +742,22 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
                 (Some(id), None)
             }
         };
-        let end = rows.then(|| {
-            let mut r = call_record(kind, t0, t1, rc);
+        // Closing the outermost group: its ncclGroupStart's row goes with this one's
+        // (alone when this call is not recorded).
+        let opened = n_ops.and_then(|_| h.opened.take());
+        let end = if rows {
+            let mut r = call_record(h, kind, t0, t1, rc);
             r.group_id = id;
             r.n_ops = n_ops;
-            r
-        });
+            r.group_start = opened;
+            Some(r)
+        } else {
+            opened.map(|(t0, t1)| {
+                let mut r = call_record(h, CallKind::GroupStart, t0, t1, nccl::NCCL_SUCCESS);
+                r.group_id = id;
+                r
+            })
+        };
         if n_ops.is_some() {
             flush_group(
                 h,
@@ -804,7 +836,7 @@ fn comm_init_in(
     let pre = protect(|| match a.rule {
         IdRule::Unique(id) => (Some(unique_occurrence(id)), None),
         IdRule::Split { parent, color } => {
-            let p = comms::get(parent);
+            let p = comms::get(parent, &h.comms);
             let pid = p.as_ref().and_then(|p| p.comm_id);
             let id = match (&p, pid) {
                 (Some(p), Some(pid)) => {
@@ -815,7 +847,7 @@ fn comm_init_in(
             (Some(id), pid)
         }
         IdRule::Shrink { parent, .. } => {
-            let p = comms::get(parent);
+            let p = comms::get(parent, &h.comms);
             let pid = p.as_ref().and_then(|p| p.comm_id);
             let id = match (&p, pid) {
                 (Some(p), Some(pid)) => hash::comm_id_derived(pid, "shrink", p.next_shrink_index(), 0),
@@ -886,10 +918,10 @@ fn comm_init_in(
                 init_end_ns: t1,
                 result: rc,
                 nccl_version: version,
-                tid: tid(),
+                tid: tid(h),
             }));
         }
-        let mut r = call_record(a.kind, t0, t1, rc);
+        let mut r = call_record(h, a.kind, t0, t1, rc);
         r.comm_id = if first_ptr.is_some() { comm_id } else { None };
         r.comm_ptr = first_ptr.map(|p| p as u64);
         r.group_id = current_group(h);
@@ -944,7 +976,7 @@ pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 
 fn comm_end_in(h: &Hot, kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
     // Recorded while paused too, like the creation.
     let Some((g, _)) = enter(h) else { return real() };
-    let st = protect(|| comms::get(comm)).flatten();
+    let st = protect(|| comms::get(comm, &h.comms)).flatten();
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();
@@ -955,7 +987,7 @@ fn comm_end_in(h: &Hot, kind: CallKind, comm: usize, real: impl FnOnce() -> i32)
         {
             comms::remove(comm, st);
         }
-        let mut r = call_record(kind, t0, t1, rc);
+        let mut r = call_record(h, kind, t0, t1, rc);
         r.comm_id = st.and_then(|s| s.comm_id);
         r.comm_ptr = Some(comm as u64);
         r.group_id = current_group(h);
@@ -994,8 +1026,8 @@ fn registration_in(
     let rc = real();
     let t1 = now_ns();
     protect(|| {
-        let st = comm_state(a.comm, nccl::accepted(rc));
-        let mut r = call_record(a.kind, t0, t1, rc);
+        let st = comm_state(h, a.comm, nccl::accepted(rc));
+        let mut r = call_record(h, a.kind, t0, t1, rc);
         r.comm_id = st.and_then(|s| s.comm_id);
         r.comm_ptr = Some(a.comm as u64);
         r.buff = a.buff;
