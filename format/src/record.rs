@@ -206,14 +206,14 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
-    /// The ncclGroupStart row folded into this GroupEnd's record ([`Self::group_start`]).
-    pub fn opening_row(&self) -> Option<CallRecord> {
-        let (t0, t1) = self.group_start?;
-        Some(CallRecord {
-            call: crate::nccl::CallKind::GroupStart,
+    /// A call's row with only what every call has: what it was, when it ran, what it
+    /// returned, on which thread.
+    pub fn new(call: crate::nccl::CallKind, t0: i64, t1: i64, result: i32, tid: i32) -> Self {
+        CallRecord {
+            call,
             comm_id: None,
             comm_ptr: None,
-            group_id: self.group_id,
+            group_id: None,
             n_ops: None,
             buff: None,
             size: None,
@@ -221,10 +221,24 @@ impl CallRecord {
             flags: None,
             api_start_ns: t0,
             api_end_ns: t1,
-            result: crate::nccl::NCCL_SUCCESS,
-            tid: self.tid,
+            result,
+            tid,
             group_start: None,
-        })
+        }
+    }
+
+    /// The ncclGroupStart row folded into this GroupEnd's record ([`Self::group_start`]).
+    pub fn opening_row(&self) -> Option<CallRecord> {
+        let (t0, t1) = self.group_start?;
+        let mut r = Self::new(
+            crate::nccl::CallKind::GroupStart,
+            t0,
+            t1,
+            crate::nccl::NCCL_SUCCESS,
+            self.tid,
+        );
+        r.group_id = self.group_id;
+        Some(r)
     }
 }
 

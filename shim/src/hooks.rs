@@ -541,22 +541,7 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
 const BATCH_MAX: usize = 256;
 
 fn call_record(h: &Hot, call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
-    CallRecord {
-        call,
-        comm_id: None,
-        comm_ptr: None,
-        group_id: None,
-        n_ops: None,
-        buff: None,
-        size: None,
-        handle: None,
-        flags: None,
-        api_start_ns: t0,
-        api_end_ns: t1,
-        result: rc,
-        tid: tid(h),
-        group_start: None,
-    }
+    CallRecord::new(call, t0, t1, rc, tid(h))
 }
 
 /// The one stream the ops of the open group (with rows) were issued on: `None`
