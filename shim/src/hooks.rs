@@ -202,7 +202,13 @@ fn enter(h: &Hot) -> Option<(Guard<'_>, bool)> {
     (outer && state::recorder().is_some()).then(|| (g, crate::control::rows_wanted()))
 }
 
-/// This thread's id, read once per thread.
+/// In a fork child (its only thread is the one that forked): forget the parent's
+/// thread id.
+pub fn after_fork_child() {
+    let _ = HOT.try_with(|h| h.tid.set(0));
+}
+
+/// This thread's id, read once per thread ([`after_fork_child`] clears it).
 #[inline]
 fn tid(h: &Hot) -> i32 {
     match h.tid.get() {

@@ -117,6 +117,7 @@ fn conf_sets_plugin() -> Option<String> {
 
 extern "C" fn after_fork_child() {
     super::sys::after_fork_child();
+    crate::hooks::after_fork_child();
     state::on_fork_child();
 }
 
