@@ -250,22 +250,17 @@ macro_rules! read_view {
 /// Arrow column kinds used by the tables.
 pub mod kind {
     use super::*;
-    use arrow_array::builder::{
-        BooleanBuilder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder,
-    };
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, UInt32Type, UInt64Type};
     use arrow_array::{Array, BooleanArray, PrimitiveArray, StringArray};
 
-    /// Mapping from a column kind to its Arrow builder, type and array.
+    /// Mapping from a column kind to its Arrow type and array.
     pub trait ColumnKind {
-        type Builder: arrow_array::builder::ArrayBuilder + Default + Send;
         type Value<'a>;
         /// The array a reader finds the column in.
         type Array: Array + Clone + 'static;
         const TYPE_NAME: &'static str;
         fn data_type() -> DataType;
-        fn append(b: &mut Self::Builder, v: Option<Self::Value<'_>>);
         /// The column of these values (a batch's, in row order).
         fn build<'a>(vals: impl Iterator<Item = Option<Self::Value<'a>>>) -> arrow_array::ArrayRef;
         /// `a` as this kind's array; `None` when it holds another type.
@@ -274,20 +269,15 @@ pub mod kind {
     }
 
     macro_rules! prim_kind {
-        ($k:ident, $b:ty, $v:ty, $dt:expr, $name:literal, $array:ty, $cast:ident $(:: <$t:ty>)?) => {
+        ($k:ident, $v:ty, $dt:expr, $name:literal, $array:ty, $cast:ident $(:: <$t:ty>)?) => {
             #[derive(Debug)]
             pub struct $k;
             impl ColumnKind for $k {
-                type Builder = $b;
                 type Value<'a> = $v;
                 type Array = $array;
                 const TYPE_NAME: &'static str = $name;
                 fn data_type() -> DataType {
                     $dt
-                }
-                #[inline]
-                fn append(b: &mut Self::Builder, v: Option<$v>) {
-                    b.append_option(v)
                 }
                 #[inline]
                 fn build<'a>(vals: impl Iterator<Item = Option<Self::Value<'a>>>) -> arrow_array::ArrayRef {
@@ -306,7 +296,6 @@ pub mod kind {
     }
     prim_kind!(
         I32,
-        Int32Builder,
         i32,
         DataType::Int32,
         "int32",
@@ -315,7 +304,6 @@ pub mod kind {
     );
     prim_kind!(
         I64,
-        Int64Builder,
         i64,
         DataType::Int64,
         "int64",
@@ -324,7 +312,6 @@ pub mod kind {
     );
     prim_kind!(
         U32,
-        UInt32Builder,
         u32,
         DataType::UInt32,
         "uint32",
@@ -333,7 +320,6 @@ pub mod kind {
     );
     prim_kind!(
         U64,
-        UInt64Builder,
         u64,
         DataType::UInt64,
         "uint64",
@@ -342,7 +328,6 @@ pub mod kind {
     );
     prim_kind!(
         Bool,
-        BooleanBuilder,
         bool,
         DataType::Boolean,
         "bool",
@@ -353,16 +338,11 @@ pub mod kind {
     #[derive(Debug)]
     pub struct Utf8;
     impl ColumnKind for Utf8 {
-        type Builder = StringBuilder;
         type Value<'a> = &'a str;
         type Array = StringArray;
         const TYPE_NAME: &'static str = "string";
         fn data_type() -> DataType {
             DataType::Utf8
-        }
-        #[inline]
-        fn append(b: &mut Self::Builder, v: Option<&str>) {
-            b.append_option(v)
         }
         #[inline]
         fn build<'a>(vals: impl Iterator<Item = Option<Self::Value<'a>>>) -> arrow_array::ArrayRef {
