@@ -735,20 +735,11 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         };
         // Closing the outermost group: its ncclGroupStart's row goes with this one's
         // (alone when this call is not recorded).
-        let opened = n_ops.and_then(|_| h.opened.take());
-        let end = if rows {
-            let mut r = call_record(h, kind, t0, t1, rc);
-            r.group_id = id;
-            r.n_ops = n_ops;
-            r.group_start = opened;
-            Some(r)
-        } else {
-            opened.map(|(t0, t1)| {
-                let mut r = call_record(h, CallKind::GroupStart, t0, t1, nccl::NCCL_SUCCESS);
-                r.group_id = id;
-                r
-            })
-        };
+        let mut r = call_record(h, kind, t0, t1, rc);
+        r.group_id = id;
+        r.n_ops = n_ops;
+        r.group_start = n_ops.and_then(|_| h.opened.take());
+        let end = if rows { Some(r) } else { r.opening_row() };
         if n_ops.is_some() {
             flush_group(
                 h,
