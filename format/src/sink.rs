@@ -162,11 +162,14 @@ impl Default for SinkPolicy {
     }
 }
 
+/// The size at which a column's Parquet page is compressed and set aside.
+const DATA_PAGE_BYTES: usize = 64 * 1024;
+
 /// Parquet writer settings for a table: zstd, DELTA_BINARY_PACKED for monotone
 /// integer columns, PLAIN for the rest, schema version in the key-value metadata.
 /// No dictionary: its encoder hashes and looks up every value, which was the
 /// writer's largest cost per row (callgrind, docs/PERFORMANCE.md), while zstd takes
-/// the repeats out of plain columns for ~1.5 more bytes per `ops` row.
+/// the repeats out of plain columns for ~2 more bytes per `ops` row.
 pub fn writer_properties<T: Table>(row_group_rows: usize) -> WriterProperties {
     properties_of(&crate::tables::info::<T>(), row_group_rows)
 }
@@ -178,6 +181,9 @@ fn properties_of(t: &crate::tables::TableInfo, row_group_rows: usize) -> WriterP
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_dictionary_enabled(false)
         .set_encoding(PqEncoding::PLAIN)
+        // A column's page is held uncompressed until it reaches this size: PLAIN values
+        // fill the default 1 MiB, dozens of columns at once, for tens of MB of memory.
+        .set_data_page_size_limit(DATA_PAGE_BYTES)
         .set_max_row_group_row_count(Some(row_group_rows))
         .set_created_by(format!("zcta-prof {}", crate::ZCTA_VERSION))
         .set_key_value_metadata(Some(vec![
