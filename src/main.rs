@@ -540,10 +540,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Export { run, output, .. } => export(&run, &output),
         Cmd::Phases { run } => {
             let mut data = zcta::analysis::load(&run)?;
-            let n = zcta::analysis::write_phases(&mut data)?;
+            let written = zcta::analysis::write_phases(&mut data);
             for s in &data.skipped {
                 eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
             }
+            let n = match written {
+                Err(zcta::analysis::WritePhasesError::NoOps) => {
+                    anyhow::bail!(
+                        "{}; nothing was changed",
+                        no_ops_rows(&data, "no phases to write")
+                    )
+                }
+                w => w?,
+            };
             outln!("{}: {n} rows", run.join("phases").display());
             Ok(if data.skipped.is_empty() {
                 ExitCode::SUCCESS

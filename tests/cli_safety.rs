@@ -653,3 +653,99 @@ fn a_zcta_nccl_lib_that_is_not_nccl_changes_nothing() {
         Some(lib.as_str())
     );
 }
+
+/// `zcta phases` replaces only a phases table zcta wrote: a `phases` directory with
+/// anything else in it, a link or a file there is named and left as it was; with no
+/// ops rows (not a run, or its ops unreadable) it is an error and an earlier table
+/// stays; a rerun replaces the table and leaves no staging directory behind.
+#[test]
+fn phases_replaces_only_its_own_table() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    let phases = run.join("phases");
+    let rows = |o: &Output| text(&o.stdout).contains(": 20 rows");
+
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(rows(&o), "{}", text(&o.stdout));
+    let first = names_in(&phases);
+    assert_eq!(first.len(), 1, "{first:?}");
+    // A rerun replaces it; nothing else is left in the run.
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(names_in(&phases), first);
+    assert_eq!(names_in(&run), ["ops", "phases", "process"]);
+
+    // A file of the user's beside the table: nothing is removed, the error names it.
+    let notes = phases.join("NOTES.txt");
+    std::fs::write(&notes, "mine").unwrap();
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    let err = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains(&notes.display().to_string()), "{err}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "mine");
+    assert_eq!(names_in(&phases).len(), 2);
+    assert_eq!(names_in(&run), ["ops", "phases", "process"]);
+    std::fs::remove_file(&notes).unwrap();
+
+    // A Parquet file named like the table's but not zcta's is not the table's either.
+    let foreign = phases.join("phases-00009.parquet");
+    std::fs::write(&foreign, b"PAR1 someone else's PAR1").unwrap();
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(foreign.exists());
+    std::fs::remove_file(&foreign).unwrap();
+
+    // A link where the table goes: kept, and its target untouched.
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("thesis.tex"), "ch1").unwrap();
+    let kept = t.path().join("kept-phases");
+    std::fs::rename(&phases, &kept).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &phases).unwrap();
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    let err = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(
+        std::fs::symlink_metadata(&phases)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(names_in(&elsewhere), ["thesis.tex"]);
+    std::fs::remove_file(&phases).unwrap();
+    std::fs::rename(&kept, &phases).unwrap();
+
+    // Its ops unreadable: exit 2, and the earlier table is still there.
+    for f in std::fs::read_dir(run.join("ops")).unwrap() {
+        let f = f.unwrap().path();
+        let n = std::fs::metadata(&f).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(n / 3)
+            .unwrap();
+    }
+    let o = zcta_in(t.path(), &["phases", run_s]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no ops rows") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(names_in(&phases), first);
+    assert_eq!(names_in(&run), ["ops", "phases", "process"]);
+
+    // Not a run at all: exit 2 and no phases directory made.
+    let mine = t.path().join("project");
+    std::fs::create_dir_all(mine.join("phases").join("moon")).unwrap();
+    std::fs::write(mine.join("phases").join("moon").join("ch1.tex"), "thesis").unwrap();
+    let o = zcta_in(t.path(), &["phases", mine.to_str().unwrap()]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(mine.join("phases").join("moon").join("ch1.tex")).unwrap(),
+        "thesis"
+    );
+}

@@ -396,6 +396,24 @@ pub fn stream_file(
     }))
 }
 
+/// The zcta table a Parquet file says it belongs to (its footer's
+/// [`crate::TABLE_KEY`]); `None` for a file that cannot be opened as Parquet or was
+/// not written by zcta. Opens only regular files (a FIFO would block).
+pub fn parquet_table(path: &Path) -> Option<String> {
+    if !std::fs::symlink_metadata(path).ok()?.file_type().is_file() {
+        return None;
+    }
+    let file = File::open(path).ok()?;
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&file)
+        .ok()?;
+    let kv = meta.file_metadata().key_value_metadata()?;
+    check_version(Some(kv)).ok()?;
+    kv.iter()
+        .find(|k| k.key == crate::TABLE_KEY)
+        .and_then(|k| k.value.clone())
+}
+
 fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<u32, String> {
     let version = kv
         .and_then(|kv| kv.iter().find(|k| k.key == crate::SCHEMA_VERSION_KEY))

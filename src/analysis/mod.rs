@@ -614,17 +614,43 @@ fn phases_of(
 
 /// Writes the `phases` table of the run (`RUN/phases/`), replacing an earlier one.
 /// Returns the rows written.
+///
+/// Nothing the user may own is lost: the table is written in a staging directory of
+/// its own first (`RUN/.zcta-phases-<pid>/`); with no ops rows to write it is an
+/// error and `RUN/phases` is not touched. An earlier `RUN/phases` is replaced only
+/// when it is a plain directory holding nothing but files of zcta's phases table
+/// ([`is_own_phases_file`]); a link, a file, or a directory with anything else in it
+/// is an error naming it, and stays as it was.
 pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
     let dir = run.dir.join("phases");
-    if dir.is_dir() {
-        std::fs::remove_dir_all(&dir).map_err(|e| WritePhasesError::Io(dir.clone(), e))?;
-    }
+    // Refused before any work, and again before the swap (it may change meanwhile).
+    check_replaceable(&dir)?;
+    let staging = run.dir.join(format!(".zcta-phases-{}", std::process::id()));
+    // Ours only if this call made it (a leftover of a killed run with the same pid
+    // is not removed: it is named).
+    std::fs::create_dir(&staging).map_err(|e| WritePhasesError::Io(staging.clone(), e))?;
+    let written = write_phases_into(run, &staging);
+    let fresh = staging.join("phases");
+    let result = match written {
+        Ok(0) => Err(WritePhasesError::NoOps),
+        Ok(n) => check_replaceable(&dir)
+            .and_then(|old| swap_in(&fresh, &dir, old.as_deref(), &staging))
+            .map(|()| n),
+        Err(e) => Err(e),
+    };
+    remove_own_phases(&fresh);
+    let _ = std::fs::remove_dir(&staging);
+    result
+}
+
+/// The rows of the run's `phases` table, written under `base/phases/`.
+fn write_phases_into(run: &mut Run, base: &std::path::Path) -> Result<u64, WritePhasesError> {
     let ctx = crate::tables::Ctx {
         pid: 0,
         host: "".into(),
     };
     let mut w = crate::sink::DatasetWriter::<crate::tables::PhasesTable>::new(
-        &run.dir,
+        base,
         "phases",
         crate::sink::SinkPolicy::default(),
     );
@@ -664,6 +690,99 @@ pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
     Ok(n)
 }
 
+/// Whether `name` is one of the files zcta's phases table is made of: its Parquet
+/// files (`phases-NNNNN.parquet`, whose footer must also say table `phases`), and the
+/// write-ahead logs and temporary files beside them (`_phases-NNNNN.wal`,
+/// `_phases-NNNNN.parquet.tmp`).
+fn is_own_phases_file(path: &std::path::Path) -> bool {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let segment = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let regular = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file());
+    if !regular {
+        return false;
+    }
+    if let Some(n) = name.strip_prefix("_phases-") {
+        return n
+            .strip_suffix(".wal")
+            .or_else(|| n.strip_suffix(".parquet.tmp"))
+            .is_some_and(segment);
+    }
+    name.strip_prefix("phases-")
+        .and_then(|n| n.strip_suffix(".parquet"))
+        .is_some_and(segment)
+        && crate::reader::parquet_table(path).as_deref() == Some("phases")
+}
+
+/// `Ok(None)`: no `dir` yet; `Ok(Some(files))`: a directory holding only files of
+/// zcta's phases table; otherwise the error that says why it is not replaced.
+fn check_replaceable(dir: &std::path::Path) -> Result<Option<Vec<std::path::PathBuf>>, WritePhasesError> {
+    let not = |why: String| WritePhasesError::NotOurs(dir.to_owned(), why);
+    let m = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WritePhasesError::Io(dir.to_owned(), e)),
+    };
+    if m.file_type().is_symlink() {
+        return Err(not("it is a symbolic link".into()));
+    }
+    if !m.is_dir() {
+        return Err(not("it is not a directory".into()));
+    }
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| WritePhasesError::Io(dir.to_owned(), e))? {
+        let p = e.map_err(|e| WritePhasesError::Io(dir.to_owned(), e))?.path();
+        if !is_own_phases_file(&p) {
+            return Err(not(format!("it holds {}, which zcta did not write", p.display())));
+        }
+        files.push(p);
+    }
+    Ok(Some(files))
+}
+
+/// Puts the freshly written table `fresh` at `dir`, removing the earlier table's
+/// `old` files (checked to be zcta's) once the new one is in place.
+fn swap_in(
+    fresh: &std::path::Path,
+    dir: &std::path::Path,
+    old: Option<&[std::path::PathBuf]>,
+    staging: &std::path::Path,
+) -> Result<(), WritePhasesError> {
+    let io = |p: &std::path::Path| {
+        let p = p.to_owned();
+        move |e| WritePhasesError::Io(p, e)
+    };
+    let Some(old) = old else {
+        return std::fs::rename(fresh, dir).map_err(io(dir));
+    };
+    let retired = staging.join("earlier");
+    std::fs::rename(dir, &retired).map_err(io(dir))?;
+    if let Err(e) = std::fs::rename(fresh, dir) {
+        // Put the earlier table back where it was.
+        let _ = std::fs::rename(&retired, dir);
+        return Err(io(dir)(e));
+    }
+    for f in old {
+        if let Some(name) = f.file_name() {
+            let _ = std::fs::remove_file(retired.join(name));
+        }
+    }
+    std::fs::remove_dir(&retired).map_err(io(&retired))
+}
+
+/// Removes what [`write_phases_into`] left in `dir` (its own files only) and `dir`.
+fn remove_own_phases(dir: &std::path::Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if is_own_phases_file(&e.path()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
 /// Errors of [`write_phases`].
 #[derive(Debug, thiserror::Error)]
 pub enum WritePhasesError {
@@ -673,7 +792,13 @@ pub enum WritePhasesError {
     /// Writing the table failed.
     #[error(transparent)]
     Write(#[from] crate::sink::SinkError),
-    /// Removing the earlier table failed.
+    /// A file system call failed.
     #[error("{0}: {1}")]
     Io(std::path::PathBuf, std::io::Error),
+    /// No ops rows to write a table of (nothing was changed).
+    #[error("no ops rows to write phases of; nothing was changed")]
+    NoOps,
+    /// The path where the table goes holds something zcta did not write.
+    #[error("{0} is not replaced: {1}; move it away and run again")]
+    NotOurs(std::path::PathBuf, String),
 }
