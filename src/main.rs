@@ -229,6 +229,15 @@ fn run_cmd(
         None => launch::default_run_id(),
     };
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    // Absolute, so that a command that changes directory records where it was asked.
+    let out = &std::path::absolute(out).with_context(|| format!("cannot resolve {}", out.display()))?;
+    let existing = out.join(&id);
+    if std::fs::read_dir(&existing).is_ok_and(|mut d| d.next().is_some()) {
+        eprintln!(
+            "zcta: {} already holds a run; this one's rows are added to it (--run-id keeps runs apart)",
+            existing.display()
+        );
+    }
     let status = launch::under_shim(
         std::process::Command::new(&cmd[0]).args(&cmd[1..]),
         &shim,

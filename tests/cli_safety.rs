@@ -749,3 +749,86 @@ fn phases_replaces_only_its_own_table() {
         "thesis"
     );
 }
+
+/// A relative `ZCTA_OUT` (and `zcta run --out`) means the directory the program was
+/// started in, also when it changes directory before or between its NCCL calls; a
+/// `ZCTA_OUT` that is not UTF-8 is the path it names, and a run id that is not is made
+/// one directory name with a warning; `zcta run` says when it adds to an existing run.
+#[test]
+fn the_run_directory_is_where_the_program_started() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let idf = t.path().join("id");
+    common::write_unique_id(&idf);
+    let f = common::fixtures();
+    let shim = common::shim_path();
+    let start = t.path().join("start");
+    let moved = start.join("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    let ops = [
+        f.host.as_os_str(),
+        "ops".as_ref(),
+        "0".as_ref(),
+        "1".as_ref(),
+        idf.as_os_str(),
+        "3".as_ref(),
+    ];
+    let shimmed = |out: &std::ffi::OsStr, id: &std::ffi::OsStr| {
+        let mut c = support::clean_cmd(ops[0]);
+        c.args(&ops[1..])
+            .current_dir(&start)
+            .env("HOST_CHDIR", &moved)
+            .env("LD_PRELOAD", &shim)
+            .env("ZCTA_OUT", out)
+            .env("ZCTA_RUN_ID", id);
+        c.output().unwrap()
+    };
+    let o = shimmed("rel".as_ref(), "r1".as_ref());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "", "no stray output");
+    assert!(start.join("rel/r1/ops").is_dir(), "{:?}", names_in(&start));
+    assert!(!moved.join("rel").exists());
+
+    // Not UTF-8: the directory it names, and a run id of one directory name.
+    let odd_out = std::ffi::OsStr::from_bytes(b"out\xff\xfe");
+    let o = shimmed(odd_out, std::ffi::OsStr::from_bytes(b"r\xff2"));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        start.join(odd_out).join("r_2").join("ops").is_dir(),
+        "{:?}",
+        names_in(&start)
+    );
+    assert!(err.contains("ZCTA_RUN_ID") && err.contains("r_2"), "{err}");
+    assert!(!err.contains("no ZCTA_RUN_ID"), "{err}");
+
+    // zcta run with a relative --out and a command that changes directory.
+    let sh = format!(
+        "cd {} && exec {} ops 0 1 {} 3",
+        moved.display(),
+        f.host.display(),
+        idf.display()
+    );
+    let zrun = || {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.current_dir(&start)
+            .args(["run", "--out", "zr", "--run-id", "cd", "--shim"])
+            .arg(&shim)
+            .args(["--", "sh", "-c", &sh]);
+        c.output().unwrap()
+    };
+    let o = zrun();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let dir = start.join("zr").join("cd");
+    assert!(dir.join("ops").is_dir(), "{err}");
+    assert!(err.contains(&format!("run directory {}", dir.display())), "{err}");
+    assert!(!err.contains("already holds"), "{err}");
+    let o = zrun();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("{} already holds a run", dir.display())),
+        "{err}"
+    );
+}

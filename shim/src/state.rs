@@ -104,12 +104,16 @@ fn activate_once() -> Option<&'static Recorder> {
     }
 }
 
+/// A setting's value; one that is not UTF-8 is read lossily (its other bytes become
+/// U+FFFD, which a run id turns into `_` with a warning and a number or switch
+/// rejects with one), never taken as unset.
 fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 fn activate() -> Option<Recorder> {
-    let cfg = Config::from_env(&env_var);
+    let mut cfg = Config::from_env(&env_var);
+    cfg.out_dir = ffi::sys::out_dir(&cfg.out_dir);
     if !cfg.enabled {
         return None;
     }

@@ -13,9 +13,9 @@ use crate::state;
 
 static REAL_EXIT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-// SAFETY (of running before main): the constructor only calls pthread_atfork and
-// dlsym, both safe to call during library initialisation; it starts no thread, opens
-// no file and allocates nothing that could deadlock a dlopen caller.
+// SAFETY (of running before main): the constructor only calls pthread_atfork, dlsym
+// and getcwd, all safe to call during library initialisation; it starts no thread,
+// opens no file and allocates nothing that could deadlock a dlopen caller.
 #[ctor::ctor(unsafe)]
 fn zcta_constructor() {
     // SAFETY: `after_fork_child` is an extern "C" fn that cannot unwind.
@@ -27,6 +27,7 @@ fn zcta_constructor() {
     // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) };
     REAL_EXIT.store(p, Ordering::Relaxed);
+    super::sys::note_start_dir();
     offer_profiler_plugin();
 }
 

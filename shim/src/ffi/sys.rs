@@ -357,6 +357,62 @@ pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
     false
 }
 
+/// The working directory when the library was loaded ([`note_start_dir`]), which a
+/// relative `ZCTA_OUT` (and the default `zcta-runs`) means: programs change directory
+/// (Hydra does, before the training code runs), and every file of a run must land
+/// where the program was started. Written once by the constructor, while the process
+/// is single-threaded, read after.
+struct StartDir(std::cell::UnsafeCell<[u8; START_DIR_MAX]>);
+// SAFETY: written only by the constructor before any other thread exists (and
+// before `START_DIR_LEN` is published with Release), then only read.
+unsafe impl Sync for StartDir {}
+const START_DIR_MAX: usize = 4096;
+static START_DIR: StartDir = StartDir(std::cell::UnsafeCell::new([0; START_DIR_MAX]));
+static START_DIR_LEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Notes the working directory (constructor; no allocation).
+pub fn note_start_dir() {
+    let buf = START_DIR.0.get().cast::<libc::c_char>();
+    // SAFETY: a buffer of START_DIR_MAX bytes that nothing else touches yet; getcwd
+    // NUL-terminates what it writes, or fails and returns NULL.
+    if unsafe { libc::getcwd(buf, START_DIR_MAX) }.is_null() {
+        return;
+    }
+    // SAFETY: NUL-terminated by getcwd within the buffer.
+    let len = unsafe { libc::strlen(buf) };
+    START_DIR_LEN.store(len, std::sync::atomic::Ordering::Release);
+}
+
+/// The working directory when the library was loaded, if it could be read.
+pub fn start_dir() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let len = START_DIR_LEN.load(std::sync::atomic::Ordering::Acquire);
+    if len == 0 {
+        return None;
+    }
+    // SAFETY: published by `note_start_dir` after the bytes were written; never
+    // written again.
+    let all: &[u8; START_DIR_MAX] = unsafe { &*START_DIR.0.get() };
+    let bytes = &all[..len.min(START_DIR_MAX)];
+    Some(std::ffi::OsStr::from_bytes(bytes).into())
+}
+
+/// Where the run's directories go: `ZCTA_OUT` as the bytes it holds (a path need not
+/// be UTF-8), else `default`; a relative one is taken from the directory the program
+/// was started in ([`start_dir`]), or the current one when that is not known.
+pub fn out_dir(default: &std::path::Path) -> std::path::PathBuf {
+    let out = std::env::var_os("ZCTA_OUT")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| default.to_owned(), std::path::PathBuf::from);
+    if out.is_absolute() {
+        return out;
+    }
+    match start_dir().or_else(|| std::env::current_dir().ok()) {
+        Some(d) => d.join(out),
+        None => out,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::conv::{self, Piece};
