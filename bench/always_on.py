@@ -12,8 +12,9 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
 - sr_8B_us, sr_1MiB_us, sr_64MiB_us: send/recv to itself on a 1-rank communicator
   (ncclGroupStart, ncclSend, ncclRecv, ncclGroupEnd: NCCL plans and launches one
   ncclDevKernel_SendRecv), back-to-back loops of 2,000 / 2,000 / 100 groups (us each);
-- tsr_8B_us, tsr_1MiB_us: the same through torch (dist.batch_isend_irecv), when torch
-  allows a rank to send to itself;
+- tsr_8B_us, tsr_1MiB_us: the same through torch's send/recv path (ProcessGroupNCCL's
+  send and recv in torch's coalescing manager, as dist.batch_isend_irecv issues them;
+  the backend's calls where torch's Python layer refuses a rank sending to itself);
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
 With --ab (zcta's configurations), every repetition measures each loop in
@@ -97,25 +98,45 @@ def sr(nbytes):
 
 
 def tsr(nbytes):
-    """send/recv to itself through torch (dist.batch_isend_irecv: a group of ncclSend
-    and ncclRecv, with torch's own work around it); None where torch refuses it."""
+    """send/recv to itself through torch's own send/recv path: ProcessGroupNCCL's send
+    and recv inside torch's coalescing manager (a group of ncclSend and ncclRecv, with
+    torch's work around each call), as dist.batch_isend_irecv issues them. torch's
+    Python layer refuses a rank sending to itself (ValueError), so where it does the
+    loop calls the backend's send and recv under the same coalescing manager, which is
+    what batch_isend_irecv does past that check. None where neither runs."""
     n = max(nbytes // 4, 2)
     a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
     ops = [dist.P2POp(dist.isend, a, 0), dist.P2POp(dist.irecv, b, 0)]
-    try:
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001
-        print(f"torch send/recv to itself refused: {e}", file=sys.stderr)
-        return None
 
-    def run(k):
+    def public(k):
         for _ in range(k):
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
 
-    return run
+    c10d = dist.distributed_c10d
+    pg = c10d._get_default_group()
+
+    def backend(k):
+        be = pg._get_backend(dev)
+        for _ in range(k):
+            with c10d._coalescing_manager(group=pg, device=dev, async_ops=True) as cm:
+                be.send([a], 0, 0)
+                be.recv([b], 0, 0)
+            cm.wait()
+
+    for name, run in (("batch_isend_irecv", public), ("the backend's send and recv", backend)):
+        try:
+            b.zero_()
+            run(2)
+            torch.cuda.synchronize()
+            if not bool((b == 1).all()):
+                raise RuntimeError("the received tensor does not hold what was sent")
+        except Exception as e:  # noqa: BLE001
+            print(f"torch send/recv to itself through {name} failed: {e}", file=sys.stderr)
+            continue
+        print(f"tsr: torch send/recv to itself through {name}", file=sys.stderr)
+        return run
+    return None
 
 
 def a2a(nbytes):
