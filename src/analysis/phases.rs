@@ -141,13 +141,21 @@ pub fn gpu_cuts(c: &Cuts) -> Option<(i64, Option<i64>, i64)> {
     Some((s, c.last_start.map(|l| l.clamp(s, e)), e))
 }
 
+/// The longest window [`split`] measures phases in (about 104 days): an op whose
+/// times lie further apart holds a corrupt or foreign timestamp, and its phases are
+/// not measured (differences and sums of its times could overflow).
+pub const MAX_WINDOW_NS: i64 = 1 << 53;
+
 pub fn split(c: &Cuts) -> Phases {
     let Some((s, rest_start, e)) = gpu_cuts(c) else {
         return Phases::default();
     };
     let a = c.api_start;
+    let Some(window) = e.checked_sub(a).filter(|w| (0..=MAX_WINDOW_NS).contains(w)) else {
+        return Phases::default();
+    };
     let mut p = Phases {
-        window: Some(e - a),
+        window: Some(window),
         ..Phases::default()
     };
     // init | queue | sync, cut at the launch call and at the stream being free;
@@ -231,6 +239,31 @@ pub fn covered(spans: &mut [(i64, i64)], lo: i64, hi: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Timestamps from a corrupt or foreign file (the ends of i64) measure nothing
+    /// and do not overflow.
+    #[test]
+    fn extreme_times_are_not_measured() {
+        for (a, e, last) in [
+            (i64::MIN, i64::MAX, Some(0)),
+            (0, i64::MAX, Some(i64::MIN)),
+            (i64::MIN, 0, None),
+            (0, MAX_WINDOW_NS + 1, Some(1)),
+        ] {
+            let p = split(&Cuts {
+                api_start: a,
+                launch: Some(a),
+                ready: Some(0),
+                gpu_start: None,
+                gpu_end: Some(e),
+                last_start: last,
+                memcpy: Some(i64::MAX),
+                proxy: Some(i64::MIN),
+            });
+            assert_eq!(p.window, None, "{a} {e}");
+            assert_eq!(p.unresolved, 0);
+        }
+    }
     use proptest::prelude::*;
 
     #[test]
