@@ -491,3 +491,42 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
         text(&s.stdout)
     );
 }
+
+/// A disk of 1 MB, smaller than the ops log's first claim (8 MiB) and than one batch
+/// of its rows in memory: the log is written in slices that fit what it could claim,
+/// so it keeps most of the ops, the first ones without a gap (a single write of the
+/// batch failed and lost every row).
+#[test]
+fn a_tiny_disk_still_keeps_the_first_ops() {
+    const ITERS: u64 = 300;
+    const OPS_PER_ITER: u64 = 11;
+    let run = Run::new("tiny-disk");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &ITERS.to_string()]);
+    let preload = format!(
+        "{} {}",
+        common::shim_path().display(),
+        common::fixtures().libdisk.display()
+    );
+    cmd.env("LD_PRELOAD", preload).env("FAKE_DISK_BYTES", "1000000");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let r = recover(&run.dir());
+    assert!(r.status.code().is_some_and(|c| c <= 1), "{r:?}");
+    let ops = run.rows("ops");
+    let made = ITERS * OPS_PER_ITER;
+    assert!(
+        ops.len() as u64 >= made / 2,
+        "{} of {made} ops rows kept",
+        ops.len()
+    );
+    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
+    cs.sort_unstable();
+    assert_eq!(
+        cs,
+        (0..cs.len() as u64).collect::<Vec<_>>(),
+        "the first ops, no gap"
+    );
+}

@@ -496,8 +496,7 @@ impl<T: Table> DatasetWriter<T> {
         let mut done = 0;
         let mut res = Ok(());
         while done < batch.num_rows() {
-            let len = LOG_SLICE_ROWS.min(batch.num_rows() - done);
-            let part = batch.slice(done, len);
+            let mut len = LOG_SLICE_ROWS.min(batch.num_rows() - done);
             if self.reserve_bytes > 0
                 && let Some(reserve) = self.policy.reserve
             {
@@ -510,8 +509,15 @@ impl<T: Table> DatasetWriter<T> {
                         let from = seg.reserved.max(m.len());
                         seg.reserved = from + claim(reserve, f, from, self.reserve_bytes.max(need - from));
                     }
+                    // Less claimed than the slice needs (the disk is full): a slice that
+                    // fits what is claimed, so that the claimed space is used to its end.
+                    let fits = seg.reserved.saturating_sub(m.len()) / per_row.max(1);
+                    if fits > 0 && (fits as usize) < len {
+                        len = fits as usize;
+                    }
                 }
             }
+            let part = batch.slice(done, len);
             let logged = seg
                 .wal
                 .write(&part)
