@@ -20,7 +20,7 @@ macro_rules! outln {
     ($($t:tt)*) => {{
         use std::io::Write as _;
         if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
-            return Err(e.into());
+            return Err(anyhow::Error::new(e).context("cannot write to standard output"));
         }
     }};
 }
@@ -30,7 +30,7 @@ macro_rules! out {
     ($($t:tt)*) => {{
         use std::io::Write as _;
         if let Err(e) = write!(std::io::stdout(), $($t)*) {
-            return Err(e.into());
+            return Err(anyhow::Error::new(e).context("cannot write to standard output"));
         }
     }};
 }
@@ -620,6 +620,11 @@ fn recover(run: &Path, force: bool) -> anyhow::Result<ExitCode> {
             LogOutcome::Empty => outln!("removed empty log {}", wal.display()),
             LogOutcome::Live => outln!(
                 "skipped {}: its process still runs on this host (use --force if it is gone)",
+                wal.display()
+            ),
+            LogOutcome::Locked => outln!(
+                "skipped {}: a process still holds its lock and writes it (on this host or another \
+                 sharing the file system); --force does not override that",
                 wal.display()
             ),
             LogOutcome::Failed(why) => {

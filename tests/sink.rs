@@ -61,7 +61,7 @@ fn recover_leaves_a_live_writers_logs_alone() {
     let report = recover_run(dir.path(), &|_, _| false).unwrap();
     assert!(!report.logs.is_empty());
     for (wal, outcome) in &report.logs {
-        assert_eq!(outcome, &LogOutcome::Live, "{}", wal.display());
+        assert_eq!(outcome, &LogOutcome::Locked, "{}", wal.display());
         assert!(wal.exists());
     }
     // Once the writer is gone (here: closed normally) nothing is left to recover.

@@ -43,8 +43,8 @@ pub enum ReadError {
     Missing(PathBuf),
     #[error("{0}: not a directory")]
     NotADir(PathBuf),
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
     #[error("unknown table {0:?} (known: ops, comms, calls, process)")]
     UnknownTable(String),
 }
@@ -89,19 +89,19 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) -> Resul
         Err(e) => {
             return Err(ReadError::Io {
                 path: dir.to_owned(),
-                source: e,
+                err: e,
             });
         }
     };
     for ent in rd {
         let ent = ent.map_err(|e| ReadError::Io {
             path: dir.to_owned(),
-            source: e,
+            err: e,
         })?;
         let p = ent.path();
         let ft = ent.file_type().map_err(|e| ReadError::Io {
             path: p.clone(),
-            source: e,
+            err: e,
         })?;
         if ft.is_dir() {
             walk(&p, out, skipped)?;

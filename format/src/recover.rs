@@ -36,9 +36,11 @@ pub enum LogOutcome {
     AlreadyClosed,
     /// The log was provably empty (no byte, or its schema alone): deleted.
     Empty,
-    /// The process that owns it still runs (it holds the log's lock, or it runs on
-    /// this host): left alone.
+    /// The process that wrote it still runs on this host: left alone.
     Live,
+    /// A process holds the log's lock (it is still being written, from this host or
+    /// another on a shared file system): left alone, even with `--force`.
+    Locked,
     /// Could not be recovered (reason); nothing was deleted.
     Failed(String),
 }
@@ -180,7 +182,7 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
         return LogOutcome::Live;
     }
     if is_locked(wal) {
-        return LogOutcome::Live;
+        return LogOutcome::Locked;
     }
     let tmp = tmp_path_for(&final_path);
     if final_path.exists() {

@@ -59,17 +59,17 @@ use crate::tables::{
 /// An I/O or encoding failure, with the path it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{path}: {source}")]
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: io::Error },
+    #[error("{path}: {err}")]
     Arrow {
         path: PathBuf,
-        source: arrow_schema::ArrowError,
+        err: arrow_schema::ArrowError,
     },
-    #[error("{path}: {source}")]
+    #[error("{path}: {err}")]
     Parquet {
         path: PathBuf,
-        source: parquet::errors::ParquetError,
+        err: parquet::errors::ParquetError,
     },
 }
 
@@ -77,19 +77,19 @@ impl SinkError {
     fn io(path: &Path, source: io::Error) -> Self {
         SinkError::Io {
             path: path.to_owned(),
-            source,
+            err: source,
         }
     }
     fn arrow(path: &Path, source: arrow_schema::ArrowError) -> Self {
         SinkError::Arrow {
             path: path.to_owned(),
-            source,
+            err: source,
         }
     }
     fn parquet(path: &Path, source: parquet::errors::ParquetError) -> Self {
         SinkError::Parquet {
             path: path.to_owned(),
-            source,
+            err: source,
         }
     }
 }

@@ -64,7 +64,7 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     let ts = |ns: i64| (ns - t0) as f64 / 1e3;
     let io = |e: std::io::Error| ReadError::Io {
         path: out_path.to_owned(),
-        source: e,
+        err: e,
     };
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
         .map_err(io)?;
