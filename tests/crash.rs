@@ -412,6 +412,49 @@ fn crash_window_in_deep_mode() {
     );
 }
 
+/// Ops rows per iteration of `host ops` on one rank.
+const OPS_PER_ITER: u64 = 11;
+
+/// `host ops` on one rank for `iters` iterations, on the stand-in disk of `bytes`
+/// (`FAKE_DISK_BYTES`, preloaded next to the shim); the host behaves as without the
+/// shim.
+fn on_a_small_disk(name: &str, iters: u64, bytes: u64) -> (Run, std::process::Output) {
+    let run = Run::new(name);
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &iters.to_string()]);
+    let preload = format!(
+        "{} {}",
+        common::shim_path().display(),
+        common::fixtures().libdisk.display()
+    );
+    cmd.env("LD_PRELOAD", preload)
+        .env("FAKE_DISK_BYTES", bytes.to_string());
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    (run, out)
+}
+
+/// The run's ops rows, checked to be at least half of the `made` and the first ones,
+/// without a gap in `call_seq` (`why`: what the process row said, for the message).
+fn the_first_ops_kept(run: &Run, made: u64, why: &str) -> Vec<support::Row> {
+    let ops = run.rows("ops");
+    assert!(
+        ops.len() as u64 >= made / 2,
+        "{} of {made} ops rows kept ({why})",
+        ops.len()
+    );
+    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
+    cs.sort_unstable();
+    assert_eq!(
+        cs,
+        (0..cs.len() as u64).collect::<Vec<_>>(),
+        "the first ops, no gap"
+    );
+    ops
+}
+
 /// A disk that fills up during the run (the stand-in disk of `FAKE_DISK_BYTES`,
 /// preloaded next to the shim; without a limit this run peaks at 4 MB, 3.9 MB of them
 /// the ops log): the host behaves as without the shim; the `ops` log, which claimed
@@ -423,21 +466,7 @@ fn crash_window_in_deep_mode() {
 #[test]
 fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
     const ITERS: u64 = 1500;
-    // Ops rows per iteration of `host ops` on one rank.
-    const OPS_PER_ITER: u64 = 11;
-    let run = Run::new("full");
-    let idf = run.scratch("uid");
-    common::write_unique_id(&idf);
-    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &ITERS.to_string()]);
-    let preload = format!(
-        "{} {}",
-        common::shim_path().display(),
-        common::fixtures().libdisk.display()
-    );
-    cmd.env("LD_PRELOAD", preload).env("FAKE_DISK_BYTES", "3500000");
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "ok\n");
+    let (run, out) = on_a_small_disk("full", ITERS, 3_500_000);
     for line in text(&out.stderr).lines() {
         assert!(line.starts_with("zcta: "), "{}", text(&out.stderr));
     }
@@ -468,21 +497,9 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
     let dropped = p.req_u64("records_dropped");
     assert!(dropped >= lost.values().sum::<u64>(), "{dropped} {errors}");
 
-    let ops = run.rows("ops");
+    let ops = the_first_ops_kept(&run, ITERS * OPS_PER_ITER, errors);
     let made = ITERS * OPS_PER_ITER;
     assert_eq!(p.u64("ops_rows"), Some(ops.len() as u64));
-    assert!(
-        ops.len() as u64 >= made / 2,
-        "{} of {made} ops rows kept ({errors})",
-        ops.len()
-    );
-    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
-    cs.sort_unstable();
-    assert_eq!(
-        cs,
-        (0..cs.len() as u64).collect::<Vec<_>>(),
-        "the first ops, no gap"
-    );
     assert!(ops.len() as u64 + lost.get("ops").copied().unwrap_or(0) <= made);
     let s = zcta(&[Path::new("summary"), &run.dir()]);
     assert!(
@@ -499,34 +516,8 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
 #[test]
 fn a_tiny_disk_still_keeps_the_first_ops() {
     const ITERS: u64 = 300;
-    const OPS_PER_ITER: u64 = 11;
-    let run = Run::new("tiny-disk");
-    let idf = run.scratch("uid");
-    common::write_unique_id(&idf);
-    let mut cmd = run.host(&["ops", "0", "1", idf.to_str().unwrap(), &ITERS.to_string()]);
-    let preload = format!(
-        "{} {}",
-        common::shim_path().display(),
-        common::fixtures().libdisk.display()
-    );
-    cmd.env("LD_PRELOAD", preload).env("FAKE_DISK_BYTES", "1000000");
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "ok\n");
+    let (run, _) = on_a_small_disk("tiny-disk", ITERS, 1_000_000);
     let r = recover(&run.dir());
     assert!(r.status.code().is_some_and(|c| c <= 1), "{r:?}");
-    let ops = run.rows("ops");
-    let made = ITERS * OPS_PER_ITER;
-    assert!(
-        ops.len() as u64 >= made / 2,
-        "{} of {made} ops rows kept",
-        ops.len()
-    );
-    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
-    cs.sort_unstable();
-    assert_eq!(
-        cs,
-        (0..cs.len() as u64).collect::<Vec<_>>(),
-        "the first ops, no gap"
-    );
+    the_first_ops_kept(&run, ITERS * OPS_PER_ITER, "");
 }
