@@ -670,11 +670,48 @@ fn phases_replaces_only_its_own_table() {
     assert!(rows(&o), "{}", text(&o.stdout));
     let first = names_in(&phases);
     assert_eq!(first.len(), 1, "{first:?}");
-    // A rerun replaces it; nothing else is left in the run.
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let file = phases.join(&first[0]);
+    let before = inode(&file);
+    // A rerun replaces it (a new file of the same name); nothing else is left.
     let o = zcta_in(t.path(), &["phases", run_s]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(names_in(&phases), first);
+    assert_ne!(inode(&file), before, "the table was written again");
     assert_eq!(names_in(&run), ["ops", "phases", "process"]);
+    let mut kept = inode(&file);
+
+    // On a disk that fills up while the table is written: either the new table is in
+    // place, or the error says so and the earlier one is there as it was.
+    let mut outcomes = std::collections::BTreeSet::new();
+    for kib in 4..=64 {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.args(["phases", run_s])
+            .env("LD_PRELOAD", &common::fixtures().libdisk)
+            .env("FAKE_DISK_BYTES", (kib * 1024).to_string());
+        let o = c.output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(names_in(&run), ["ops", "phases", "process"], "{kib} KiB: {err}");
+        assert_eq!(names_in(&phases), first, "{kib} KiB: {err}");
+        match o.status.code() {
+            Some(0) => outcomes.insert("replaced"),
+            Some(2) => {
+                assert_eq!(inode(&file), kept, "{kib} KiB: the earlier table stays\n{err}");
+                assert!(err.contains("nothing was changed"), "{kib} KiB: {err}");
+                // Its log written, its Parquet file not: the rows are in a log only.
+                if err.contains(".parquet.tmp") {
+                    outcomes.insert("kept, Parquet file failed");
+                }
+                outcomes.insert("kept")
+            }
+            c => panic!("{kib} KiB: exit {c:?}\n{err}"),
+        };
+        if o.status.success() {
+            assert!(rows(&o), "{kib} KiB: {}", text(&o.stdout));
+            kept = inode(&file);
+        }
+    }
+    assert_eq!(outcomes.len(), 3, "every outcome seen: {outcomes:?}");
 
     // A file of the user's beside the table: nothing is removed, the error names it.
     let notes = phases.join("NOTES.txt");
@@ -743,7 +780,7 @@ fn phases_replaces_only_its_own_table() {
     std::fs::create_dir_all(mine.join("phases").join("moon")).unwrap();
     std::fs::write(mine.join("phases").join("moon").join("ch1.tex"), "thesis").unwrap();
     let o = zcta_in(t.path(), &["phases", mine.to_str().unwrap()]);
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert_eq!(
         std::fs::read_to_string(mine.join("phases").join("moon").join("ch1.tex")).unwrap(),
         "thesis"
@@ -751,7 +788,8 @@ fn phases_replaces_only_its_own_table() {
 }
 
 /// A relative `ZCTA_OUT` (and `zcta run --out`) means the directory the program was
-/// started in, also when it changes directory before or between its NCCL calls; a
+/// started in, also when it changes directory after it started (before its first NCCL
+/// call, as Hydra does); a
 /// `ZCTA_OUT` that is not UTF-8 is the path it names, and a run id that is not is made
 /// one directory name with a warning; `zcta run` says when it adds to an existing run.
 #[test]

@@ -404,9 +404,15 @@ pub fn parquet_table(path: &Path) -> Option<String> {
         return None;
     }
     let file = File::open(path).ok()?;
-    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
-        .parse_and_finish(&file)
-        .ok()?;
+    // The parquet crate can panic on a corrupt footer (as `file_batches` notes): such a
+    // file is not a table's.
+    let meta = std::panic::catch_unwind(|| {
+        parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .ok()
+    })
+    .ok()
+    .flatten()?;
     let kv = meta.file_metadata().key_value_metadata()?;
     check_version(Some(kv)).ok()?;
     kv.iter()

@@ -510,8 +510,10 @@ impl<T: Table> DatasetWriter<T> {
                         seg.reserved = from + claim(reserve, f, from, self.reserve_bytes.max(need - from));
                     }
                     // Less claimed than the slice needs (the disk is full): a slice that
-                    // fits what is claimed, so that the claimed space is used to its end.
-                    let fits = seg.reserved.saturating_sub(m.len()) / per_row.max(1);
+                    // fits what is claimed, so that the claimed space is used to its end
+                    // (less the log message's header and padding: 1 KiB and 64 B a column).
+                    let overhead = 1024 + 64 * batch.num_columns() as u64;
+                    let fits = seg.reserved.saturating_sub(m.len() + overhead) / per_row.max(1);
                     if fits > 0 && (fits as usize) < len {
                         len = fits as usize;
                     }

@@ -628,13 +628,16 @@ pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
     let staging = run.dir.join(format!(".zcta-phases-{}", std::process::id()));
     // Ours only if this call made it (a leftover of a killed run with the same pid
     // is not removed: it is named).
-    std::fs::create_dir(&staging).map_err(|e| WritePhasesError::Io(staging.clone(), e))?;
+    std::fs::create_dir(&staging).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => WritePhasesError::Leftover(staging.clone()),
+        _ => WritePhasesError::Io(staging.clone(), e),
+    })?;
     let written = write_phases_into(run, &staging);
     let fresh = staging.join("phases");
     let result = match written {
         Ok(0) => Err(WritePhasesError::NoOps),
         Ok(n) => check_replaceable(&dir)
-            .and_then(|old| swap_in(&fresh, &dir, old.as_deref(), &staging))
+            .and_then(|had_old| swap_in(&fresh, &dir, had_old, &staging))
             .map(|()| n),
         Err(e) => Err(e),
     };
@@ -687,6 +690,14 @@ fn write_phases_into(run: &mut Run, base: &std::path::Path) -> Result<u64, Write
         return Err(WritePhasesError::Write(e));
     }
     w.close().map_err(WritePhasesError::Write)?;
+    // A Parquet file that could not be written (a full disk) leaves its rows in a log
+    // only: not a table to replace the earlier one with.
+    if w.logs_kept() {
+        return Err(match w.take_notice() {
+            Some(e) => WritePhasesError::Write(e),
+            None => WritePhasesError::Incomplete(base.join("phases")),
+        });
+    }
     Ok(n)
 }
 
@@ -715,13 +726,13 @@ fn is_own_phases_file(path: &std::path::Path) -> bool {
         && crate::reader::parquet_table(path).as_deref() == Some("phases")
 }
 
-/// `Ok(None)`: no `dir` yet; `Ok(Some(files))`: a directory holding only files of
-/// zcta's phases table; otherwise the error that says why it is not replaced.
-fn check_replaceable(dir: &std::path::Path) -> Result<Option<Vec<std::path::PathBuf>>, WritePhasesError> {
+/// `Ok(false)`: no `dir` yet; `Ok(true)`: a directory holding only files of zcta's
+/// phases table; otherwise the error that says why it is not replaced.
+fn check_replaceable(dir: &std::path::Path) -> Result<bool, WritePhasesError> {
     let not = |why: String| WritePhasesError::NotOurs(dir.to_owned(), why);
     let m = match std::fs::symlink_metadata(dir) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(WritePhasesError::Io(dir.to_owned(), e)),
     };
     if m.file_type().is_symlink() {
@@ -730,32 +741,35 @@ fn check_replaceable(dir: &std::path::Path) -> Result<Option<Vec<std::path::Path
     if !m.is_dir() {
         return Err(not("it is not a directory".into()));
     }
-    let mut files = Vec::new();
     for e in std::fs::read_dir(dir).map_err(|e| WritePhasesError::Io(dir.to_owned(), e))? {
         let p = e.map_err(|e| WritePhasesError::Io(dir.to_owned(), e))?.path();
         if !is_own_phases_file(&p) {
-            return Err(not(format!("it holds {}, which zcta did not write", p.display())));
+            return Err(not(format!(
+                "it holds {}, which is not a file of a phases table this zcta wrote (another \
+                 program's, damaged, or of a newer zcta)",
+                p.display()
+            )));
         }
-        files.push(p);
     }
-    Ok(Some(files))
+    Ok(true)
 }
 
-/// Puts the freshly written table `fresh` at `dir`, removing the earlier table's
-/// `old` files (checked to be zcta's) once the new one is in place.
+/// Puts the freshly written table `fresh` at `dir`, removing the earlier table
+/// (`had_old`: there is one) once the new one is in place: only its files that are
+/// still zcta's phases files.
 fn swap_in(
     fresh: &std::path::Path,
     dir: &std::path::Path,
-    old: Option<&[std::path::PathBuf]>,
+    had_old: bool,
     staging: &std::path::Path,
 ) -> Result<(), WritePhasesError> {
     let io = |p: &std::path::Path| {
         let p = p.to_owned();
         move |e| WritePhasesError::Io(p, e)
     };
-    let Some(old) = old else {
+    if !had_old {
         return std::fs::rename(fresh, dir).map_err(io(dir));
-    };
+    }
     let retired = staging.join("earlier");
     std::fs::rename(dir, &retired).map_err(io(dir))?;
     if let Err(e) = std::fs::rename(fresh, dir) {
@@ -763,10 +777,23 @@ fn swap_in(
         let _ = std::fs::rename(&retired, dir);
         return Err(io(dir)(e));
     }
-    for f in old {
-        if let Some(name) = f.file_name() {
-            let _ = std::fs::remove_file(retired.join(name));
+    // Only what is (still) zcta's goes: a file put in the directory while this ran
+    // stays, and the error says where it is now.
+    let mut kept = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&retired) {
+        for e in rd.flatten() {
+            if is_own_phases_file(&e.path()) {
+                let _ = std::fs::remove_file(e.path());
+            } else {
+                kept.push(e.path());
+            }
         }
+    }
+    if !kept.is_empty() {
+        return Err(WritePhasesError::Moved {
+            dir: dir.to_owned(),
+            kept,
+        });
     }
     std::fs::remove_dir(&retired).map_err(io(&retired))
 }
@@ -789,9 +816,9 @@ pub enum WritePhasesError {
     /// Reading the run failed.
     #[error(transparent)]
     Read(#[from] crate::reader::ReadError),
-    /// Writing the table failed.
-    #[error(transparent)]
-    Write(#[from] crate::sink::SinkError),
+    /// Writing the table failed (before anything was replaced).
+    #[error("{0}; nothing was changed")]
+    Write(crate::sink::SinkError),
     /// A file system call failed.
     #[error("{0}: {1}")]
     Io(std::path::PathBuf, std::io::Error),
@@ -801,4 +828,26 @@ pub enum WritePhasesError {
     /// The path where the table goes holds something zcta did not write.
     #[error("{0} is not replaced: {1}; move it away and run again")]
     NotOurs(std::path::PathBuf, String),
+    /// The staging directory exists: left by a `zcta phases` that was killed (or one
+    /// running now with the same pid in another pid namespace).
+    #[error(
+        "{0} exists: a `zcta phases` of the same process id left it (killed?) or is running; \
+         remove it if none runs, and run again"
+    )]
+    Leftover(std::path::PathBuf),
+    /// The new table's Parquet file could not be written; its rows are in a log only.
+    #[error("{0}: the table could not be written completely; the earlier one is kept")]
+    Incomplete(std::path::PathBuf),
+    /// Files appeared in the earlier table's directory while the new one was written:
+    /// the new table is in place, and they were kept where the earlier table went.
+    #[error(
+        "the new table is in {}, but files that appeared there meanwhile were not removed; \
+         they are now at: {}",
+        dir.display(),
+        kept.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Moved {
+        dir: std::path::PathBuf,
+        kept: Vec<std::path::PathBuf>,
+    },
 }

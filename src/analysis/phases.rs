@@ -227,13 +227,14 @@ pub fn covered(spans: &mut [(i64, i64)], lo: i64, hi: i64) -> i64 {
         cur = match cur {
             Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
             Some((cs, ce)) => {
-                total += ce - cs;
+                total = total.saturating_add(ce.saturating_sub(cs));
                 Some((s, e))
             }
             None => Some((s, e)),
         };
     }
-    total + cur.map_or(0, |(s, e)| e - s)
+    // Saturating: times from a corrupt file may lie the whole i64 range apart.
+    total.saturating_add(cur.map_or(0, |(s, e)| e.saturating_sub(s)))
 }
 
 #[cfg(test)]
@@ -263,6 +264,8 @@ mod tests {
             assert_eq!(p.window, None, "{a} {e}");
             assert_eq!(p.unresolved, 0);
         }
+        let mut spans = [(i64::MIN, i64::MAX), (0, 1), (i64::MIN, 0)];
+        assert_eq!(covered(&mut spans, i64::MIN, i64::MAX), i64::MAX);
     }
     use proptest::prelude::*;
 

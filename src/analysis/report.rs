@@ -361,8 +361,9 @@ impl Builder {
         // The op's GPU time: its kernels' span (deep mode), else its time on its stream
         // from when the stream was free after the launch (CUDA events).
         let span = match (o.gpu_start, o.gpu_end) {
-            (Some(s), Some(e)) => Some(e - s),
-            (None, Some(e)) => o.gpu_begin().map(|b| e - b),
+            // Checked: times from a corrupt file may lie the whole i64 range apart.
+            (Some(s), Some(e)) => e.checked_sub(s),
+            (None, Some(e)) => o.gpu_begin().and_then(|b| e.checked_sub(b)),
             _ => None,
         };
         if let Some(d) = span.filter(|&d| d >= 0) {

@@ -155,10 +155,10 @@ impl OpsAcc {
             let begin = super::phases::gpu_begin(start, v.gpu_ready_ns.get(i), launch);
             if let (Some(b), Some(end)) = (begin, v.gpu_end_ns.get(i)) {
                 g.measured += 1;
-                dur.push(end - b);
+                dur.push(end.saturating_sub(b));
             }
             if let (Some(s), Some(l)) = (start, launch) {
-                queue.push(s - l);
+                queue.push(s.saturating_sub(l));
             }
 
             let c = self.calls.entry((v.rank.get(i), op.to_owned())).or_default();

@@ -80,7 +80,13 @@ pub fn dlopen(path: &str, flags: c_int) -> usize {
 
 fn find_lib() -> Lib {
     let own = own_path();
-    if let Some(p) = std::env::var("ZCTA_NCCL_LIB").ok().filter(|s| !s.is_empty()) {
+    let asked = std::env::var_os("ZCTA_NCCL_LIB").filter(|s| !s.is_empty());
+    if let Some(a) = asked.as_ref().filter(|a| a.to_str().is_none()) {
+        zcta::warn(format_args!(
+            "ZCTA_NCCL_LIB={a:?} is not UTF-8; looking for the mapped libnccl instead"
+        ));
+    }
+    if let Some(p) = asked.and_then(|a| a.into_string().ok()) {
         let mut h = dlopen(&p, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
         let opened_here = h == 0;
         if opened_here {

@@ -358,20 +358,25 @@ pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
 }
 
 /// The working directory when the library was loaded ([`note_start_dir`]), which a
-/// relative `ZCTA_OUT` (and the default `zcta-runs`) means: programs change directory
-/// (Hydra does, before the training code runs), and every file of a run must land
-/// where the program was started. Written once by the constructor, while the process
+/// relative `ZCTA_OUT` (and the default `zcta-runs`) means: a process may change
+/// directory after it started (Hydra does, before the training code runs), and every
+/// file it writes must land where it was started. Written once by the constructor, while the process
 /// is single-threaded, read after.
 struct StartDir(std::cell::UnsafeCell<[u8; START_DIR_MAX]>);
-// SAFETY: written only by the constructor before any other thread exists (and
-// before `START_DIR_LEN` is published with Release), then only read.
+// SAFETY: written only by the first call of `note_start_dir` (the constructor's),
+// before `START_DIR_LEN` is published with Release; then only read.
 unsafe impl Sync for StartDir {}
 const START_DIR_MAX: usize = 4096;
 static START_DIR: StartDir = StartDir(std::cell::UnsafeCell::new([0; START_DIR_MAX]));
 static START_DIR_LEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Notes the working directory (constructor; no allocation).
+/// Notes the working directory (constructor; no allocation). Only the first call
+/// writes: the buffer is never written while it may be read.
 pub fn note_start_dir() {
+    static CALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if CALLED.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
     let buf = START_DIR.0.get().cast::<libc::c_char>();
     // SAFETY: a buffer of START_DIR_MAX bytes that nothing else touches yet; getcwd
     // NUL-terminates what it writes, or fails and returns NULL.
