@@ -870,3 +870,39 @@ fn the_run_directory_is_where_the_program_started() {
         "{err}"
     );
 }
+
+/// A log whose writer holds its lock is left alone, with `--force` too, and the
+/// message says why (not that its process runs on this host).
+#[test]
+fn recover_names_a_locked_log_as_being_written() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    let ops = run.join("ops");
+    std::fs::create_dir_all(&ops).unwrap();
+    let wal = ops.join("_elsewhere-p42-00000.wal");
+    ops_log(&wal, 10);
+    let held = std::fs::File::open(&wal).unwrap();
+    held.lock().unwrap();
+    let run_s = run.to_str().unwrap();
+    for args in [vec!["recover", run_s], vec!["recover", "--force", run_s]] {
+        let o = zcta_in(t.path(), &args);
+        let out = text(&o.stdout);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "zcta {args:?}\n{out}\n{}",
+            text(&o.stderr)
+        );
+        assert!(out.contains(&format!("skipped {}", wal.display())), "{out}");
+        assert!(out.contains("holds its lock"), "{out}");
+        assert!(!out.contains("runs on this host"), "{out}");
+        assert!(wal.exists());
+    }
+    drop(held);
+    let o = zcta_in(t.path(), &["recover", run_s]);
+    assert!(
+        text(&o.stdout).contains("recovered 10 rows"),
+        "{}",
+        text(&o.stdout)
+    );
+}
