@@ -360,8 +360,8 @@ pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
 /// The working directory when the library was loaded ([`note_start_dir`]), which a
 /// relative `ZCTA_OUT` (and the default `zcta-runs`) means: a process may change
 /// directory after it started (Hydra does, before the training code runs), and every
-/// file it writes must land where it was started. Written once by the constructor, while the process
-/// is single-threaded, read after.
+/// file it writes must land where it was started. Written once, by the constructor's
+/// call of [`note_start_dir`], and read only after [`START_DIR_LEN`] publishes it.
 struct StartDir(std::cell::UnsafeCell<[u8; START_DIR_MAX]>);
 // SAFETY: written only by the first call of `note_start_dir` (the constructor's),
 // before `START_DIR_LEN` is published with Release; then only read.
