@@ -641,7 +641,8 @@ pub fn write_phases(run: &mut Run) -> Result<u64, WritePhasesError> {
             .map(|()| n),
         Err(e) => Err(e),
     };
-    remove_own_phases(&fresh);
+    remove_own_phases_files(&fresh);
+    let _ = std::fs::remove_dir(&fresh);
     let _ = std::fs::remove_dir(&staging);
     result
 }
@@ -779,16 +780,7 @@ fn swap_in(
     }
     // Only what is (still) zcta's goes: a file put in the directory while this ran
     // stays, and the error says where it is now.
-    let mut kept = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&retired) {
-        for e in rd.flatten() {
-            if is_own_phases_file(&e.path()) {
-                let _ = std::fs::remove_file(e.path());
-            } else {
-                kept.push(e.path());
-            }
-        }
-    }
+    let kept = remove_own_phases_files(&retired);
     if !kept.is_empty() {
         return Err(WritePhasesError::Moved {
             dir: dir.to_owned(),
@@ -798,16 +790,20 @@ fn swap_in(
     std::fs::remove_dir(&retired).map_err(io(&retired))
 }
 
-/// Removes what [`write_phases_into`] left in `dir` (its own files only) and `dir`.
-fn remove_own_phases(dir: &std::path::Path) {
+/// Removes the files of zcta's phases table in `dir` ([`is_own_phases_file`]);
+/// returns the other entries, which stay.
+fn remove_own_phases_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut others = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             if is_own_phases_file(&e.path()) {
                 let _ = std::fs::remove_file(e.path());
+            } else {
+                others.push(e.path());
             }
         }
     }
-    let _ = std::fs::remove_dir(dir);
+    others
 }
 
 /// Errors of [`write_phases`].

@@ -240,6 +240,7 @@ pub fn covered(spans: &mut [(i64, i64)], lo: i64, hi: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// Timestamps from a corrupt or foreign file (the ends of i64) measure nothing
     /// and do not overflow.
@@ -267,7 +268,6 @@ mod tests {
         let mut spans = [(i64::MIN, i64::MAX), (0, 1), (i64::MIN, 0)];
         assert_eq!(covered(&mut spans, i64::MIN, i64::MAX), i64::MAX);
     }
-    use proptest::prelude::*;
 
     #[test]
     fn a_fully_measured_op() {
