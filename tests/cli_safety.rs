@@ -789,9 +789,9 @@ fn phases_replaces_only_its_own_table() {
 
 /// A relative `ZCTA_OUT` (and `zcta run --out`) means the directory the program was
 /// started in, also when it changes directory after it started (before its first NCCL
-/// call, as Hydra does); a
-/// `ZCTA_OUT` that is not UTF-8 is the path it names, and a run id that is not is made
-/// one directory name with a warning; `zcta run` says when it adds to an existing run.
+/// call, as Hydra does); a `ZCTA_OUT` that is not UTF-8 is the path it names, and a
+/// run id that is not is made one directory name with a warning; `zcta run` says when
+/// it adds to an existing run.
 #[test]
 fn the_run_directory_is_where_the_program_started() {
     use std::os::unix::ffi::OsStrExt;

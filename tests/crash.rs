@@ -318,13 +318,7 @@ fn kill_with_rolled_segments() {
 
     let ops = run.rows("ops");
     assert!(ops.len() >= before.num_rows());
-    let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
-    cs.sort_unstable();
-    assert_eq!(
-        cs,
-        (0..cs.len() as u64).collect::<Vec<_>>(),
-        "no gap, no duplicate"
-    );
+    call_seqs_from_zero(&ops, "no gap, no duplicate");
 }
 
 /// How old the newest recovered ops row is when a looping host (one AllReduce per
@@ -445,14 +439,16 @@ fn the_first_ops_kept(run: &Run, made: u64, why: &str) -> Vec<support::Row> {
         "{} of {made} ops rows kept ({why})",
         ops.len()
     );
+    call_seqs_from_zero(&ops, "the first ops, no gap");
+    ops
+}
+
+/// Checks that the ops rows' `call_seq`s are 0, 1, … in some order: each op once, from
+/// the first, none missing (`what` says so when not).
+fn call_seqs_from_zero(ops: &[support::Row], what: &str) {
     let mut cs: Vec<u64> = ops.iter().map(|o| o.req_u64("call_seq")).collect();
     cs.sort_unstable();
-    assert_eq!(
-        cs,
-        (0..cs.len() as u64).collect::<Vec<_>>(),
-        "the first ops, no gap"
-    );
-    ops
+    assert_eq!(cs, (0..cs.len() as u64).collect::<Vec<_>>(), "{what}");
 }
 
 /// A disk that fills up during the run (the stand-in disk of `FAKE_DISK_BYTES`,
