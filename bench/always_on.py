@@ -21,13 +21,16 @@ With --ab (zcta's configurations), every repetition measures each loop in
 --ab-blocks (10) blocks with recording on and as many with it paused
 (`zcta_set_recording(0)`: the shim forwards, NCCL generates no profiler events),
 interleaved: the ratio of the two, per repetition, is an in-process A/B that the
-spread between processes, and drifts within one, do not blur; and the ratio of the
-fastest block of each side, for loops whose speed jumps between two modes (the
-all_to_all loops on one H200). Each block lasts at least --ab-block-ms (20 ms; the
-loop's length grows to fit): the budget allows a burst of 20 us of timing after any
-quiet stretch, a paused block included, so a block of 2 ms would pay ~1 % for it
-where a continuous loop pays it once; at 20 ms it is <= 0.1 %. --ab-block-ms 0 keeps
-the loop lengths above. Writes DIR/<config>-<round>.json.
+spread between processes, and drifts within one, do not blur. Three ratios are kept:
+of the blocks' means (`ab`); the median over the block pairs (each recording block
+against the paused block next to it) of their ratio (`ab_pairs`: one slow block, a
+collection or a stall, moves it by little); and of the fastest block of each side
+(`ab_fastest`, for loops whose speed jumps between two modes: the all_to_all loops on
+one H200). Each block lasts at least --ab-block-ms (100 ms; the loop's length grows to
+fit: five training steps, some 7,000 send/recv groups): the budget allows a burst of
+20 us of timing after any quiet stretch, a paused block included, so a block of 2 ms
+would pay ~1 % for it where a continuous loop pays it once; at 100 ms it is 0.02 %.
+--ab-block-ms 0 keeps the loop lengths above. Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -60,7 +63,7 @@ ap.add_argument("--reps", type=int, default=7)
 ap.add_argument("--measures", default=",".join(MEASURES))
 ap.add_argument("--ab", action="store_true")
 ap.add_argument("--ab-blocks", type=int, default=10)
-ap.add_argument("--ab-block-ms", type=float, default=20.0)
+ap.add_argument("--ab-block-ms", type=float, default=100.0)
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -192,6 +195,8 @@ paused = {m: [] for m in wanted}
 fastest = {True: {}, False: {}}
 # Items per A/B block, per loop.
 ab_items = {}
+# Per repetition, the median over its block pairs of recording / paused.
+pairs = {m: [] for m in wanted}
 with prof:
     for rep in range(args.reps):
         for m in wanted:
@@ -202,16 +207,21 @@ with prof:
             # Interleaved in blocks (paused, recording, recording, paused, ...), so that
             # a drift of the machine's speed within the repetition falls on both.
             sums = {True: 0.0, False: 0.0}
+            ratios = []
             blocks = max(min(args.ab_blocks, k // 2), 1)
             per_block = max(k // blocks, int(args.ab_block_ms / 1e3 / max(item_s[m], 1e-9)) + 1)
             ab_items[m] = per_block
             for b in range(blocks):
+                pair = {}
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
                     set_recording(int(on))
                     t = per_item(fn, per_block)
                     sums[on] += t
+                    pair[on] = t
                     fastest[on][m] = min(fastest[on].get(m, t), t)
+                ratios.append(pair[True] / pair[False])
             set_recording(1)
+            pairs[m].append(statistics.median(ratios))
             res[m].append(sums[True] / blocks * scale)
             paused[m].append(sums[False] / blocks * scale)
 me.destroy()
@@ -245,6 +255,7 @@ out.mkdir(parents=True, exist_ok=True)
                 "median": {m: statistics.median(v) for m, v in res.items()}, "threads": thr,
                 **({"paused": paused,
                     "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
+                    "ab_pairs": {m: statistics.median(pairs[m]) for m in wanted},
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items}
                    if set_recording is not None else {})}))

@@ -28,8 +28,9 @@ def load(d, key="median"):
 
 def ab_table(d, key="ab", title="in-process A/B (recording / paused, same process)"):
     """In-process A/B: per measure and configuration, the median over rounds of each
-    process's median ratio recording / paused (`key` ab), or of the ratio of its
-    fastest blocks (ab_fastest), [min, max] over rounds."""
+    process's median ratio recording / paused (`key` ab: of the blocks' means;
+    ab_pairs: the median over block pairs; ab_fastest: of its fastest blocks),
+    [min, max] over rounds."""
     ab = load(d, key)
     if not ab:
         return ""
@@ -98,5 +99,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 2:
         print(timing(sys.argv[2]))
     print(ab_table(sys.argv[1]))
+    print(ab_table(sys.argv[1], "ab_pairs", "in-process A/B, median over block pairs of recording / paused"))
     print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
     print(table(runs))
