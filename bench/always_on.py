@@ -17,10 +17,12 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   the backend's calls where torch's Python layer refuses a rank sending to itself);
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
-With --ab (zcta's configurations), every repetition measures each loop in
---ab-blocks (10) blocks with recording on and as many with it paused
-(`zcta_set_recording(0)`: the shim forwards, NCCL generates no profiler events),
-interleaved: the ratio of the two, per repetition, is an in-process A/B that the
+With --ab, every repetition measures each loop in --ab-blocks (10) blocks with
+recording on and as many with it paused (`zcta_set_recording(0)`: the shim forwards,
+NCCL generates no profiler events), interleaved; without zcta in the process (plain,
+torch.profiler) the same blocks run with nothing switched (an A/A: the method's own
+noise, and the same work as a zcta process for the rotated comparison). In zcta's
+processes the ratio of the two, per repetition, is an in-process A/B that the
 spread between processes, and drifts within one, do not blur. Three ratios are kept:
 of the blocks' means (`ab`); the median over the block pairs (each recording block
 against the paused block next to it) of their ratio (`ab_pairs`: one slow block, a
@@ -186,9 +188,18 @@ if args.config.rstrip("23456789") == "profiler":
     prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
 import ctypes  # noqa: E402
 
-set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None) if args.ab else None
-if set_recording is not None:
-    set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
+set_recording = None
+if args.ab:
+    set_recording = getattr(ctypes.CDLL(None), "zcta_set_recording", None)
+    if set_recording is not None:
+        set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
+    else:
+        # Without zcta (plain, torch.profiler) the same blocks run with nothing to
+        # switch: the process does the same work as a zcta one, so the rotated
+        # processes compare like with like, and its "A/B" is an A/A, the method's
+        # own noise.
+        def set_recording(_on):
+            return 0
 res = {m: [] for m in wanted}
 paused = {m: [] for m in wanted}
 # The fastest block of each side (A/B), for loops whose speed jumps between modes.

@@ -6,7 +6,7 @@
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
-# recording in zcta's configurations), PIN (a CPU list for taskset, e.g. 2-5),
+# recording in zcta's configurations; the same blocks, an A/A, in the others), PIN (a CPU list for taskset, e.g. 2-5),
 # SHIM2 … SHIM9 (other builds' directories: a zcta configuration named with a trailing
 # digit N, e.g. default2, runs build SHIMN, so builds are compared in one run).
 set -u
@@ -54,7 +54,8 @@ for ((r = 0; r < rounds; r++)); do
       events0) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_NCCL_MASK=0) ;;
     esac
     ab=()
-    case $base in plain | profiler | disabled) ;; *) [ "${AB:-0}" = 1 ] && ab=(--ab) ;; esac
+    # Every process runs the same blocks (plain and torch.profiler an A/A).
+    [ "${AB:-0}" = 1 ] && ab=(--ab)
     pin=()
     [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
     timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
