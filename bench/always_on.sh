@@ -6,7 +6,8 @@
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
-# recording in zcta's configurations; the same blocks, an A/A, in the others), PIN (a CPU list for taskset, e.g. 2-5),
+# recording in zcta's configurations; the same blocks, an A/A, in the others; AB_BLOCK_MS:
+# each block's least length, 100 by default), PIN (a CPU list for taskset, e.g. 2-5),
 # SHIM2 … SHIM9 (other builds' directories: a zcta configuration named with a trailing
 # digit N, e.g. default2, runs build SHIMN, so builds are compared in one run).
 set -u
@@ -55,7 +56,7 @@ for ((r = 0; r < rounds; r++)); do
     esac
     ab=()
     # Every process runs the same blocks (plain and torch.profiler an A/A).
-    [ "${AB:-0}" = 1 ] && ab=(--ab)
+    [ "${AB:-0}" = 1 ] && ab=(--ab ${AB_BLOCK_MS:+--ab-block-ms "$AB_BLOCK_MS"})
     pin=()
     [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
     timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
