@@ -4,7 +4,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `ZCTA_ENABLE` | `1` | `0`/`false`/`off`: forward only, record nothing |
-//! | `ZCTA_OUT` | `./zcta-runs` | parent of run directories (relative: to where each process started; the shim resolves it) |
+//! | `ZCTA_OUT` | `./zcta-runs` | parent of run directories (relative: to where each process started); read by the shim as the bytes it holds (`ffi::sys::out_dir`), not here |
 //! | `ZCTA_RUN_ID` | derived | run directory name |
 //! | `ZCTA_NCCL_LIB` | the mapped libnccl | library to forward to |
 //! | `ZCTA_FLUSH_MS` | `500` | longest time a record waits before reaching the log |
@@ -21,7 +21,6 @@
 //! | `ZCTA_CUPTI_DEBUG` | unset | `1`: print what CUPTI delivered at exit (read by the shim) |
 //! | `ZCTA_PAUSE_CUPTI` | unset | `1`: a pause also switches CUPTI's launch callbacks off (read by the shim) |
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::sink::{GpuPolicy, SinkPolicy};
@@ -62,7 +61,6 @@ impl GpuMode {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub enabled: bool,
-    pub out_dir: PathBuf,
     pub nccl_lib: Option<String>,
     pub queue_capacity: usize,
     pub exit_timeout: Duration,
@@ -151,13 +149,8 @@ impl Config {
                 None
             }
         };
-        let out_dir = env("ZCTA_OUT")
-            .filter(|s| !s.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("zcta-runs"));
         Config {
             enabled,
-            out_dir,
             nccl_lib: env("ZCTA_NCCL_LIB").filter(|s| !s.is_empty()),
             queue_capacity,
             exit_timeout: Duration::from_millis(exit_ms),

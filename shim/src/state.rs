@@ -112,8 +112,7 @@ fn env_var(name: &str) -> Option<String> {
 }
 
 fn activate() -> Option<Recorder> {
-    let mut cfg = Config::from_env(&env_var);
-    cfg.out_dir = ffi::sys::out_dir(&cfg.out_dir);
+    let cfg = Config::from_env(&env_var);
     if !cfg.enabled {
         return None;
     }
@@ -167,7 +166,7 @@ fn activate() -> Option<Recorder> {
         ..ProcessRow::default()
     };
     let info = ProcessInfo {
-        run_dir: cfg.out_dir.join(&run.id),
+        run_dir: ffi::sys::out_dir().join(&run.id),
         prefix: sink::file_prefix(&host, rank_env, pid as i32, &sink::process_token()),
         ctx: Ctx {
             pid: pid as i32,

@@ -402,13 +402,16 @@ pub fn start_dir() -> Option<std::path::PathBuf> {
     Some(std::ffi::OsStr::from_bytes(bytes).into())
 }
 
+/// The default parent of run directories, when `ZCTA_OUT` is unset or empty.
+pub const DEFAULT_OUT: &str = "zcta-runs";
+
 /// Where the run's directories go: `ZCTA_OUT` as the bytes it holds (a path need not
-/// be UTF-8), else `default`; a relative one is taken from the directory the program
-/// was started in ([`start_dir`]), or the current one when that is not known.
-pub fn out_dir(default: &std::path::Path) -> std::path::PathBuf {
+/// be UTF-8), else [`DEFAULT_OUT`]; a relative one is taken from the directory the
+/// program was started in ([`start_dir`]), or the current one when that is not known.
+pub fn out_dir() -> std::path::PathBuf {
     let out = std::env::var_os("ZCTA_OUT")
         .filter(|v| !v.is_empty())
-        .map_or_else(|| default.to_owned(), std::path::PathBuf::from);
+        .map_or_else(|| std::path::PathBuf::from(DEFAULT_OUT), std::path::PathBuf::from);
     if out.is_absolute() {
         return out;
     }
