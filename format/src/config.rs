@@ -4,7 +4,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `ZCTA_ENABLE` | `1` | `0`/`false`/`off`: forward only, record nothing |
-//! | `ZCTA_OUT` | `./zcta-runs` | parent of run directories (relative: to where each process started); read by the shim as the bytes it holds (`ffi::sys::out_dir`), not here |
+//! | `ZCTA_OUT` | `./zcta-runs` | parent of run directories (relative: to where each process started); read by the shim as the bytes it holds (`shim/src/ffi/sys.rs`, `out_dir`), not here |
 //! | `ZCTA_RUN_ID` | derived | run directory name |
 //! | `ZCTA_NCCL_LIB` | the mapped libnccl | library to forward to |
 //! | `ZCTA_FLUSH_MS` | `500` | longest time a record waits before reaching the log |

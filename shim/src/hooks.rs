@@ -337,7 +337,7 @@ fn file_op(
     peer: Option<i32>,
     comm: Option<Arc<CommState>>,
     ok: bool,
-    rec: Option<&OpRecord>,
+    rec: Option<OpRecord>,
     selected: bool,
 ) {
     let comm = comm.filter(|_| ok);
@@ -347,9 +347,9 @@ fn file_op(
         let (Ok(mut p), Ok(mut rows)) = (h.pending.try_borrow_mut(), h.rows.try_borrow_mut()) else {
             return;
         };
-        let (comm_ptr, stream) = rec.map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
+        let (comm_ptr, stream) = rec.as_ref().map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
         let row = rec.map(|r| {
-            rows.push(Event::Op(*r));
+            rows.push(Event::Op(r));
             rows.len() - 1
         });
         if row.is_some() {
@@ -367,8 +367,9 @@ fn file_op(
         return;
     }
     let seq = comm.map(|st| next_seq(kind, peer, &st));
-    if let Some(rec) = rec {
-        state::emit(Event::Op(OpRecord { seq, ..*rec }));
+    if let Some(mut rec) = rec {
+        rec.seq = seq;
+        state::emit(Event::Op(rec));
     }
 }
 
@@ -487,7 +488,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
             a.peer,
             st,
             ok,
-            Some(&rec),
+            Some(rec),
             pick.is_some_and(|p| p.selected),
         );
     });
@@ -532,7 +533,9 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
     if !rows {
         out.clear();
     }
-    out.extend(end.map(Event::Call));
+    if let Some(end) = end {
+        out.push(Event::Call(end));
+    }
     // A group larger than a share of the queue goes in pieces (each one reservation).
     for chunk in out.chunks(BATCH_MAX) {
         state::emit_all(chunk);
