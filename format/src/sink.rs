@@ -74,22 +74,22 @@ pub enum SinkError {
 }
 
 impl SinkError {
-    fn io(path: &Path, source: io::Error) -> Self {
+    fn io(path: &Path, err: io::Error) -> Self {
         SinkError::Io {
             path: path.to_owned(),
-            err: source,
+            err,
         }
     }
-    fn arrow(path: &Path, source: arrow_schema::ArrowError) -> Self {
+    fn arrow(path: &Path, err: arrow_schema::ArrowError) -> Self {
         SinkError::Arrow {
             path: path.to_owned(),
-            err: source,
+            err,
         }
     }
-    fn parquet(path: &Path, source: parquet::errors::ParquetError) -> Self {
+    fn parquet(path: &Path, err: parquet::errors::ParquetError) -> Self {
         SinkError::Parquet {
             path: path.to_owned(),
-            err: source,
+            err,
         }
     }
 }
