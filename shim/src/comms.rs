@@ -6,7 +6,7 @@
 //! by a global epoch (bumped whenever a communicator is added or removed: a freed
 //! `ncclComm_t` address can be reused).
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -62,6 +62,20 @@ impl Hasher for PeerHasher {
     }
 }
 
+/// Takes the next value of one of a communicator's sequence counters: a load and a
+/// store, not a locked read-modify-write, which also waits for the thread's pending
+/// stores (the rows it just wrote): docs/PERFORMANCE.md, "Locked instructions".
+/// Exact under NCCL's rule that one communicator is never issued operations by
+/// several threads at once (its user guide, "Thread Safety": threads take turns,
+/// synchronised by the program); a program that breaks it can at worst give two ops
+/// one number.
+#[inline]
+fn take(c: &AtomicU64) -> u64 {
+    let v = c.load(Ordering::Relaxed);
+    c.store(v.wrapping_add(1), Ordering::Relaxed);
+    v
+}
+
 fn opt(v: i32) -> Option<i32> {
     (v != UNKNOWN).then_some(v)
 }
@@ -102,10 +116,10 @@ impl CommState {
         self.rank().is_some() && self.nranks().is_some() && self.device().is_some()
     }
     pub fn next_call_seq(&self) -> u64 {
-        self.call_seq.fetch_add(1, Ordering::Relaxed)
+        take(&self.call_seq)
     }
     pub fn next_coll_seq(&self) -> u64 {
-        self.coll_seq.fetch_add(1, Ordering::Relaxed)
+        take(&self.coll_seq)
     }
     /// Index of this send to (`send`) or receive from `peer`.
     /// The sequence number the next collective will take (without taking it).
@@ -122,7 +136,7 @@ impl CommState {
     }
     pub fn next_p2p_seq(&self, send: bool, peer: i32) -> u64 {
         if let Some(c) = self.p2p_counter(send, peer) {
-            return c.fetch_add(1, Ordering::Relaxed);
+            return take(c);
         }
         let mut m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         let c = m.entry((send, peer)).or_insert(0);
@@ -183,6 +197,55 @@ pub fn remove(ptr: usize, st: &Arc<CommState>) {
     if m.get(&ptr).is_some_and(|cur| Arc::ptr_eq(cur, st)) {
         m.remove(&ptr);
         EPOCH.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A communicator as a hook holds it during one call: borrowed from the thread's
+/// cache (no reference count taken: that is a locked instruction, and a hot path
+/// made four a group), or owned when the cache could not hold it.
+pub enum CommRef<'a> {
+    Cached(Ref<'a, Arc<CommState>>),
+    Owned(Arc<CommState>),
+}
+
+impl std::ops::Deref for CommRef<'_> {
+    type Target = Arc<CommState>;
+    fn deref(&self) -> &Arc<CommState> {
+        match self {
+            CommRef::Cached(r) => r,
+            CommRef::Owned(a) => a,
+        }
+    }
+}
+
+/// The communicator at `ptr`, if known, borrowed from this thread's `cache` for as
+/// long as the caller holds it (the hooks' calls do not nest, so nothing replaces the
+/// cache's entry meanwhile: a lookup that finds it borrowed goes to the map).
+#[inline]
+pub fn lookup(ptr: usize, cache: &Cache) -> Option<CommRef<'_>> {
+    if ptr == 0 {
+        return None;
+    }
+    let epoch = EPOCH.load(Ordering::Acquire);
+    match cache.0.try_borrow_mut() {
+        Ok(mut c) => {
+            if c.0 != ptr || c.1 != epoch {
+                let found = MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
+                *c = (ptr, epoch, found);
+            }
+        }
+        Err(_) => {
+            return MAP
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&ptr)
+                .cloned()
+                .map(CommRef::Owned);
+        }
+    }
+    match Ref::filter_map(cache.0.try_borrow().ok()?, |c| c.2.as_ref()) {
+        Ok(r) => Some(CommRef::Cached(r)),
+        Err(_) => None,
     }
 }
 

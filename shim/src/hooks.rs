@@ -18,7 +18,7 @@ use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
 use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, PlanEngine, SmallStr, Timing};
 
-use crate::comms::{self, CommState};
+use crate::comms::{self, CommRef, CommState};
 use crate::ffi;
 use crate::gpu;
 use crate::state::{self, protect};
@@ -58,6 +58,17 @@ struct Hot {
     opened: Cell<Option<(i64, i64)>>,
     /// This thread's last communicator lookup.
     comms: comms::Cache,
+    /// The communicators of this thread's recent groups' ops, each once:
+    /// [`Pending::comm`] indexes it. Kept from one group to the next (cleared when a
+    /// group opens with more than [`GROUP_COMMS_KEPT`]), so a loop of groups on one
+    /// communicator takes no reference count (a locked instruction) at all.
+    group_comms: RefCell<Vec<Arc<CommState>>>,
+    /// This thread's next op id and the end of its block ([`next_id`]).
+    op_ids: Cell<(u64, u64)>,
+    /// The same for group ids.
+    group_ids: Cell<(u64, u64)>,
+    /// Launching calls the budget weighed on this thread, not yet added to its count.
+    chosen: timing::Chosen,
     /// This thread's id (gettid), 0 until first asked.
     tid: Cell<i32>,
 }
@@ -76,6 +87,10 @@ thread_local! {
             rows: RefCell::new(Vec::new()),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
+            group_comms: RefCell::new(Vec::new()),
+            op_ids: Cell::new((0, 0)),
+            group_ids: Cell::new((0, 0)),
+            chosen: timing::Chosen::new(),
             tid: Cell::new(0),
         }
     };
@@ -102,6 +117,24 @@ fn with_hot<F: FnOnce() -> i32>(real: F, body: impl FnOnce(&Hot, F) -> i32) -> i
 
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
 static NEXT_OP: AtomicU64 = AtomicU64::new(1);
+
+/// Ids a thread takes from a global counter at once: one locked add per block, not
+/// per op. Ids stay unique in the process and increase on each thread.
+const ID_BLOCK: u64 = 1024;
+
+/// The next id of this thread's block in `c`, taking a new block from `global` when
+/// it is used up. Never 0 (the counters start at 1).
+#[inline]
+fn next_id(c: &Cell<(u64, u64)>, global: &AtomicU64) -> u64 {
+    let (next, end) = c.get();
+    if next < end {
+        c.set((next + 1, end));
+        return next;
+    }
+    let start = global.fetch_add(ID_BLOCK, Ordering::Relaxed);
+    c.set((start + 1, start + ID_BLOCK));
+    start
+}
 
 /// NCCL started launching the work of the call running on this thread (KernelLaunch).
 pub fn note_kernel_launch() {
@@ -258,12 +291,12 @@ fn may_query(h: &Hot, rc: i32) -> bool {
 /// Looks up a communicator, learning it lazily when it was created in a way we could
 /// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
 /// [`may_query`], so a bad or unready pointer is never handed to it by us first.
-fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
-    comm_state_from(comms::get(ptr, &h.comms), ptr, queryable)
+fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<CommRef<'_>> {
+    comm_state_from(comms::lookup(ptr, &h.comms), ptr, queryable)
 }
 
-/// [`comm_state`] from what `comms::get` returned (looked up once per call).
-fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
+/// [`comm_state`] from what `comms::lookup` returned (looked up once per call).
+fn comm_state_from(known: Option<CommRef<'_>>, ptr: usize, queryable: bool) -> Option<CommRef<'_>> {
     match known {
         Some(st) => {
             if queryable && !st.is_complete() {
@@ -283,7 +316,7 @@ fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -
                 ffi::real::comm_device(ptr),
             ));
             comms::insert(ptr, Arc::clone(&st));
-            Some(st)
+            Some(CommRef::Owned(st))
         }
         None => None,
     }
@@ -301,8 +334,9 @@ struct Pending {
     stream: u64,
     op: OpKind,
     peer: Option<i32>,
-    /// Its communicator when NCCL accepted the call.
-    comm: Option<Arc<CommState>>,
+    /// Its communicator when NCCL accepted the call: an index into
+    /// [`Hot::group_comms`].
+    comm: Option<u32>,
     /// The budget selected it (at its group's level, [`group_level`]).
     selected: bool,
 }
@@ -324,7 +358,7 @@ fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
         return;
     };
     st.next_call_seq();
-    file_op(h, kind, a.peer, Some(st), nccl::accepted(rc), None, false);
+    file_op(h, kind, a.peer, Some(&st), nccl::accepted(rc), None, false);
 }
 
 /// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
@@ -335,7 +369,7 @@ fn file_op(
     h: &Hot,
     kind: OpKind,
     peer: Option<i32>,
-    comm: Option<Arc<CommState>>,
+    comm: Option<&Arc<CommState>>,
     ok: bool,
     rec: Option<OpRecord>,
     selected: bool,
@@ -344,9 +378,20 @@ fn file_op(
     if current_group(h).is_some() {
         // Busy only if NCCL called back into a hook that files an op from inside
         // one (it does not): then the op is not kept.
-        let (Ok(mut p), Ok(mut rows)) = (h.pending.try_borrow_mut(), h.rows.try_borrow_mut()) else {
+        let (Ok(mut p), Ok(mut rows), Ok(mut comms)) = (
+            h.pending.try_borrow_mut(),
+            h.rows.try_borrow_mut(),
+            h.group_comms.try_borrow_mut(),
+        ) else {
             return;
         };
+        let comm = comm.map(|st| match comms.iter().position(|c| Arc::ptr_eq(c, st)) {
+            Some(i) => i as u32,
+            None => {
+                comms.push(Arc::clone(st));
+                comms.len() as u32 - 1
+            }
+        });
         let (comm_ptr, stream) = rec.as_ref().map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
         let row = rec.map(|r| {
             rows.push(Event::Op(r));
@@ -366,7 +411,7 @@ fn file_op(
         });
         return;
     }
-    let seq = comm.map(|st| next_seq(kind, peer, &st));
+    let seq = comm.map(|st| next_seq(kind, peer, st));
     if let Some(mut rec) = rec {
         rec.seq = seq;
         state::emit(Event::Op(rec));
@@ -395,7 +440,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
         drop(g);
         return rc;
     }
-    let op_id = NEXT_OP.fetch_add(1, Ordering::Relaxed);
+    let op_id = next_id(&h.op_ids, &NEXT_OP);
     h.current_op.set(op_id);
     // Inside a group the launch happens in ncclGroupEnd, which pushes the group's id
     // and is timed instead.
@@ -403,9 +448,9 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
     // The communicator, looked up once for the budget's key and the row.
-    let known = comms::get(a.comm, &h.comms);
+    let known = comms::lookup(a.comm, &h.comms);
     let pick = if timing::on() {
-        protect(|| pick_op(h, kind, &a, known.as_deref(), op_id, launching))
+        protect(|| pick_op(h, kind, &a, known.as_deref().map(|st| &**st), op_id, launching))
     } else {
         None
     };
@@ -413,7 +458,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
         ffi::plugin::follow_op(p.selected);
     }
     let begun = launching.then(|| match pick {
-        Some(p) => protect(|| timing::begin(a.stream, p)).unwrap_or(Err(Timing::Error)),
+        Some(p) => protect(|| timing::begin(a.stream, p, &h.chosen)).unwrap_or(Err(Timing::Error)),
         None if timing::on() => Err(Timing::Error),
         None => Err(Timing::Off),
     });
@@ -486,7 +531,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
             h,
             kind,
             a.peer,
-            st,
+            st.as_deref(),
             ok,
             Some(rec),
             pick.is_some_and(|p| p.selected),
@@ -511,12 +556,14 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
     // Busy only if NCCL called back into a hook from inside one (it does not): the
     // ops still take their sequence numbers, and their rows are not written.
     let mut out = h.rows.try_borrow_mut().ok();
+    let comms = h.group_comms.try_borrow().ok();
     let captured = timing.timing.graph_capture();
     for Pending {
         row, op, peer, comm, ..
     } in ops.drain(..)
     {
-        let seq = match &comm {
+        let st = comm.zip(comms.as_deref()).and_then(|(i, c)| c.get(i as usize));
+        let seq = match st {
             Some(st) if ran => Some(next_seq(op, peer, st)),
             _ => None,
         };
@@ -527,6 +574,7 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
             rec.timing = timing;
         }
     }
+    drop(comms);
     let Some(mut out) = out else {
         return;
     };
@@ -550,6 +598,10 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
         *p = ops;
     }
 }
+
+/// The most communicators [`Hot::group_comms`] keeps between groups: a thread that
+/// cycles through more takes one reference count per communicator a group.
+const GROUP_COMMS_KEPT: usize = 8;
 
 /// The most records a group writes with one reservation of the queue (a quarter of
 /// the smallest queue `ZCTA_QUEUE_CAPACITY` allows, so a batch always fits an empty
@@ -668,7 +720,12 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             if let Ok(mut rows) = h.rows.try_borrow_mut() {
                 rows.clear();
             }
-            let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut c) = h.group_comms.try_borrow_mut()
+                && c.len() > GROUP_COMMS_KEPT
+            {
+                c.clear();
+            }
+            let id = next_id(&h.group_ids, &NEXT_GROUP);
             h.group.set((1, id, 0));
             Some(id)
         } else {
@@ -710,7 +767,7 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
             // NCCL reads the live mask, not its tasks' copies, for the events it starts
             // at the launch (v6's copy-engine events): they follow the group's choice.
             ffi::plugin::follow_op(pick.selected);
-            group_stream(h).map(|s| s.and_then(|s| timing::begin(s, pick)))
+            group_stream(h).map(|s| s.and_then(|s| timing::begin(s, pick, &h.chosen)))
         })
         .unwrap_or(Some(Err(Timing::Error))),
         _ => None,
@@ -1035,4 +1092,36 @@ fn registration_in(
     });
     drop(g);
     rc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_from_thread_blocks_are_unique_nonzero_and_increase_on_each_thread() {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let c = Cell::new((0, 0));
+                        (0..3 * ID_BLOCK + 5)
+                            .map(|_| next_id(&c, &NEXT))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut all: Vec<u64> = per_thread.iter().flatten().copied().collect();
+        for ids in &per_thread {
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+        assert!(all[0] >= 1);
+    }
 }

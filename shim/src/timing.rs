@@ -270,6 +270,37 @@ pub struct Pick {
     pub extra_ns: u64,
 }
 
+/// A thread's count of the launching calls the budget weighed ([`begin`]), added to
+/// the process's count every [`CHOSEN_BATCH`] calls: one locked add per batch instead
+/// of per call. What a thread holds back is at most a batch, against the thousands of
+/// calls a second at which the count sets the level.
+pub struct Chosen(std::cell::Cell<u32>);
+
+/// Calls a thread counts before adding them to the process's count ([`Chosen`]).
+const CHOSEN_BATCH: u32 = 32;
+
+impl Chosen {
+    pub const fn new() -> Self {
+        Self(std::cell::Cell::new(0))
+    }
+
+    #[inline]
+    fn add(&self) {
+        self.add_to(&CHOSEN);
+    }
+
+    #[inline]
+    fn add_to(&self, total: &AtomicU64) {
+        let n = self.0.get() + 1;
+        if n >= CHOSEN_BATCH {
+            total.fetch_add(u64::from(n), Ordering::Relaxed);
+            self.0.set(0);
+        } else {
+            self.0.set(n);
+        }
+    }
+}
+
 /// Events recorded before an op's launching call; handed to [`end`].
 pub struct Begun {
     pool: Arc<Pool>,
@@ -282,9 +313,10 @@ pub struct Begun {
 
 /// Before the launching call on `stream`: records the op's ready event, unless the
 /// stream is capturing, the budget did not select the call (`pick`), or no event is
-/// free. `Err` says why the op is not timed (hot path).
+/// free. `Err` says why the op is not timed (hot path). The call is counted in the
+/// calling thread's `chosen`.
 #[inline]
-pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
+pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> {
     if !on() {
         return Err(Timing::Off);
     }
@@ -298,7 +330,7 @@ pub fn begin(stream: u64, pick: Pick) -> Result<Begun, Timing> {
         }
     }
     let level = pick.level;
-    CHOSEN.fetch_add(1, Ordering::Relaxed);
+    chosen.add();
     if !pick.selected {
         return Err(Timing::Skipped(level));
     }
@@ -728,5 +760,26 @@ impl Timer {
             drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift_measured)
                 .then_some(self.max_drift_ns_per_s),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_adds_its_chosen_calls_in_batches_and_loses_none() {
+        let total = AtomicU64::new(0);
+        let c = Chosen::new();
+        for _ in 0..CHOSEN_BATCH - 1 {
+            c.add_to(&total);
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 0);
+        c.add_to(&total);
+        assert_eq!(total.load(Ordering::Relaxed), u64::from(CHOSEN_BATCH));
+        for _ in 0..10 * CHOSEN_BATCH {
+            c.add_to(&total);
+        }
+        assert_eq!(total.load(Ordering::Relaxed), u64::from(11 * CHOSEN_BATCH));
     }
 }
