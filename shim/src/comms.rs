@@ -6,7 +6,7 @@
 //! by a global epoch (bumped whenever a communicator is added or removed: a freed
 //! `ncclComm_t` address can be reused).
 
-use std::cell::{Ref, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -197,55 +197,6 @@ pub fn remove(ptr: usize, st: &Arc<CommState>) {
     if m.get(&ptr).is_some_and(|cur| Arc::ptr_eq(cur, st)) {
         m.remove(&ptr);
         EPOCH.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// A communicator as a hook holds it during one call: borrowed from the thread's
-/// cache (no reference count taken: that is a locked instruction, and a hot path
-/// made four a group), or owned when the cache could not hold it.
-pub enum CommRef<'a> {
-    Cached(Ref<'a, Arc<CommState>>),
-    Owned(Arc<CommState>),
-}
-
-impl std::ops::Deref for CommRef<'_> {
-    type Target = Arc<CommState>;
-    fn deref(&self) -> &Arc<CommState> {
-        match self {
-            CommRef::Cached(r) => r,
-            CommRef::Owned(a) => a,
-        }
-    }
-}
-
-/// The communicator at `ptr`, if known, borrowed from this thread's `cache` for as
-/// long as the caller holds it (the hooks' calls do not nest, so nothing replaces the
-/// cache's entry meanwhile: a lookup that finds it borrowed goes to the map).
-#[inline]
-pub fn lookup(ptr: usize, cache: &Cache) -> Option<CommRef<'_>> {
-    if ptr == 0 {
-        return None;
-    }
-    let epoch = EPOCH.load(Ordering::Acquire);
-    match cache.0.try_borrow_mut() {
-        Ok(mut c) => {
-            if c.0 != ptr || c.1 != epoch {
-                let found = MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
-                *c = (ptr, epoch, found);
-            }
-        }
-        Err(_) => {
-            return MAP
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&ptr)
-                .cloned()
-                .map(CommRef::Owned);
-        }
-    }
-    match Ref::filter_map(cache.0.try_borrow().ok()?, |c| c.2.as_ref()) {
-        Ok(r) => Some(CommRef::Cached(r)),
-        Err(_) => None,
     }
 }
 

@@ -18,7 +18,7 @@ use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
 use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, PlanEngine, SmallStr, Timing};
 
-use crate::comms::{self, CommRef, CommState};
+use crate::comms::{self, CommState};
 use crate::ffi;
 use crate::gpu;
 use crate::state::{self, protect};
@@ -58,11 +58,6 @@ struct Hot {
     opened: Cell<Option<(i64, i64)>>,
     /// This thread's last communicator lookup.
     comms: comms::Cache,
-    /// The communicators of this thread's recent groups' ops, each once:
-    /// [`Pending::comm`] indexes it. Kept from one group to the next (cleared when a
-    /// group opens with more than [`GROUP_COMMS_KEPT`]), so a loop of groups on one
-    /// communicator takes no reference count (a locked instruction) at all.
-    group_comms: RefCell<Vec<Arc<CommState>>>,
     /// This thread's next op id and the end of its block ([`next_id`]).
     op_ids: Cell<(u64, u64)>,
     /// The same for group ids.
@@ -87,7 +82,6 @@ thread_local! {
             rows: RefCell::new(Vec::new()),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
-            group_comms: RefCell::new(Vec::new()),
             op_ids: Cell::new((0, 0)),
             group_ids: Cell::new((0, 0)),
             chosen: timing::Chosen::new(),
@@ -291,12 +285,12 @@ fn may_query(h: &Hot, rc: i32) -> bool {
 /// Looks up a communicator, learning it lazily when it was created in a way we could
 /// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
 /// [`may_query`], so a bad or unready pointer is never handed to it by us first.
-fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<CommRef<'_>> {
-    comm_state_from(comms::lookup(ptr, &h.comms), ptr, queryable)
+fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
+    comm_state_from(comms::get(ptr, &h.comms), ptr, queryable)
 }
 
-/// [`comm_state`] from what `comms::lookup` returned (looked up once per call).
-fn comm_state_from(known: Option<CommRef<'_>>, ptr: usize, queryable: bool) -> Option<CommRef<'_>> {
+/// [`comm_state`] from what `comms::get` returned (looked up once per call).
+fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
     match known {
         Some(st) => {
             if queryable && !st.is_complete() {
@@ -316,7 +310,7 @@ fn comm_state_from(known: Option<CommRef<'_>>, ptr: usize, queryable: bool) -> O
                 ffi::real::comm_device(ptr),
             ));
             comms::insert(ptr, Arc::clone(&st));
-            Some(CommRef::Owned(st))
+            Some(st)
         }
         None => None,
     }
@@ -334,9 +328,8 @@ struct Pending {
     stream: u64,
     op: OpKind,
     peer: Option<i32>,
-    /// Its communicator when NCCL accepted the call: an index into
-    /// [`Hot::group_comms`].
-    comm: Option<u32>,
+    /// Its communicator when NCCL accepted the call.
+    comm: Option<Arc<CommState>>,
     /// The budget selected it (at its group's level, [`group_level`]).
     selected: bool,
 }
@@ -358,7 +351,7 @@ fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
         return;
     };
     st.next_call_seq();
-    file_op(h, kind, a.peer, Some(&st), nccl::accepted(rc), None, false);
+    file_op(h, kind, a.peer, Some(st), nccl::accepted(rc), None, false);
 }
 
 /// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
@@ -369,7 +362,7 @@ fn file_op(
     h: &Hot,
     kind: OpKind,
     peer: Option<i32>,
-    comm: Option<&Arc<CommState>>,
+    comm: Option<Arc<CommState>>,
     ok: bool,
     rec: Option<OpRecord>,
     selected: bool,
@@ -378,20 +371,9 @@ fn file_op(
     if current_group(h).is_some() {
         // Busy only if NCCL called back into a hook that files an op from inside
         // one (it does not): then the op is not kept.
-        let (Ok(mut p), Ok(mut rows), Ok(mut comms)) = (
-            h.pending.try_borrow_mut(),
-            h.rows.try_borrow_mut(),
-            h.group_comms.try_borrow_mut(),
-        ) else {
+        let (Ok(mut p), Ok(mut rows)) = (h.pending.try_borrow_mut(), h.rows.try_borrow_mut()) else {
             return;
         };
-        let comm = comm.map(|st| match comms.iter().position(|c| Arc::ptr_eq(c, st)) {
-            Some(i) => i as u32,
-            None => {
-                comms.push(Arc::clone(st));
-                comms.len() as u32 - 1
-            }
-        });
         let (comm_ptr, stream) = rec.as_ref().map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
         let row = rec.map(|r| {
             rows.push(Event::Op(r));
@@ -411,7 +393,7 @@ fn file_op(
         });
         return;
     }
-    let seq = comm.map(|st| next_seq(kind, peer, st));
+    let seq = comm.map(|st| next_seq(kind, peer, &st));
     if let Some(mut rec) = rec {
         rec.seq = seq;
         state::emit(Event::Op(rec));
@@ -448,9 +430,9 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
     // The communicator, looked up once for the budget's key and the row.
-    let known = comms::lookup(a.comm, &h.comms);
+    let known = comms::get(a.comm, &h.comms);
     let pick = if timing::on() {
-        protect(|| pick_op(h, kind, &a, known.as_deref().map(|st| &**st), op_id, launching))
+        protect(|| pick_op(h, kind, &a, known.as_deref(), op_id, launching))
     } else {
         None
     };
@@ -531,7 +513,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
             h,
             kind,
             a.peer,
-            st.as_deref(),
+            st,
             ok,
             Some(rec),
             pick.is_some_and(|p| p.selected),
@@ -556,14 +538,12 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
     // Busy only if NCCL called back into a hook from inside one (it does not): the
     // ops still take their sequence numbers, and their rows are not written.
     let mut out = h.rows.try_borrow_mut().ok();
-    let comms = h.group_comms.try_borrow().ok();
     let captured = timing.timing.graph_capture();
     for Pending {
         row, op, peer, comm, ..
     } in ops.drain(..)
     {
-        let st = comm.zip(comms.as_deref()).and_then(|(i, c)| c.get(i as usize));
-        let seq = match st {
+        let seq = match &comm {
             Some(st) if ran => Some(next_seq(op, peer, st)),
             _ => None,
         };
@@ -574,7 +554,6 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
             rec.timing = timing;
         }
     }
-    drop(comms);
     let Some(mut out) = out else {
         return;
     };
@@ -598,10 +577,6 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
         *p = ops;
     }
 }
-
-/// The most communicators [`Hot::group_comms`] keeps between groups: a thread that
-/// cycles through more takes one reference count per communicator a group.
-const GROUP_COMMS_KEPT: usize = 8;
 
 /// The most records a group writes with one reservation of the queue (a quarter of
 /// the smallest queue `ZCTA_QUEUE_CAPACITY` allows, so a batch always fits an empty
@@ -719,11 +694,6 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             h.opened.set(None);
             if let Ok(mut rows) = h.rows.try_borrow_mut() {
                 rows.clear();
-            }
-            if let Ok(mut c) = h.group_comms.try_borrow_mut()
-                && c.len() > GROUP_COMMS_KEPT
-            {
-                c.clear();
             }
             let id = next_id(&h.group_ids, &NEXT_GROUP);
             h.group.set((1, id, 0));
