@@ -6,7 +6,7 @@ use crate::rows::OpRow;
 crate::define_table! {
     /// One row per NCCL operation call on one rank.
     pub struct OpsTable, OpsBuilder: "ops", row = OpRow;
-    op_id: U64, required, delta, "id of this call, unique within the process (host, pid); joins `nccl_ops.op_id` and `proxy.op_id`" => |r, c| Some(r.op_id);
+    op_id: U64, required, delta, "id of this call, unique within the process (host, pid) and increasing in call order on each thread (each thread takes its ids in blocks: across threads they are not in call order); joins `nccl_ops.op_id` and `proxy.op_id`" => |r, c| Some(r.op_id);
     op: Utf8, required, default, "NCCL function without the `nccl` prefix: AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, Scatter, Send, Recv" => |r, c| Some(r.op.name());
     rank: I32, nullable, default, "rank of this process in the communicator (NULL: communicator unknown, e.g. a NULL comm)" => |r, c| r.rank;
     nranks: I32, nullable, default, "number of ranks in the communicator" => |r, c| r.nranks;
