@@ -26,6 +26,9 @@ pub struct OpRecord {
     pub call_seq: Option<u64>,
     pub count: u64,
     pub dtype: i32,
+    /// Message size as nccl-tests counts it; `None` from the shim, whose hot path
+    /// leaves it to the writer ([`OpRecord::with_bytes`]); NULL in the row only for
+    /// an unknown dtype (or a collective whose communicator size is unknown).
     pub bytes: Option<u64>,
     pub peer: Option<i32>,
     pub root: Option<i32>,
@@ -53,6 +56,18 @@ pub struct OpRecord {
 }
 
 impl OpRecord {
+    /// This record with `bytes` derived from its kind, count, dtype and communicator
+    /// size where it is not set ([`OpKind::message_bytes`]).
+    #[inline]
+    pub fn with_bytes(&self) -> Self {
+        Self {
+            bytes: self
+                .bytes
+                .or_else(|| self.op.message_bytes(self.count, self.dtype, self.nranks)),
+            ..*self
+        }
+    }
+
     /// An op `op_id` of kind `op` with nothing else known: optional fields empty, the
     /// rest zero (result ncclSuccess). Tests, benches and synthetic runs start from it
     /// (`OpRecord { bytes: Some(4), ..OpRecord::blank(1, OpKind::AllReduce) }`); the

@@ -46,13 +46,11 @@ struct Hot {
     launch_note: Cell<(Option<i64>, PlanEngine)>,
     /// The budget's level when the open outermost group's first op was issued.
     group_level: Cell<Option<u8>>,
-    /// The ops of the open group, waiting for its end.
+    /// The ops of the open outermost group with their rows, in the order issued. At
+    /// the group's end the rows are completed in place and written with its
+    /// ncclGroupEnd's record (which carries its ncclGroupStart's row too) in one
+    /// reservation of the queue; the memory is reused by the next group.
     pending: RefCell<Vec<Pending>>,
-    /// The open outermost group's ops' rows, in the order issued. At the group's end
-    /// they are completed in place and written with its ncclGroupEnd's record (which
-    /// carries its ncclGroupStart's row too) in one reservation of the queue; the
-    /// memory is reused by the next group.
-    rows: RefCell<Vec<Event>>,
     /// The open outermost group's ncclGroupStart (entry, return) when its row is to be
     /// written: it travels in the group's end record ([`CallRecord::group_start`]).
     opened: Cell<Option<(i64, i64)>>,
@@ -79,7 +77,6 @@ thread_local! {
             launch_note: Cell::new((None, PlanEngine::Unknown)),
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
-            rows: RefCell::new(Vec::new()),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
             op_ids: Cell::new((0, 0)),
@@ -320,12 +317,10 @@ fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -
 /// (and counts) it if the outermost `ncclGroupEnd` succeeds, and never for
 /// `ncclGroupSimulateEnd`. Its sequence number is assigned then.
 struct Pending {
-    /// Index of its row in [`Hot::rows`]; `None`: called while recording was paused
-    /// (only its sequence number counts).
-    row: Option<usize>,
-    /// Its call's communicator and stream (what the group's checks compare).
-    comm_ptr: usize,
-    stream: u64,
+    /// Its row (its call's communicator and stream are what the group's checks
+    /// compare); `None`: called while recording was paused (only its sequence number
+    /// counts).
+    rec: Option<OpRecord>,
     op: OpKind,
     peer: Option<i32>,
     /// Its communicator when NCCL accepted the call.
@@ -357,7 +352,9 @@ fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
 /// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
 /// (`None` while paused). Inside a group it waits for the group's end, counted in the
 /// GroupEnd's n_ops when it has a row; otherwise it takes its sequence number now and
-/// its row is written.
+/// its row is written. Inlined: the row is then built where the group's list keeps
+/// it, not built and copied there.
+#[inline(always)]
 fn file_op(
     h: &Hot,
     kind: OpKind,
@@ -371,21 +368,14 @@ fn file_op(
     if current_group(h).is_some() {
         // Busy only if NCCL called back into a hook that files an op from inside
         // one (it does not): then the op is not kept.
-        let (Ok(mut p), Ok(mut rows)) = (h.pending.try_borrow_mut(), h.rows.try_borrow_mut()) else {
+        let Ok(mut p) = h.pending.try_borrow_mut() else {
             return;
         };
-        let (comm_ptr, stream) = rec.as_ref().map_or((0, 0), |r| (r.comm_ptr as usize, r.stream));
-        let row = rec.map(|r| {
-            rows.push(Event::Op(r));
-            rows.len() - 1
-        });
-        if row.is_some() {
+        if rec.is_some() {
             count_group_op(h);
         }
         p.push(Pending {
-            row,
-            comm_ptr,
-            stream,
+            rec,
             op: kind,
             peer,
             comm,
@@ -492,7 +482,8 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
             call_seq,
             count: a.count,
             dtype: a.dtype,
-            bytes: kind.message_bytes(a.count, a.dtype, nranks),
+            // The writer derives it (`OpRecord::bytes`): not the hot path's work.
+            bytes: None,
             peer: a.peer,
             root: a.root,
             redop: a.redop,
@@ -523,52 +514,54 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
     rc
 }
 
-/// Emits the rows of a closed outermost group ([`Hot::rows`]) with its closing
+/// Emits the rows of a closed outermost group ([`Hot::pending`]) with its closing
 /// call's row `end`, in one reservation of the queue: its ops' rows only when `rows`
 /// (its ncclGroupEnd, which launches them, was called while recording). The ops
 /// take sequence numbers only when the group really ran; `marked`: its ncclGroupEnd
 /// was marked for GPU capture; `timing`: what timing its ncclGroupEnd measured,
 /// shared by its ops.
 fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, end: Option<CallRecord>) {
+    // Busy only if NCCL called back into a hook from inside one (it does not): then
+    // the group's end row alone is written.
     let mut ops = h
         .pending
         .try_borrow_mut()
         .map(|mut p| std::mem::take(&mut *p))
         .unwrap_or_default();
-    // Busy only if NCCL called back into a hook from inside one (it does not): the
-    // ops still take their sequence numbers, and their rows are not written.
-    let mut out = h.rows.try_borrow_mut().ok();
     let captured = timing.timing.graph_capture();
-    for Pending {
-        row, op, peer, comm, ..
-    } in ops.drain(..)
-    {
-        let seq = match &comm {
-            Some(st) if ran => Some(next_seq(op, peer, st)),
+    let mut n = 0;
+    for p in &mut ops {
+        let seq = match &p.comm {
+            Some(st) if ran => Some(next_seq(p.op, p.peer, st)),
             _ => None,
         };
-        if let Some(Event::Op(rec)) = row.zip(out.as_deref_mut()).and_then(|(i, o)| o.get_mut(i)) {
+        if let Some(rec) = p.rec.as_mut().filter(|_| rows) {
             rec.seq = seq;
             rec.gpu_marked = marked;
             rec.graph_captured = rec.graph_captured.or(captured);
             rec.timing = timing;
+            n += 1;
         }
     }
-    let Some(mut out) = out else {
-        return;
-    };
-    if !rows {
-        out.clear();
+    // The rows go from the list straight into the queue; a group larger than a share
+    // of the queue goes in pieces (each one reservation).
+    let mut recs = ops.iter().filter_map(|p| p.rec.as_ref().filter(|_| rows));
+    let mut end = end;
+    let mut left = n + usize::from(end.is_some());
+    while left > 0 {
+        let k = left.min(BATCH_MAX);
+        // Called exactly `k` times: `n` rows, then the end record. Nothing in it can
+        // panic; the last arm is not reached (it would write the end row again).
+        state::emit_with(k, |_| match recs.next() {
+            Some(r) => Event::Op(*r),
+            None => Event::Call(
+                end.take()
+                    .unwrap_or_else(|| CallRecord::new(CallKind::GroupEnd, 0, 0, 0, 0)),
+            ),
+        });
+        left -= k;
     }
-    if let Some(end) = end {
-        out.push(Event::Call(end));
-    }
-    // A group larger than a share of the queue goes in pieces (each one reservation).
-    for chunk in out.chunks(BATCH_MAX) {
-        state::emit_all(chunk);
-    }
-    out.clear();
-    drop(out);
+    ops.clear();
     // The next group reuses the list's memory (no allocation per group).
     if let Ok(mut p) = h.pending.try_borrow_mut()
         && p.is_empty()
@@ -591,7 +584,7 @@ fn call_record(h: &Hot, call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord
 /// without such ops; `Some(Err(Streams))` when they used several.
 fn group_stream(h: &Hot) -> Option<Result<u64, Timing>> {
     let p = h.pending.try_borrow().ok()?;
-    let mut streams = p.iter().filter_map(|x| x.row.map(|_| x.stream));
+    let mut streams = p.iter().filter_map(|x| x.rec.as_ref().map(|r| r.stream));
     let first = streams.next()?;
     Some(match streams.all(|s| s == first) {
         true => Ok(first),
@@ -647,7 +640,11 @@ fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
     let me = counter(kind, comm, peer);
     h.pending.try_borrow().map_or(0, |p| {
         p.iter()
-            .filter(|x| x.row.is_some() && counter(x.op, x.comm_ptr, x.peer) == me)
+            .filter(|x| {
+                x.rec
+                    .as_ref()
+                    .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
+            })
             .count() as u64
     })
 }
@@ -666,7 +663,7 @@ fn group_level(h: &Hot) -> u8 {
 fn group_pick(h: &Hot) -> timing::Pick {
     let level = h.group_level.replace(None).unwrap_or_else(timing::level);
     let n = h.pending.try_borrow().map_or(0, |p| {
-        p.iter().filter(|x| x.row.is_some() && x.selected).count() as u64
+        p.iter().filter(|x| x.rec.is_some() && x.selected).count() as u64
     });
     timing::Pick {
         level,
@@ -692,9 +689,6 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
         } else if d == 0 {
             h.group_level.set(None);
             h.opened.set(None);
-            if let Ok(mut rows) = h.rows.try_borrow_mut() {
-                rows.clear();
-            }
             let id = next_id(&h.group_ids, &NEXT_GROUP);
             h.group.set((1, id, 0));
             Some(id)

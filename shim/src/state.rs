@@ -267,12 +267,13 @@ impl Recorder {
         self.send(&self.tx, ev, lifecycle);
     }
 
-    /// Hands a group's records to the writer with one reservation of the queue
-    /// (op and group records: they leave the reserve); all dropped and counted when
-    /// they do not all fit.
+    /// Hands `n` records to the writer with one reservation of the queue (a group's
+    /// op and group records: they leave the reserve), built by `make(i)` straight into
+    /// the queue, in order; all dropped and counted when they do not all fit. `make`
+    /// must not panic ([`Producer::try_push_with`]).
     #[inline]
-    pub fn emit_all(&self, evs: &[Event]) {
-        self.send_all(&self.tx, evs, false);
+    pub fn emit_with(&self, n: usize, make: impl FnMut(usize) -> Event) {
+        self.send_with(&self.tx, n, make, false);
     }
 
     #[inline]
@@ -284,12 +285,24 @@ impl Recorder {
     /// dropped and counted when they do not all fit.
     #[inline(always)]
     fn send_all<T: Copy + Send>(&self, tx: &Producer<T>, evs: &[T], lifecycle: bool) {
-        let n = evs.len();
+        // `i < evs.len()` for every index asked: the indexing cannot panic.
+        self.send_with(tx, evs.len(), |i| evs[i], lifecycle);
+    }
+
+    /// Pushes the `n` records `make` builds with one reservation ([`send_all`](Self::send_all)).
+    #[inline(always)]
+    fn send_with<T: Copy + Send>(
+        &self,
+        tx: &Producer<T>,
+        n: usize,
+        make: impl FnMut(usize) -> T,
+        lifecycle: bool,
+    ) {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(n as u64, Ordering::Relaxed);
             return;
         }
-        match tx.try_push_all(evs, !lifecycle) {
+        match tx.try_push_with(n, !lifecycle, make) {
             Ok(pos) => {
                 // The queue's length reads the writer's position too (a cache line it
                 // keeps writing): look at it only when a push passes a 64th position.
@@ -331,11 +344,11 @@ pub fn emit_plugin(ev: PluginEvent) {
     }
 }
 
-/// Records `evs` (op and group records) if recording is on, in one reservation.
+/// Records the `n` records `make` builds, in one reservation ([`Recorder::emit_with`]).
 #[inline]
-pub fn emit_all(evs: &[Event]) {
+pub fn emit_with(n: usize, make: impl FnMut(usize) -> Event) {
     if let Some(r) = recorder() {
-        r.emit_all(evs);
+        r.emit_with(n, make);
     }
 }
 

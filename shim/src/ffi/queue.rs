@@ -314,8 +314,23 @@ impl<T: Copy + Send> Producer<T> {
     /// consumer waits at an unpublished slot, so no slot is ever left claimed.
     #[inline(always)]
     pub fn try_push_all(&self, vs: &[T], leave_reserve: bool) -> Result<usize, ()> {
+        // `i < vs.len()` for every index asked: the indexing cannot panic.
+        self.try_push_with(vs.len(), leave_reserve, |i| vs[i])
+    }
+
+    /// As [`try_push_all`](Self::try_push_all), for `n` records that `make(i)` builds
+    /// straight into their slots, in order (`i` in `0..n`, each once): a record made
+    /// from the caller's own state is then written once, not built and copied. `make`
+    /// runs between the reservation and the publication, so it must not panic: a
+    /// panic there would leave its slot claimed and the consumer waiting at it.
+    #[inline(always)]
+    pub fn try_push_with(
+        &self,
+        n: usize,
+        leave_reserve: bool,
+        mut make: impl FnMut(usize) -> T,
+    ) -> Result<usize, ()> {
         let q = &*self.0;
-        let n = vs.len();
         if n == 0 {
             return Ok(q.tail.0.load(Ordering::Relaxed));
         }
@@ -343,13 +358,13 @@ impl<T: Copy + Send> Producer<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        for (i, v) in vs.iter().enumerate() {
+                        for i in 0..n {
                             let at = pos.wrapping_add(i);
                             let (slot, _) = q.slot(at);
                             // SAFETY: winning the CAS for `pos..pos + n` gives this
                             // thread sole access to those slots until each store below
                             // publishes one.
-                            unsafe { (*slot.val.get()).write(*v) };
+                            unsafe { (*slot.val.get()).write(make(i)) };
                             q.set_seq(slot, at, at.wrapping_add(1));
                         }
                         // The next group of the same size finds its slots in this
