@@ -810,3 +810,32 @@ fn communicators_from_a_reused_unique_id_stay_distinct() {
         assert_eq!(o.req_u64("seq"), 0, "each communicator starts at seq 0: {o:?}");
     }
 }
+
+/// A group of more ops than one reservation of the queue takes (256 records) goes in
+/// pieces: every op's row is written, in order, with its sequence number, and the
+/// group's end row counts them all.
+#[test]
+fn a_group_larger_than_a_queue_batch_keeps_every_row() {
+    const N: u64 = 600;
+    let run = Run::new("wide");
+    run.run_ok(&["wide_group", &N.to_string()]);
+    let mut ops = run.rows("ops");
+    assert_eq!(ops.len() as u64, 2 * N);
+    ops.sort_by_key(|o| o.req_u64("op_id"));
+    let seqs: Vec<u64> = ops.iter().map(|o| o.req_u64("seq")).collect();
+    assert_eq!(seqs, (0..2 * N).collect::<Vec<_>>());
+    assert!(ops.iter().all(|o| o.u64("bytes") == Some(256)), "{:?}", ops[0]);
+    let groups: BTreeSet<u64> = ops.iter().map(|o| o.req_u64("group_id")).collect();
+    assert_eq!(groups.len(), 2);
+    let ends: Vec<(Option<u64>, Option<i128>)> = run
+        .rows("calls")
+        .iter()
+        .filter(|c| c.req_str("call") == "GroupEnd")
+        .map(|c| (c.u64("group_id"), c.int("n_ops")))
+        .collect();
+    assert_eq!(ends.len(), 2);
+    for (g, n) in ends {
+        assert!(g.is_some_and(|g| groups.contains(&g)));
+        assert_eq!(n, Some(i128::from(N as u32)));
+    }
+}

@@ -532,3 +532,30 @@ impl PluginEvent {
         matches!(self, PluginEvent::NcclComm(_))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_derived_where_the_record_has_none_and_kept_where_it_has() {
+        let r = OpRecord {
+            count: 1024,
+            dtype: 7,
+            nranks: Some(8),
+            ..OpRecord::blank(1, OpKind::AllGather)
+        };
+        assert_eq!(r.with_bytes().bytes, Some(1024 * 8 * 4));
+        assert_eq!(OpRecord { bytes: Some(5), ..r }.with_bytes().bytes, Some(5));
+        assert_eq!(
+            OpRecord { dtype: 99, ..r }.with_bytes().bytes,
+            None,
+            "unknown dtype"
+        );
+        assert_eq!(
+            OpRecord { nranks: None, ..r }.with_bytes().bytes,
+            None,
+            "size unknown"
+        );
+    }
+}

@@ -538,6 +538,34 @@ mod tests {
     }
 
     #[test]
+    fn records_built_in_their_slots_come_out_in_order_and_a_refused_batch_builds_none() {
+        let (p, c) = bounded_reserving::<u64>(8, 2);
+        let mut asked = Vec::new();
+        assert_eq!(
+            p.try_push_with(4, true, |i| {
+                asked.push(i);
+                100 + i as u64
+            }),
+            Ok(0)
+        );
+        assert_eq!(asked, [0, 1, 2, 3]);
+        // 4 used, 2 kept in reserve: 3 more do not fit, and nothing is built for them.
+        let mut built = 0;
+        assert_eq!(
+            p.try_push_with(3, true, |_| {
+                built += 1;
+                0
+            }),
+            Err(())
+        );
+        assert_eq!(built, 0);
+        for i in 0..4 {
+            assert_eq!(c.try_pop(), Some(100 + i));
+        }
+        assert_eq!(c.try_pop(), None);
+    }
+
+    #[test]
     fn batches_from_many_producers_stay_whole_and_in_order() {
         const PRODUCERS: u64 = 4;
         const BATCHES: u64 = 50_000;
