@@ -689,6 +689,11 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
         } else if d == 0 {
             h.group_level.set(None);
             h.opened.set(None);
+            // Nothing of an earlier group whose end was not followed (the shim
+            // stopped inside it) goes out with this one.
+            if let Ok(mut p) = h.pending.try_borrow_mut() {
+                p.clear();
+            }
             let id = next_id(&h.group_ids, &NEXT_GROUP);
             h.group.set((1, id, 0));
             Some(id)
