@@ -679,9 +679,10 @@ pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
 
 fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
     let Some((g, rows)) = enter(h) else { return real() };
-    let t0 = now_ns();
+    // While paused no row of the group's calls is written: no clock to read.
+    let t0 = if rows { now_ns() } else { 0 };
     let rc = real();
-    let t1 = now_ns();
+    let t1 = if rows { now_ns() } else { 0 };
     protect(|| {
         let (d, id, n) = h.group.get();
         let id = if rc != nccl::NCCL_SUCCESS {
@@ -741,11 +742,13 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         .unwrap_or(Some(Err(Timing::Error))),
         _ => None,
     };
-    let t0 = now_ns();
+    // While paused only the opening ncclGroupStart's row can be written, with its
+    // own times: no clock to read.
+    let t0 = if rows { now_ns() } else { 0 };
     let marked = rows && outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
     reset_launch_note(h);
     let rc = real();
-    let t1 = now_ns();
+    let t1 = if rows { now_ns() } else { 0 };
     let timing = match (begun, outermost) {
         (Some(Ok(b)), id) => {
             let ext = id.map_or(0, |id| zcta::gpu::ext_id(0, Some(id)));
