@@ -23,7 +23,13 @@ NCCL generates no profiler events), interleaved; without zcta in the process (pl
 torch.profiler) the same blocks run with nothing switched (an A/A: the method's own
 noise, and the same work as a zcta process for the rotated comparison). In zcta's
 processes the ratio of the two, per repetition, is an in-process A/B that the
-spread between processes, and drifts within one, do not blur. Three ratios are kept:
+spread between processes, and drifts within one, do not blur. While paused the shim
+still keeps communicators, sequence numbers and group nesting, so for the raw
+send/recv loops (sr_*), which call NCCL through ctypes, the paused blocks also call
+libnccl's own functions (looked up on its handle, which the preload does not
+interpose): their ratio is against the same calls without any of the shim's work
+(`ab_off` says which baseline each loop had). The loops through torch cannot bypass
+the shim: their ratio leaves out what the paused path costs. Three ratios are kept:
 of the blocks' means (`ab`); the median over the block pairs (each recording block
 against the paused block next to it) of their ratio (`ab_pairs`: one slow block, a
 collection or a stall, moves it by little); and of the fastest block of each side
@@ -97,9 +103,16 @@ stream = torch.cuda.current_stream()
 me = nb.SelfComm(stream)
 
 
+# The raw send/recv loops' paused blocks call libnccl's own functions (`direct`).
+direct = {}
+
+
 def sr(nbytes):
     n = max(nbytes // 4, 2)
-    return me.sendrecv(torch.ones(n, device=dev), torch.empty(n, device=dev))
+    a, b = torch.ones(n, device=dev), torch.empty(n, device=dev)
+    run = me.sendrecv(a, b)
+    direct[run] = me.sendrecv(a, b, direct=True)
+    return run
 
 
 def tsr(nbytes):
@@ -226,7 +239,7 @@ with prof:
                 pair = {}
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
                     set_recording(int(on))
-                    t = per_item(fn, per_block)
+                    t = per_item(fn if on else direct.get(fn, fn), per_block)
                     sums[on] += t
                     pair[on] = t
                     fastest[on][m] = min(fastest[on].get(m, t), t)
@@ -268,7 +281,8 @@ out.mkdir(parents=True, exist_ok=True)
                     "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
                     "ab_pairs": {m: statistics.median(pairs[m]) for m in wanted},
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
-                    "ab_block_items": ab_items}
+                    "ab_block_items": ab_items,
+                    "ab_off": {m: "direct" if work[m][0] in direct else "paused" for m in wanted}}
                    if set_recording is not None else {})}))
 # The measures' line last (scripts read the last line).
 print(args.config, args.round, "threads:", ", ".join(f"{k} {v['cpu_s']:.2f} s cpu {v['last_cpu']}"

@@ -47,6 +47,20 @@ def ab_table(d, key="ab", title="in-process A/B (recording / paused, same proces
     return "\n".join(lines)
 
 
+def ab_off_note(d):
+    """Which blocks each loop's recording blocks were compared against: `direct`
+    (paused, and the calls made to libnccl's own functions: no shim work at all) or
+    `paused` (through the shim's paused path). Runs before `ab_off` was written
+    compared against `paused`."""
+    off = {}
+    for f in sorted(Path(d).glob("*.json")):
+        for m, v in json.loads(f.read_text()).get("ab_off", {}).items():
+            off.setdefault(m, set()).add(v)
+    if not off:
+        return ""
+    return "off side of the A/B: " + ", ".join(f"{m} {'/'.join(sorted(v))}" for m, v in sorted(off.items()))
+
+
 def table(runs):
     configs = [c for c in CONFIGS if c in runs]
     measures = sorted({m for c in runs.values() for r in c.values() for m in r})
@@ -101,4 +115,5 @@ if __name__ == "__main__":
     print(ab_table(sys.argv[1]))
     print(ab_table(sys.argv[1], "ab_pairs", "in-process A/B, median over block pairs of recording / paused"))
     print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
+    print(ab_off_note(sys.argv[1]))
     print(table(runs))

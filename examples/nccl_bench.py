@@ -119,6 +119,9 @@ class SelfComm:
 
     def __init__(self, stream):
         self.lib = nccl()
+        # libnccl's own functions, looked up on its handle: a preloaded shim does not
+        # interpose those (its exports win only in the global scope).
+        self.direct = mapped_nccl()
         uid = UniqueId()
         self._check("ncclGetUniqueId", mapped_nccl().ncclGetUniqueId(ctypes.byref(uid)))
         self.comm = ctypes.c_void_p()
@@ -133,9 +136,10 @@ class SelfComm:
     def destroy(self):
         self._check("ncclCommDestroy", self.lib.ncclCommDestroy(self.comm))
 
-    def sendrecv(self, a, b):
-        """A function running k send/recv groups of float32 tensor a into b."""
-        lib, comm, s = self.lib, self.comm, self.stream
+    def sendrecv(self, a, b, direct=False):
+        """A function running k send/recv groups of float32 tensor a into b; with
+        `direct`, through libnccl's own functions, which bypass a preloaded shim."""
+        lib, comm, s = (self.direct if direct else self.lib), self.comm, self.stream
         n = ctypes.c_size_t(a.numel())
         pa, pb = ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr())
 

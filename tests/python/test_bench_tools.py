@@ -271,3 +271,28 @@ def test_gpu_bench_configurations_agree():
     report = set(ast.literal_eval("(" + tup + ")"))
     assert len(arms) >= 10, arms
     assert arms == known == choices == report, (arms, known, choices, report)
+
+
+def test_always_on_report_names_each_loops_baseline(tmp_path):
+    """bench/always_on_report.py: the in-process ratios per configuration, and which
+    blocks each loop was compared against (`direct`: libnccl's own functions, no shim
+    work; `paused`: the shim's paused path; older runs wrote no `ab_off`)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import ab_off_note, ab_table
+
+    def write(config, rnd, ratio, off):
+        j = {"config": config, "round": rnd, "reps": {"sr_8B_us": [10.0]}, "median": {"sr_8B_us": 10.0},
+             "threads": {}, "paused": {"sr_8B_us": [10.0 / ratio]}, "ab": {"sr_8B_us": ratio},
+             "ab_pairs": {"sr_8B_us": ratio}, "ab_fastest": {"sr_8B_us": ratio}, "ab_block_items": {"sr_8B_us": 9}}
+        if off is not None:
+            j["ab_off"] = {"sr_8B_us": off}
+        (tmp_path / f"{config}-{rnd}.json").write_text(json.dumps(j))
+
+    write("default", 0, 1.04, "direct")
+    write("default", 1, 1.02, "direct")
+    write("default", 2, 1.03, None)
+    row = next(line for line in ab_table(tmp_path).splitlines() if line.startswith("| sr_8B_us"))
+    assert "**1.030×** [1.020, 1.040]" in row, row
+    assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct"
+    write("nomask", 0, 1.01, "paused")
+    assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct/paused"
