@@ -296,3 +296,26 @@ def test_always_on_report_names_each_loops_baseline(tmp_path):
     assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct"
     write("nomask", 0, 1.01, "paused")
     assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct/paused"
+
+
+def test_direct_calls_bypass_the_shim(host, tmp_path):  # noqa: F811
+    """The baseline bench/always_on.py gives the raw send/recv loops: calls through
+    libnccl's own handle (examples/nccl_bench.py's `SelfComm.direct`) do not reach a
+    preloaded shim, while calls through the global scope do. Under the shim, with the
+    stand-in libnccl: 3 groups through each; only the first 3 are recorded."""
+    lib = host.parent / "libnccl.so.2"
+    script = tmp_path / "calls.py"
+    script.write_text(
+        "import ctypes, sys\n"
+        "own = ctypes.CDLL(sys.argv[1])\n"
+        "glob = ctypes.CDLL(None)\n"
+        "assert ctypes.cast(own.ncclGroupStart, ctypes.c_void_p).value != "
+        "ctypes.cast(glob.ncclGroupStart, ctypes.c_void_p).value\n"
+        "for f in (glob, own):\n"
+        "    for _ in range(3):\n"
+        "        assert f.ncclGroupStart() == 0 and f.ncclGroupEnd() == 0\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "LD_PRELOAD": str(shim()), "ZCTA_OUT": str(out), "ZCTA_RUN_ID": "direct"}
+    subprocess.run([sys.executable, str(script), str(lib)], check=True, env=env, capture_output=True)
+    calls = pd.concat(pd.read_parquet(p) for p in (out / "direct" / "calls").glob("*.parquet"))
+    assert calls["call"].value_counts().to_dict() == {"GroupStart": 3, "GroupEnd": 3}
