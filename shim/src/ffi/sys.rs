@@ -57,7 +57,8 @@ pub fn realtime_ns() -> i64 {
 }
 
 /// Calibrates [`now_ns`]'s counter against CLOCK_REALTIME (writer thread, every round;
-/// it works at most every 50 ms until the counter is in use, then every second).
+/// it works at most every 50 ms until its rate rests on 2 s of samples, then every
+/// second).
 pub fn calibrate_clock() {
     #[cfg(target_arch = "x86_64")]
     tsc::calibrate();
@@ -219,6 +220,26 @@ mod tsc {
         last_ns: i64,
     }
 
+    /// How often to calibrate while the long-run rate rests on less than
+    /// [`SETTLED_NS`] of samples: its error is up to the two samples' brackets (20 µs
+    /// each at most) over that stretch, 8e-4 after the first 50 ms, which a second
+    /// between calibrations would let grow to 0.8 ms.
+    const EARLY_EVERY_NS: i64 = 50_000_000;
+    /// The stretch of samples after which calibrating every second is enough (a rate
+    /// error of at most 2e-5: 20 µs a second).
+    const SETTLED_NS: i64 = 2_000_000_000;
+
+    /// How long after the last calibration the next one is due, at `now`: `piece`,
+    /// whether the counter is in use; `first_ns`, when the long-run rate's first
+    /// sample was taken.
+    pub(super) fn cadence(piece: bool, first_ns: Option<i64>, now: i64) -> i64 {
+        if piece && first_ns.is_some_and(|ns| now - ns >= SETTLED_NS) {
+            1_000_000_000
+        } else {
+            EARLY_EVERY_NS
+        }
+    }
+
     static CAL: Mutex<Cal> = Mutex::new(Cal {
         first: None,
         cur: None,
@@ -246,11 +267,7 @@ mod tsc {
         // One caller at a time (the writer); a test calling too just waits its turn.
         let Ok(mut c) = CAL.try_lock() else { return };
         let now = super::realtime_ns();
-        let every = if c.cur.is_some() {
-            1_000_000_000
-        } else {
-            50_000_000
-        };
+        let every = cadence(c.cur.is_some(), c.first.map(|(_, ns)| ns), now);
         if c.last_ns != 0 && now - c.last_ns < every {
             return;
         }
@@ -424,6 +441,17 @@ pub fn out_dir() -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::conv::{self, Piece};
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn calibrations_come_every_50_ms_until_the_rate_rests_on_2_s_of_samples() {
+        use super::tsc::cadence;
+        const MS: i64 = 1_000_000;
+        assert_eq!(cadence(false, None, 0), 50 * MS, "no sample yet");
+        assert_eq!(cadence(false, Some(0), 5_000 * MS), 50 * MS, "no piece yet");
+        assert_eq!(cadence(true, Some(0), 1_999 * MS), 50 * MS);
+        assert_eq!(cadence(true, Some(0), 2_000 * MS), 1_000 * MS);
+    }
 
     #[test]
     fn now_ns_reads_the_projects_clock() {
