@@ -482,7 +482,7 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
             call_seq,
             count: a.count,
             dtype: a.dtype,
-            // The writer derives it (`OpRecord::bytes`): not the hot path's work.
+            // The writer derives it (`OpRecord::with_bytes`): not the hot path's work.
             bytes: None,
             peer: a.peer,
             root: a.root,
