@@ -517,7 +517,7 @@ fn budget_edge_values() {
     for (v, tiny) in [("100%", false), ("1e-300%", true), ("0.0000001", true)] {
         let run = Run::new("adv-budget");
         // Spread over 150 ms: the writer evaluates the budget meanwhile.
-        let (_, _) = run_driver(
+        let (_, stats) = run_driver(
             &run,
             &["threads", "1", "150"],
             &[("ZCTA_BUDGET", v), ("HOST_ITER_GAP_MS", "1")],
@@ -529,6 +529,14 @@ fn budget_edge_values() {
             t.n("timed") + t.n("pool_empty") + t.n("budget"),
             150,
             "{v}: {:?}",
+            t.by_timing
+        );
+        // Only a call the budget selected asks the driver about its stream; one left
+        // to the budget touches neither.
+        assert_eq!(
+            stats["capture_queries"],
+            t.n("timed") + t.n("pool_empty"),
+            "{v}: {:?} {stats:?}",
             t.by_timing
         );
         if tiny {

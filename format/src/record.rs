@@ -146,12 +146,13 @@ impl Timing {
     }
 
     /// Whether the launching call's stream was capturing a CUDA graph, as the timing
-    /// checked before anything else (`None`: not checked).
+    /// checked for a call the budget selected, before recording anything on it
+    /// (`None`: not checked; a call not selected touches neither stream nor driver).
     pub fn graph_capture(self) -> Option<bool> {
         match self {
             Timing::Captured => Some(true),
-            Timing::Timed(_) | Timing::Skipped(_) | Timing::PoolEmpty => Some(false),
-            Timing::Off | Timing::Error | Timing::Streams | Timing::InProgress => None,
+            Timing::Timed(_) | Timing::PoolEmpty => Some(false),
+            Timing::Skipped(_) | Timing::Off | Timing::Error | Timing::Streams | Timing::InProgress => None,
         }
     }
 

@@ -322,6 +322,14 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
         return Err(Timing::Off);
     }
     let stream = stream as usize;
+    let level = pick.level;
+    chosen.add();
+    // A call the budget did not select touches neither the stream nor the driver: its
+    // capture is not asked (`graph_captured` is then what NCCL's events said, if any).
+    if !pick.selected {
+        return Err(Timing::Skipped(level));
+    }
+    let t0 = now_ns();
     match cuda::capturing(stream) {
         Ok(false) => {}
         Ok(true) => return Err(Timing::Captured),
@@ -330,14 +338,6 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
             return Err(Timing::Error);
         }
     }
-    let level = pick.level;
-    chosen.add();
-    if !pick.selected {
-        return Err(Timing::Skipped(level));
-    }
-    // The cost counted from here: the capture check before is ~25 ns, and every op
-    // pays it, timed or not.
-    let t0 = now_ns();
     let Some(pool) = cuda::stream_ctx(stream).ok().and_then(pool_for) else {
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
