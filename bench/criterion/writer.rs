@@ -10,7 +10,7 @@ use std::sync::Arc;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use zcta::gpu::{Engine, OpGpu, OpRow};
 use zcta::nccl::OpKind;
-use zcta::record::{Event, OpRecord};
+use zcta::record::{Event, OpRaw, OpRecord};
 use zcta::sink::{DatasetWriter, ProcessInfo, SinkPolicy, Writer};
 use zcta::tables::{Ctx, OpsTable, ProcessRow};
 
@@ -37,7 +37,7 @@ fn workload(n: usize) -> Vec<Event> {
             let start = t;
             t += 20_000 + (x % 15_000) as i64;
             let dur = 5_000 + (x >> 20) as i64 % 4_000;
-            Event::Op(OpRecord {
+            Event::Op(OpRaw::from(&OpRecord {
                 comm_id: Some(0x1234_5678_9abc_def0),
                 comm_ptr: 0x5555_0000_1000,
                 rank: Some(3),
@@ -60,7 +60,7 @@ fn workload(n: usize) -> Vec<Event> {
                 gpu_marked: true,
                 graph_captured: Some(false),
                 ..OpRecord::blank(i as u64 + 1, op)
-            })
+            }))
         })
         .collect()
 }
@@ -72,7 +72,7 @@ fn with_gpu(events: &[Event]) -> Vec<OpRow> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Op(rec) => Some(*rec),
+            Event::Op(rec) => Some(rec.record()),
             _ => None,
         })
         .map(|rec| {

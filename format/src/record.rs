@@ -104,6 +104,183 @@ impl OpRecord {
     }
 }
 
+/// An op's row as the shim's hot path writes it into the queue: the facts of an
+/// [`OpRecord`] as plain integers, each optional one marked present by a bit of
+/// `present` rather than by an `Option`'s tag, so that building or copying one is a
+/// few wide stores. The writer expands it ([`OpRaw::record`]); the two convert into
+/// each other without loss.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OpRaw {
+    pub op_id: u64,
+    pub comm_id: u64,
+    pub comm_ptr: u64,
+    pub seq: u64,
+    pub call_seq: u64,
+    pub count: u64,
+    pub bytes: u64,
+    pub sendbuff: u64,
+    pub recvbuff: u64,
+    pub stream: u64,
+    pub group_id: u64,
+    pub api_start_ns: i64,
+    pub api_end_ns: i64,
+    pub launch_ns: i64,
+    pub dtype: i32,
+    pub peer: i32,
+    pub root: i32,
+    pub redop: i32,
+    pub rank: i32,
+    pub nranks: i32,
+    pub device: i32,
+    pub result: i32,
+    pub tid: i32,
+    /// Which optional fields hold a value ([`OpRaw::COMM_ID`] and the rest), and the
+    /// two flags ([`OpRaw::GPU_MARKED`], [`OpRaw::GRAPH_CAPTURED`]).
+    pub present: u16,
+    pub op: OpKind,
+    pub timing: Timing,
+    pub nccl_engine: PlanEngine,
+}
+
+impl OpRaw {
+    pub const COMM_ID: u16 = 1;
+    pub const SEQ: u16 = 1 << 1;
+    pub const CALL_SEQ: u16 = 1 << 2;
+    pub const BYTES: u16 = 1 << 3;
+    pub const PEER: u16 = 1 << 4;
+    pub const ROOT: u16 = 1 << 5;
+    pub const REDOP: u16 = 1 << 6;
+    pub const RANK: u16 = 1 << 7;
+    pub const NRANKS: u16 = 1 << 8;
+    pub const DEVICE: u16 = 1 << 9;
+    pub const GROUP_ID: u16 = 1 << 10;
+    pub const LAUNCH_NS: u16 = 1 << 11;
+    /// `graph_captured` is known; its value is [`OpRaw::GRAPH_CAPTURED`].
+    pub const CAPTURE_KNOWN: u16 = 1 << 12;
+    pub const GRAPH_CAPTURED: u16 = 1 << 13;
+    pub const GPU_MARKED: u16 = 1 << 14;
+
+    /// The bit of `present` for `v`, and its value or zero.
+    #[inline(always)]
+    pub fn opt<T: Default>(v: Option<T>, bit: u16) -> (T, u16) {
+        match v {
+            Some(v) => (v, bit),
+            None => (T::default(), 0),
+        }
+    }
+
+    #[inline(always)]
+    fn get<T: Copy>(&self, v: T, bit: u16) -> Option<T> {
+        (self.present & bit != 0).then_some(v)
+    }
+
+    /// `graph_captured` as the bits of `present` hold it.
+    #[inline(always)]
+    pub fn capture_bits(v: Option<bool>) -> u16 {
+        match v {
+            None => 0,
+            Some(false) => Self::CAPTURE_KNOWN,
+            Some(true) => Self::CAPTURE_KNOWN | Self::GRAPH_CAPTURED,
+        }
+    }
+
+    /// The row this stands for.
+    pub fn record(&self) -> OpRecord {
+        OpRecord {
+            op_id: self.op_id,
+            op: self.op,
+            comm_id: self.get(self.comm_id, Self::COMM_ID),
+            comm_ptr: self.comm_ptr,
+            rank: self.get(self.rank, Self::RANK),
+            nranks: self.get(self.nranks, Self::NRANKS),
+            seq: self.get(self.seq, Self::SEQ),
+            call_seq: self.get(self.call_seq, Self::CALL_SEQ),
+            count: self.count,
+            dtype: self.dtype,
+            bytes: self.get(self.bytes, Self::BYTES),
+            peer: self.get(self.peer, Self::PEER),
+            root: self.get(self.root, Self::ROOT),
+            redop: self.get(self.redop, Self::REDOP),
+            sendbuff: self.sendbuff,
+            recvbuff: self.recvbuff,
+            stream: self.stream,
+            device: self.get(self.device, Self::DEVICE),
+            group_id: self.get(self.group_id, Self::GROUP_ID),
+            api_start_ns: self.api_start_ns,
+            api_end_ns: self.api_end_ns,
+            result: self.result,
+            tid: self.tid,
+            gpu_marked: self.present & Self::GPU_MARKED != 0,
+            graph_captured: self.get(self.present & Self::GRAPH_CAPTURED != 0, Self::CAPTURE_KNOWN),
+            timing: OpTiming {
+                timing: self.timing,
+                launch_ns: self.get(self.launch_ns, Self::LAUNCH_NS),
+                nccl_engine: self.nccl_engine,
+            },
+        }
+    }
+}
+
+impl From<&OpRecord> for OpRaw {
+    fn from(r: &OpRecord) -> Self {
+        let (comm_id, b0) = Self::opt(r.comm_id, Self::COMM_ID);
+        let (seq, b1) = Self::opt(r.seq, Self::SEQ);
+        let (call_seq, b2) = Self::opt(r.call_seq, Self::CALL_SEQ);
+        let (bytes, b3) = Self::opt(r.bytes, Self::BYTES);
+        let (peer, b4) = Self::opt(r.peer, Self::PEER);
+        let (root, b5) = Self::opt(r.root, Self::ROOT);
+        let (redop, b6) = Self::opt(r.redop, Self::REDOP);
+        let (rank, b7) = Self::opt(r.rank, Self::RANK);
+        let (nranks, b8) = Self::opt(r.nranks, Self::NRANKS);
+        let (device, b9) = Self::opt(r.device, Self::DEVICE);
+        let (group_id, b10) = Self::opt(r.group_id, Self::GROUP_ID);
+        let (launch_ns, b11) = Self::opt(r.timing.launch_ns, Self::LAUNCH_NS);
+        let marked = if r.gpu_marked { Self::GPU_MARKED } else { 0 };
+        OpRaw {
+            op_id: r.op_id,
+            comm_id,
+            comm_ptr: r.comm_ptr,
+            seq,
+            call_seq,
+            count: r.count,
+            bytes,
+            sendbuff: r.sendbuff,
+            recvbuff: r.recvbuff,
+            stream: r.stream,
+            group_id,
+            api_start_ns: r.api_start_ns,
+            api_end_ns: r.api_end_ns,
+            launch_ns,
+            dtype: r.dtype,
+            peer,
+            root,
+            redop,
+            rank,
+            nranks,
+            device,
+            result: r.result,
+            tid: r.tid,
+            present: b0
+                | b1
+                | b2
+                | b3
+                | b4
+                | b5
+                | b6
+                | b7
+                | b8
+                | b9
+                | b10
+                | b11
+                | marked
+                | Self::capture_bits(r.graph_captured),
+            op: r.op,
+            timing: r.timing.timing,
+            nccl_engine: r.timing.nccl_engine,
+        }
+    }
+}
+
 /// Whether an op's launch was timed with CUDA events, and why not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Timing {
@@ -490,7 +667,7 @@ pub struct NcclCommRecord {
 /// What travels through the shim's main bounded queue (our own records).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Event {
-    Op(OpRecord),
+    Op(OpRaw),
     Call(CallRecord),
     Comm(CommRecord),
 }
@@ -558,5 +735,79 @@ mod tests {
             None,
             "size unknown"
         );
+    }
+
+    use proptest::prelude::*;
+
+    fn timing() -> impl Strategy<Value = Timing> {
+        prop_oneof![
+            Just(Timing::Off),
+            any::<u8>().prop_map(Timing::Timed),
+            any::<u8>().prop_map(Timing::Skipped),
+            Just(Timing::Captured),
+            Just(Timing::PoolEmpty),
+            Just(Timing::Error),
+            Just(Timing::Streams),
+            Just(Timing::InProgress),
+        ]
+    }
+
+    fn engine() -> impl Strategy<Value = PlanEngine> {
+        prop_oneof![
+            Just(PlanEngine::Unknown),
+            Just(PlanEngine::CopyEngine),
+            Just(PlanEngine::SymmetricKernel),
+            Just(PlanEngine::SmKernel),
+        ]
+    }
+
+    prop_compose! {
+        fn record()(
+            ids in any::<(u64, Option<u64>, u64, Option<u64>, Option<u64>, u64)>(),
+            bufs in any::<(Option<u64>, u64, u64, u64, Option<u64>)>(),
+            ints in any::<(Option<i32>, Option<i32>, i32, Option<i32>, Option<i32>, Option<i32>, Option<i32>)>(),
+            times in any::<(i64, i64, i32, i32, bool, Option<bool>, Option<i64>)>(),
+            op in 0..OpKind::ALL.len(),
+            timing in timing(),
+            nccl_engine in engine(),
+        ) -> OpRecord {
+            OpRecord {
+                op_id: ids.0,
+                op: OpKind::ALL[op],
+                comm_id: ids.1,
+                comm_ptr: ids.2,
+                seq: ids.3,
+                call_seq: ids.4,
+                count: ids.5,
+                bytes: bufs.0,
+                sendbuff: bufs.1,
+                recvbuff: bufs.2,
+                stream: bufs.3,
+                group_id: bufs.4,
+                rank: ints.0,
+                nranks: ints.1,
+                dtype: ints.2,
+                peer: ints.3,
+                root: ints.4,
+                redop: ints.5,
+                device: ints.6,
+                api_start_ns: times.0,
+                api_end_ns: times.1,
+                result: times.2,
+                tid: times.3,
+                gpu_marked: times.4,
+                graph_captured: times.5,
+                timing: OpTiming { timing, launch_ns: times.6, nccl_engine },
+            }
+        }
+    }
+
+    proptest! {
+        /// The hot path's form of a row stands for exactly the row: every field, every
+        /// absent value and both flags come back.
+        #[test]
+        fn a_row_and_its_raw_form_convert_into_each_other_without_loss(r in record()) {
+            prop_assert_eq!(OpRaw::from(&r).record(), r);
+        }
     }
 }

@@ -1049,7 +1049,7 @@ impl Writer {
         let ctx = &self.info.ctx;
         match ev {
             Event::Op(r) => {
-                let r = &r.with_bytes();
+                let r = &r.record().with_bytes();
                 self.timing_calls.count(r);
                 match &mut self.gpu_pipe {
                     Some(p)

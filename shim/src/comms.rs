@@ -6,7 +6,7 @@
 //! by a global epoch (bumped whenever a communicator is added or removed: a freed
 //! `ncclComm_t` address can be reused).
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -134,10 +134,16 @@ impl CommState {
         let m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         m.get(&(send, peer)).copied().unwrap_or(0)
     }
+    #[inline(always)]
     pub fn next_p2p_seq(&self, send: bool, peer: i32) -> u64 {
         if let Some(c) = self.p2p_counter(send, peer) {
             return take(c);
         }
+        self.next_p2p_seq_mapped(send, peer)
+    }
+    /// [`next_p2p_seq`](Self::next_p2p_seq) for a peer without its own counter.
+    #[cold]
+    fn next_p2p_seq_mapped(&self, send: bool, peer: i32) -> u64 {
         let mut m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
         let c = m.entry((send, peer)).or_insert(0);
         let v = *c;
@@ -146,13 +152,22 @@ impl CommState {
     }
     /// The counter of sends to (receives from) `peer` in `0..nranks`, once `nranks` is
     /// known; continuing from what the map counted before.
-    #[inline]
+    #[inline(always)]
     fn p2p_counter(&self, send: bool, peer: i32) -> Option<&AtomicU64> {
         let n = self.nranks()?;
         if !(0..n).contains(&peer) || n > MAX_COUNTED_RANKS {
             return None;
         }
-        let counters = self.p2p.get_or_init(|| {
+        let counters = match self.p2p.get() {
+            Some(c) => c,
+            None => self.p2p_counters(n),
+        };
+        counters.get(2 * peer as usize + usize::from(!send))
+    }
+    /// Makes the per-peer counters once `nranks` (`n`) is known.
+    #[cold]
+    fn p2p_counters(&self, n: i32) -> &[AtomicU64] {
+        self.p2p.get_or_init(|| {
             let m = self.p2p_seq.lock().unwrap_or_else(|p| p.into_inner());
             (0..2 * n as usize)
                 .map(|i| {
@@ -160,8 +175,7 @@ impl CommState {
                     AtomicU64::new(m.get(&key).copied().unwrap_or(0))
                 })
                 .collect()
-        });
-        counters.get(2 * peer as usize + usize::from(!send))
+        })
     }
     pub fn next_split_index(&self) -> u64 {
         self.split_index.fetch_add(1, Ordering::Relaxed)
@@ -209,14 +223,59 @@ pub fn get(ptr: usize, cache: &Cache) -> Option<Arc<CommState>> {
     let epoch = EPOCH.load(Ordering::Acquire);
     // Busy only if a lookup re-entered another (none does): the map answers.
     let Ok(mut c) = cache.0.try_borrow_mut() else {
-        return MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
+        return lookup(ptr);
     };
     if c.0 == ptr && c.1 == epoch {
         return c.2.clone();
     }
-    let found = MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned();
+    let found = lookup(ptr);
     *c = (ptr, epoch, found.clone());
     found
+}
+
+/// A communicator found for a call: borrowed from the thread's cache (no reference
+/// count taken), or held where the cache could not lend it.
+pub enum CommRef<'a> {
+    Cached(Ref<'a, CommState>),
+    Held(Arc<CommState>),
+}
+
+impl std::ops::Deref for CommRef<'_> {
+    type Target = CommState;
+    #[inline(always)]
+    fn deref(&self) -> &CommState {
+        match self {
+            CommRef::Cached(r) => r,
+            CommRef::Held(a) => a,
+        }
+    }
+}
+
+/// The communicator at `ptr`, if known, through this thread's `cache`, borrowed from
+/// it: the hot path's lookup. A second lookup while the first is held reads the map.
+#[inline(always)]
+pub fn find(ptr: usize, cache: &Cache) -> Option<CommRef<'_>> {
+    if ptr == 0 {
+        return None;
+    }
+    let epoch = EPOCH.load(Ordering::Acquire);
+    match cache.0.try_borrow_mut() {
+        Ok(mut c) => {
+            if c.0 != ptr || c.1 != epoch {
+                *c = (ptr, epoch, lookup(ptr));
+            }
+        }
+        Err(_) => return lookup(ptr).map(CommRef::Held),
+    }
+    match cache.0.try_borrow() {
+        Ok(c) => Ref::filter_map(c, |c| c.2.as_deref()).ok().map(CommRef::Cached),
+        Err(_) => lookup(ptr).map(CommRef::Held),
+    }
+}
+
+#[cold]
+fn lookup(ptr: usize) -> Option<Arc<CommState>> {
+    MAP.read().unwrap_or_else(|p| p.into_inner()).get(&ptr).cloned()
 }
 
 #[cfg(test)]
@@ -235,6 +294,35 @@ mod tests {
         assert_eq!(get(0x1000, &c).unwrap().comm_id, Some(2));
         // A second thread's cache sees the same map.
         assert_eq!(get(0x1000, &Cache::new()).unwrap().comm_id, Some(2));
+    }
+
+    /// The hot path's lookup lends the cached communicator without a reference count
+    /// (the count stays what the map and the cache hold); a second lookup while the
+    /// first is lent still finds it, and a re-registration at the address is seen.
+    #[test]
+    fn find_lends_the_cached_communicator_and_sees_a_new_one_at_its_address() {
+        let c = Cache::new();
+        let a = Arc::new(CommState::new(Some(11), Some(0), Some(2), None));
+        insert(0x3000, Arc::clone(&a));
+        let first = find(0x3000, &c).unwrap();
+        assert!(matches!(first, CommRef::Cached(_)));
+        assert_eq!(first.comm_id, Some(11));
+        assert_eq!(
+            Arc::strong_count(&a),
+            3,
+            "ours, the map's, the cache's: none per lookup"
+        );
+        let second = find(0x3000, &c).unwrap();
+        assert!(
+            matches!(second, CommRef::Held(_)),
+            "the cache is lent out: the map answers"
+        );
+        assert_eq!(second.comm_id, Some(11));
+        drop((first, second));
+        insert(0x3000, Arc::new(CommState::new(Some(12), Some(0), Some(2), None)));
+        assert_eq!(find(0x3000, &c).unwrap().comm_id, Some(12));
+        assert!(find(0, &c).is_none());
+        assert!(find(0x3008, &c).is_none());
     }
 
     /// A destroy that finishes after another thread created a communicator at the

@@ -16,7 +16,7 @@ use crate::ffi::sys::now_ns;
 use zcta::budget;
 use zcta::hash;
 use zcta::nccl::{self, CallKind, OpKind};
-use zcta::record::{CallRecord, CommRecord, Event, OpRecord, OpTiming, PlanEngine, SmallStr, Timing};
+use zcta::record::{CallRecord, CommRecord, Event, OpRaw, OpTiming, PlanEngine, SmallStr, Timing};
 
 use crate::comms::{self, CommState};
 use crate::ffi;
@@ -50,7 +50,9 @@ struct Hot {
     /// the group's end the rows are completed in place and written with its
     /// ncclGroupEnd's record (which carries its ncclGroupStart's row too) in one
     /// reservation of the queue; the memory is reused by the next group.
-    pending: RefCell<Vec<Pending>>,
+    pending: RefCell<Vec<OpRaw>>,
+    /// What the open outermost group's ops with rows add up to.
+    group_ops: GroupOps,
     /// The open outermost group's ncclGroupStart (entry, return) when its row is to be
     /// written: it travels in the group's end record ([`CallRecord::group_start`]).
     opened: Cell<Option<(i64, i64)>>,
@@ -77,6 +79,7 @@ thread_local! {
             launch_note: Cell::new((None, PlanEngine::Unknown)),
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
+            group_ops: GroupOps::new(),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
             op_ids: Cell::new((0, 0)),
@@ -203,27 +206,43 @@ pub fn current_init() -> Option<u64> {
 }
 static NEXT_LOCAL_COMM: AtomicU64 = AtomicU64::new(0);
 
-/// Marks "inside an interposed call" on this thread; NCCL calling its own exported
-/// API from inside a call then reaches the real function without a second record.
+/// Marks "inside an interposed call" on this thread for the lifecycle hooks; NCCL
+/// calling its own exported API from inside a call then reaches the real function
+/// without a second record. (The data-moving calls and groups mark it by hand:
+/// [`enter`], [`leave`].)
 struct Guard<'a>(&'a Hot);
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        self.0.depth.set(self.0.depth.get().saturating_sub(1));
+        leave(self.0);
     }
 }
 
-/// `Some((guard, rows))` when the shim follows this call: an outermost call while
-/// the shim is active (activating it on first use). `rows`: recording is not paused
-/// (`zcta_set_recording(0)`). While paused the shim still keeps what later rows depend
-/// on — communicators and registrations (with their rows), group nesting, and each
-/// communicator's sequence numbers — and writes no rows of data-moving calls or groups.
-#[inline]
-fn enter(h: &Hot) -> Option<(Guard<'_>, bool)> {
-    let outer = h.depth.get() == 0;
-    h.depth.set(h.depth.get() + 1);
-    let g = Guard(h);
-    (outer && state::recorder().is_some()).then(|| (g, crate::control::rows_wanted()))
+/// `Some(rows)` when the shim follows this call, which it then marks on the thread
+/// (undone by [`leave`]): an outermost call while the shim is active (activating it on
+/// first use). `rows`: recording is not paused (`zcta_set_recording(0)`). While paused
+/// the shim still keeps what later rows depend on — communicators and registrations
+/// (with their rows), group nesting, and each communicator's sequence numbers — and
+/// writes no rows of data-moving calls or groups.
+#[inline(always)]
+fn enter(h: &Hot) -> Option<bool> {
+    if h.depth.get() != 0 {
+        return None;
+    }
+    state::recorder()?;
+    h.depth.set(1);
+    Some(crate::control::rows_wanted())
+}
+
+/// The call [`enter`] marked returned.
+#[inline(always)]
+fn leave(h: &Hot) {
+    h.depth.set(0);
+}
+
+/// [`enter`] for the lifecycle hooks, with a guard that calls [`leave`].
+fn enter_guarded(h: &Hot) -> Option<(Guard<'_>, bool)> {
+    enter(h).map(|rows| (Guard(h), rows))
 }
 
 /// In a fork child (its only thread is the one that forked): forget the parent's
@@ -248,13 +267,6 @@ fn tid(h: &Hot) -> i32 {
 fn current_group(h: &Hot) -> Option<u64> {
     let (depth, id, _) = h.group.get();
     (depth > 0).then_some(id)
-}
-
-fn count_group_op(h: &Hot) {
-    let (d, id, n) = h.group.get();
-    if d > 0 {
-        h.group.set((d, id, n.saturating_add(1)));
-    }
 }
 
 /// Arguments of a data-moving call.
@@ -286,47 +298,57 @@ fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
     comm_state_from(comms::get(ptr, &h.comms), ptr, queryable)
 }
 
-/// [`comm_state`] from what `comms::get` returned (looked up once per call).
+/// [`comm_state`] from what `comms::get` returned.
 fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
     match known {
         Some(st) => {
             if queryable && !st.is_complete() {
-                st.fill(
-                    ffi::real::comm_rank(ptr),
-                    ffi::real::comm_count(ptr),
-                    ffi::real::comm_device(ptr),
-                );
+                query_comm(&st, ptr);
             }
             Some(st)
         }
-        None if queryable => {
-            let st = Arc::new(CommState::new(
-                None,
-                ffi::real::comm_rank(ptr),
-                ffi::real::comm_count(ptr),
-                ffi::real::comm_device(ptr),
-            ));
-            comms::insert(ptr, Arc::clone(&st));
-            Some(st)
-        }
+        None if queryable => Some(learn_comm(ptr)),
         None => None,
     }
 }
 
-/// An op issued inside a group waits here for its group's outcome: NCCL only runs
-/// (and counts) it if the outermost `ncclGroupEnd` succeeds, and never for
-/// `ncclGroupSimulateEnd`. Its sequence number is assigned then.
-struct Pending {
-    /// Its row (its call's communicator and stream are what the group's checks
-    /// compare); `None`: called while recording was paused (only its sequence number
-    /// counts).
-    rec: Option<OpRecord>,
-    op: OpKind,
-    peer: Option<i32>,
-    /// Its communicator when NCCL accepted the call.
-    comm: Option<Arc<CommState>>,
-    /// The budget selected it (at its group's level, [`group_level`]).
-    selected: bool,
+/// Asks NCCL what a known communicator's record lacks (non-blocking or deferred init).
+#[cold]
+fn query_comm(st: &CommState, ptr: usize) {
+    st.fill(
+        ffi::real::comm_rank(ptr),
+        ffi::real::comm_count(ptr),
+        ffi::real::comm_device(ptr),
+    );
+}
+
+/// A communicator created where we did not see it: learned from NCCL and registered.
+#[cold]
+fn learn_comm(ptr: usize) -> Arc<CommState> {
+    let st = Arc::new(CommState::new(
+        None,
+        ffi::real::comm_rank(ptr),
+        ffi::real::comm_count(ptr),
+        ffi::real::comm_device(ptr),
+    ));
+    comms::insert(ptr, Arc::clone(&st));
+    st
+}
+
+/// The communicator at `ptr` as [`comm_state`] finds it, borrowed from the thread's
+/// cache (no reference count taken) when it is known.
+#[inline(always)]
+fn comm_for(h: &Hot, ptr: usize, queryable: bool) -> Option<comms::CommRef<'_>> {
+    match comms::find(ptr, &h.comms) {
+        Some(st) => {
+            if queryable && !st.is_complete() {
+                query_comm(&st, ptr);
+            }
+            Some(st)
+        }
+        None if queryable => Some(comms::CommRef::Held(learn_comm(ptr))),
+        None => None,
+    }
 }
 
 /// The sequence number of an accepted op on its communicator (taking it).
@@ -338,79 +360,154 @@ fn next_seq(op: OpKind, peer: Option<i32>, comm: &CommState) -> u64 {
     }
 }
 
-/// A data-moving call while recording is paused: no row, but it takes its sequence
-/// numbers (at its group's end when grouped), so `seq` stays the op's index on the
-/// communicator and agrees across ranks that paused at different ops.
-fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
-    let Some(st) = comm_state(h, a.comm, may_query(h, rc)) else {
-        return;
-    };
-    st.next_call_seq();
-    file_op(h, kind, a.peer, Some(st), nccl::accepted(rc), None, false);
-}
-
-/// Files an op whose call returned (`ok`: NCCL accepted it), with its row `rec`
-/// (`None` while paused). Inside a group it waits for the group's end, counted in the
-/// GroupEnd's n_ops when it has a row; otherwise it takes its sequence number now and
-/// its row is written. Inlined: the row is then built where the group's list keeps
-/// it, not built and copied there.
+/// An op's row, as the hot path writes it ([`OpRaw`]): what the call gave and its
+/// times. Its communicator's fields, `seq`, `group_id`, the thread and the GPU side
+/// are for the caller to fill ([`comm_fields`], [`GpuSide::set`]).
 #[inline(always)]
-fn file_op(
-    h: &Hot,
-    kind: OpKind,
-    peer: Option<i32>,
-    comm: Option<Arc<CommState>>,
-    ok: bool,
-    rec: Option<OpRecord>,
-    selected: bool,
-) {
-    let comm = comm.filter(|_| ok);
-    if current_group(h).is_some() {
-        // Busy only if NCCL called back into a hook that files an op from inside
-        // one (it does not): then the op is not kept.
-        let Ok(mut p) = h.pending.try_borrow_mut() else {
-            return;
-        };
-        if rec.is_some() {
-            count_group_op(h);
-        }
-        p.push(Pending {
-            rec,
-            op: kind,
-            peer,
-            comm,
-            selected,
-        });
-        return;
-    }
-    let seq = comm.map(|st| next_seq(kind, peer, &st));
-    if let Some(mut rec) = rec {
-        rec.seq = seq;
-        state::emit(Event::Op(rec));
+fn op_raw(kind: OpKind, a: &OpArgs, op_id: u64, t0: i64, t1: i64, rc: i32) -> OpRaw {
+    let (peer, b_peer) = OpRaw::opt(a.peer, OpRaw::PEER);
+    let (root, b_root) = OpRaw::opt(a.root, OpRaw::ROOT);
+    let (redop, b_redop) = OpRaw::opt(a.redop, OpRaw::REDOP);
+    OpRaw {
+        op_id,
+        comm_id: 0,
+        comm_ptr: a.comm as u64,
+        seq: 0,
+        call_seq: 0,
+        count: a.count,
+        // The writer derives it (`OpRecord::with_bytes`): not the hot path's work.
+        bytes: 0,
+        sendbuff: a.sendbuff,
+        recvbuff: a.recvbuff,
+        stream: a.stream,
+        group_id: 0,
+        api_start_ns: t0,
+        api_end_ns: t1,
+        launch_ns: 0,
+        dtype: a.dtype,
+        peer,
+        root,
+        redop,
+        rank: 0,
+        nranks: 0,
+        device: 0,
+        result: rc,
+        tid: 0,
+        present: b_peer | b_root | b_redop,
+        op: kind,
+        timing: Timing::Off,
+        nccl_engine: PlanEngine::Unknown,
     }
 }
 
-/// A collective or point-to-point call.
-#[inline]
-pub fn op(kind: OpKind, a: OpArgs, real: impl FnOnce() -> i32) -> i32 {
+/// Fills a row's communicator fields from `st` and takes its sequence numbers: the
+/// op's index among the calls on the communicator, and when `ran` (NCCL accepted the
+/// op, and its group ran) its `seq`.
+#[inline(always)]
+fn comm_fields(r: &mut OpRaw, st: &CommState, ran: bool) {
+    let (comm_id, b0) = OpRaw::opt(st.comm_id, OpRaw::COMM_ID);
+    let (rank, b1) = OpRaw::opt(st.rank(), OpRaw::RANK);
+    let (nranks, b2) = OpRaw::opt(st.nranks(), OpRaw::NRANKS);
+    let (device, b3) = OpRaw::opt(st.device(), OpRaw::DEVICE);
+    r.comm_id = comm_id;
+    r.rank = rank;
+    r.nranks = nranks;
+    r.device = device;
+    r.call_seq = st.next_call_seq();
+    let mut bits = b0 | b1 | b2 | b3 | OpRaw::CALL_SEQ;
+    if ran {
+        let peer = (r.present & OpRaw::PEER != 0).then_some(r.peer);
+        r.seq = next_seq(r.op, peer, st);
+        bits |= OpRaw::SEQ;
+    }
+    r.present |= bits;
+}
+
+/// A launching call's GPU side, as its rows take it ([`GpuSide::set`]).
+#[derive(Clone, Copy)]
+struct GpuSide {
+    launch_ns: i64,
+    timing: Timing,
+    nccl_engine: PlanEngine,
+    /// `present` bits: launch_ns, gpu_marked.
+    bits: u16,
+    /// `graph_captured` where the op itself did not say.
+    capture: u16,
+}
+
+impl GpuSide {
+    fn new(t: OpTiming, marked: bool, graph_captured: Option<bool>) -> Self {
+        let (launch_ns, b) = OpRaw::opt(t.launch_ns, OpRaw::LAUNCH_NS);
+        Self {
+            launch_ns,
+            timing: t.timing,
+            nccl_engine: t.nccl_engine,
+            bits: b | if marked { OpRaw::GPU_MARKED } else { 0 },
+            capture: OpRaw::capture_bits(graph_captured),
+        }
+    }
+
+    #[inline(always)]
+    fn set(&self, r: &mut OpRaw) {
+        r.launch_ns = self.launch_ns;
+        r.timing = self.timing;
+        r.nccl_engine = self.nccl_engine;
+        let mut bits = r.present | self.bits;
+        if bits & OpRaw::CAPTURE_KNOWN == 0 {
+            bits |= self.capture;
+        }
+        r.present = bits;
+    }
+}
+
+/// An op kept in its group's list while recording was paused: no row (op id 0; ids
+/// start at 1), only what its sequence number needs.
+const NO_ROW: u64 = 0;
+
+/// What a followed data-moving call carries from before its real call to after it.
+struct OpCall {
+    /// Recording is not paused: the call gets a row.
+    rows: bool,
+    /// Not inside a group: the call launches its own GPU work.
+    launching: bool,
+    op_id: u64,
+    selected: bool,
+    /// The timing's start (launching calls with rows only).
+    begun: Option<Result<timing::Begun, Timing>>,
+    marked: bool,
+    t0: i64,
+}
+
+/// A collective or point-to-point call. The real call is made here, between the two
+/// halves of the hook, so that it stays in the export's own code.
+#[inline(always)]
+pub fn op(kind: OpKind, a: &OpArgs, real: impl FnOnce() -> i32) -> i32 {
     with_hot(real, |h, real| {
-        let mut real = Some(real);
-        let mut call = || real.take().map_or(nccl::NCCL_INTERNAL_ERROR, |f| f());
-        op_in(h, kind, a, &mut call)
+        let Some(c) = op_before(h, kind, a) else {
+            return real();
+        };
+        let rc = real();
+        op_after(h, kind, a, c, rc);
+        rc
     })
 }
 
-/// The one body of every data-moving call: not generic over the call, so the 20-odd
-/// exports share its code instead of each holding a 4.7 KB copy (the library is 200 KB
-/// smaller; the send/recv loop's cost did not change measurably, docs/PERFORMANCE.md).
+/// Before a data-moving call: `None` when the shim does not follow it; otherwise the
+/// call is marked on the thread, its op id taken, the budget's choice made and its
+/// timing begun. One body for every data-moving export (not generic over the call).
 #[inline(never)]
-fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32 {
-    let Some((g, rows)) = enter(h) else { return real() };
+fn op_before(h: &Hot, kind: OpKind, a: &OpArgs) -> Option<OpCall> {
+    let rows = enter(h)?;
     if !rows {
-        let rc = real();
-        protect(|| op_paused(h, kind, &a, rc));
-        drop(g);
-        return rc;
+        return Some(OpCall {
+            rows,
+            launching: false,
+            op_id: 0,
+            selected: false,
+            begun: None,
+            marked: false,
+            t0: 0,
+        });
     }
     let op_id = next_id(&h.op_ids, &NEXT_OP);
     h.current_op.set(op_id);
@@ -419,10 +516,17 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
     let launching = current_group(h).is_none();
     // The budget's choice: a selected op is timed (when it launches) and NCCL
     // generates its profiler events; the others have their host row only.
-    // The communicator, looked up once for the budget's key and the row.
-    let known = comms::get(a.comm, &h.comms);
     let pick = if timing::on() {
-        protect(|| pick_op(h, kind, &a, known.as_deref(), op_id, launching))
+        protect(|| {
+            pick_op(
+                h,
+                kind,
+                a,
+                comms::find(a.comm, &h.comms).as_deref(),
+                op_id,
+                launching,
+            )
+        })
     } else {
         None
     };
@@ -440,112 +544,141 @@ fn op_in(h: &Hot, kind: OpKind, a: OpArgs, real: &mut dyn FnMut() -> i32) -> i32
     // an op, e.g. while recording was being resumed, must not stick to this one).
     h.api_event.set(0);
     reset_launch_note(h);
-    let rc = real();
+    Some(OpCall {
+        rows,
+        launching,
+        op_id,
+        selected: pick.is_some_and(|p| p.selected),
+        begun,
+        marked,
+        t0,
+    })
+}
+
+/// After a data-moving call that [`op_before`] followed, which returned `rc`: its
+/// timing ended and its row written (or, inside a group, kept for the group's end).
+#[inline(never)]
+fn op_after(h: &Hot, kind: OpKind, a: &OpArgs, mut c: OpCall, rc: i32) {
+    if !c.rows {
+        protect(|| op_paused(h, kind, a, rc));
+        leave(h);
+        return;
+    }
     let t1 = now_ns();
-    let timing = match begun {
-        Some(Ok(b)) => protect(|| timing::end(b, rc, op_id)).unwrap_or(Timing::Error),
+    let timing = match c.begun.take() {
+        Some(Ok(b)) => protect(|| timing::end(b, rc, c.op_id)).unwrap_or(Timing::Error),
         Some(Err(why)) => why,
         None => Timing::Off,
     };
-    gpu::end(marked);
+    gpu::end(c.marked);
     h.current_op.set(0);
     // NCCL's API events say it for the ops the budget selected (the only ones NCCL
     // generates events for in events mode); the timing's capture check for the rest.
     let graph_captured = take_graph_captured(h).or(timing.graph_capture());
-    let op_timing = if launching {
-        take_op_timing(h, timing)
-    } else {
-        OpTiming::default()
-    };
     protect(|| {
-        let ok = nccl::accepted(rc);
-        let st = comm_state_from(known, a.comm, may_query(h, rc));
-        let (comm_id, rank, nranks, device, call_seq) = match &st {
-            Some(st) => (
-                st.comm_id,
-                st.rank(),
-                st.nranks(),
-                st.device(),
-                Some(st.next_call_seq()),
-            ),
-            None => (None, None, None, None, None),
-        };
-        let group_id = current_group(h);
-        let rec = OpRecord {
-            op_id,
-            op: kind,
-            comm_id,
-            comm_ptr: a.comm as u64,
-            rank,
-            nranks,
-            seq: None,
-            call_seq,
-            count: a.count,
-            dtype: a.dtype,
-            // The writer derives it (`OpRecord::with_bytes`): not the hot path's work.
-            bytes: None,
-            peer: a.peer,
-            root: a.root,
-            redop: a.redop,
-            sendbuff: a.sendbuff,
-            recvbuff: a.recvbuff,
-            stream: a.stream,
-            device,
-            group_id,
-            api_start_ns: t0,
-            api_end_ns: t1,
-            result: rc,
-            tid: tid(h),
-            gpu_marked: marked,
-            graph_captured,
-            timing: op_timing,
-        };
-        file_op(
-            h,
-            kind,
-            a.peer,
-            st,
-            ok,
-            Some(rec),
-            pick.is_some_and(|p| p.selected),
-        );
+        if c.launching {
+            let op_timing = take_op_timing(h, timing);
+            emit_op(h, kind, a, &c, rc, t1, graph_captured, op_timing);
+        } else {
+            keep_op(h, kind, a, &c, rc, t1, graph_captured);
+        }
     });
-    drop(g);
-    rc
+    leave(h);
 }
 
-/// Emits the rows of a closed outermost group ([`Hot::pending`]) with its closing
-/// call's row `end`, in one reservation of the queue: its ops' rows only when `rows`
-/// (its ncclGroupEnd, which launches them, was called while recording). The ops
-/// take sequence numbers only when the group really ran; `marked`: its ncclGroupEnd
-/// was marked for GPU capture; `timing`: what timing its ncclGroupEnd measured,
+/// The row of an op outside any group: it takes its sequence numbers now, and goes
+/// to the queue.
+#[allow(clippy::too_many_arguments)]
+fn emit_op(
+    h: &Hot,
+    kind: OpKind,
+    a: &OpArgs,
+    c: &OpCall,
+    rc: i32,
+    t1: i64,
+    graph_captured: Option<bool>,
+    timing: OpTiming,
+) {
+    let mut r = op_raw(kind, a, c.op_id, c.t0, t1, rc);
+    r.tid = tid(h);
+    if let Some(st) = comm_for(h, a.comm, may_query(h, rc)) {
+        comm_fields(&mut r, &st, nccl::accepted(rc));
+    }
+    GpuSide::new(timing, c.marked, graph_captured).set(&mut r);
+    state::emit_with(1, |_| Event::Op(r));
+}
+
+/// An op inside a group, kept in its group's list: its communicator's fields and
+/// sequence numbers are taken at the group's end ([`flush_group`]), in the order the
+/// ops were issued (NCCL's rule that threads take turns on a communicator keeps any
+/// other op of it from coming between).
+fn keep_op(h: &Hot, kind: OpKind, a: &OpArgs, c: &OpCall, rc: i32, t1: i64, graph_captured: Option<bool>) {
+    let mut r = op_raw(kind, a, c.op_id, c.t0, t1, rc);
+    r.present |= OpRaw::capture_bits(graph_captured);
+    // Busy only if NCCL called back into a hook that keeps an op from inside one (it
+    // does not): then the op is not kept.
+    let Ok(mut p) = h.pending.try_borrow_mut() else {
+        return;
+    };
+    p.push(r);
+    let (d, id, n) = h.group.get();
+    h.group.set((d, id, n.saturating_add(1)));
+    h.group_ops.note(a.stream, c.selected);
+}
+
+/// A data-moving call while recording is paused: no row, but it takes its sequence
+/// numbers (at its group's end when grouped), so `seq` stays the op's index on the
+/// communicator and agrees across ranks that paused at different ops.
+#[cold]
+fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
+    if current_group(h).is_some() {
+        if let Ok(mut p) = h.pending.try_borrow_mut() {
+            p.push(op_raw(kind, a, NO_ROW, 0, 0, rc));
+        }
+        return;
+    }
+    if let Some(st) = comm_for(h, a.comm, may_query(h, rc)) {
+        st.next_call_seq();
+        if nccl::accepted(rc) {
+            let _ = next_seq(kind, a.peer, &st);
+        }
+    }
+}
+
+/// Writes the rows of a closed outermost group `group_id` ([`Hot::pending`]) with its
+/// closing call's row `end`, in one reservation of the queue: its ops' rows only when
+/// `rows` (its ncclGroupEnd, which launches them, was called while recording). Every
+/// op takes its index among its communicator's calls, and its `seq` when the group
+/// really ran (`ran`) and NCCL accepted it; `gpu`: what its ncclGroupEnd measured,
 /// shared by its ops.
-fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, end: Option<CallRecord>) {
+fn flush_group(h: &Hot, group_id: u64, ran: bool, rows: bool, gpu: GpuSide, end: Option<CallRecord>) {
     // Busy only if NCCL called back into a hook from inside one (it does not): then
     // the group's end row alone is written.
-    let mut ops = h
-        .pending
-        .try_borrow_mut()
-        .map(|mut p| std::mem::take(&mut *p))
-        .unwrap_or_default();
-    let captured = timing.timing.graph_capture();
+    let Ok(mut ops) = h.pending.try_borrow_mut() else {
+        if let Some(r) = end {
+            state::emit(Event::Call(r));
+        }
+        return;
+    };
+    h.group_ops.clear();
+    let tid = tid(h);
     let mut n = 0;
-    for p in &mut ops {
-        let seq = match &p.comm {
-            Some(st) if ran => Some(next_seq(p.op, p.peer, st)),
-            _ => None,
-        };
-        if let Some(rec) = p.rec.as_mut().filter(|_| rows) {
-            rec.seq = seq;
-            rec.gpu_marked = marked;
-            rec.graph_captured = rec.graph_captured.or(captured);
-            rec.timing = timing;
+    for r in ops.iter_mut() {
+        let ok = ran && nccl::accepted(r.result);
+        if let Some(st) = comm_for(h, r.comm_ptr as usize, false) {
+            comm_fields(r, &st, ok);
+        }
+        if rows && r.op_id != NO_ROW {
+            r.group_id = group_id;
+            r.present |= OpRaw::GROUP_ID;
+            r.tid = tid;
+            gpu.set(r);
             n += 1;
         }
     }
     // The rows go from the list straight into the queue; a group larger than a share
     // of the queue goes in pieces (each one reservation).
-    let mut recs = ops.iter().filter_map(|p| p.rec.as_ref().filter(|_| rows));
+    let mut recs = ops.iter().filter(|r| rows && r.op_id != NO_ROW);
     let mut end = end;
     let mut left = n + usize::from(end.is_some());
     while left > 0 {
@@ -561,14 +694,8 @@ fn flush_group(h: &Hot, ran: bool, marked: bool, rows: bool, timing: OpTiming, e
         });
         left -= k;
     }
-    ops.clear();
     // The next group reuses the list's memory (no allocation per group).
-    if let Ok(mut p) = h.pending.try_borrow_mut()
-        && p.is_empty()
-        && p.capacity() < ops.capacity()
-    {
-        *p = ops;
-    }
+    ops.clear();
 }
 
 /// The most records a group writes with one reservation of the queue (a quarter of
@@ -580,16 +707,47 @@ fn call_record(h: &Hot, call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord
     CallRecord::new(call, t0, t1, rc, tid(h))
 }
 
-/// The one stream the ops of the open group (with rows) were issued on: `None`
-/// without such ops; `Some(Err(Streams))` when they used several.
-fn group_stream(h: &Hot) -> Option<Result<u64, Timing>> {
-    let p = h.pending.try_borrow().ok()?;
-    let mut streams = p.iter().filter_map(|x| x.rec.as_ref().map(|r| r.stream));
-    let first = streams.next()?;
-    Some(match streams.all(|s| s == first) {
-        true => Ok(first),
-        false => Err(Timing::Streams),
-    })
+/// What the open outermost group's ops with rows add up to, kept as they are issued
+/// (its end reads them without walking its list): their stream, and how many the
+/// budget selected.
+struct GroupOps {
+    /// 0: no op yet; 1: all on `stream`; 2: several streams.
+    streams: Cell<(u8, u64)>,
+    selected: Cell<u64>,
+}
+
+impl GroupOps {
+    const fn new() -> Self {
+        Self {
+            streams: Cell::new((0, 0)),
+            selected: Cell::new(0),
+        }
+    }
+
+    fn note(&self, stream: u64, selected: bool) {
+        let next = match self.streams.get() {
+            (0, _) => (1, stream),
+            (1, s) if s == stream => (1, s),
+            (_, s) => (2, s),
+        };
+        self.streams.set(next);
+        self.selected.set(self.selected.get() + u64::from(selected));
+    }
+
+    fn clear(&self) {
+        self.streams.set((0, 0));
+        self.selected.set(0);
+    }
+
+    /// The one stream of the group's ops with rows: `None` without such ops;
+    /// `Some(Err(Streams))` when they used several.
+    fn stream(&self) -> Option<Result<u64, Timing>> {
+        match self.streams.get() {
+            (0, _) => None,
+            (1, s) => Some(Ok(s)),
+            _ => Some(Err(Timing::Streams)),
+        }
+    }
 }
 
 /// The budget's choice for an op about to be issued: for a launching call at the
@@ -641,9 +799,12 @@ fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
     h.pending.try_borrow().map_or(0, |p| {
         p.iter()
             .filter(|x| {
-                x.rec
-                    .as_ref()
-                    .is_some_and(|r| counter(x.op, r.comm_ptr as usize, x.peer) == me)
+                x.op_id != NO_ROW
+                    && counter(
+                        x.op,
+                        x.comm_ptr as usize,
+                        (x.present & OpRaw::PEER != 0).then_some(x.peer),
+                    ) == me
             })
             .count() as u64
     })
@@ -662,9 +823,7 @@ fn group_level(h: &Hot) -> u8 {
 /// events for those ops cost goes to the budget with the group's events.
 fn group_pick(h: &Hot) -> timing::Pick {
     let level = h.group_level.replace(None).unwrap_or_else(timing::level);
-    let n = h.pending.try_borrow().map_or(0, |p| {
-        p.iter().filter(|x| x.rec.is_some() && x.selected).count() as u64
-    });
+    let n = h.group_ops.selected.get();
     timing::Pick {
         level,
         selected: n > 0,
@@ -673,15 +832,20 @@ fn group_pick(h: &Hot) -> timing::Pick {
 }
 
 /// `ncclGroupStart`.
+#[inline(always)]
 pub fn group_start(real: impl FnOnce() -> i32) -> i32 {
-    with_hot(real, group_start_in)
+    with_hot(real, |h, real| {
+        let Some(rows) = enter(h) else { return real() };
+        // While paused no row of the group's calls is written: no clock to read.
+        let t0 = if rows { now_ns() } else { 0 };
+        let rc = real();
+        group_start_after(h, rows, t0, rc);
+        rc
+    })
 }
 
-fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
-    let Some((g, rows)) = enter(h) else { return real() };
-    // While paused no row of the group's calls is written: no clock to read.
-    let t0 = if rows { now_ns() } else { 0 };
-    let rc = real();
+#[inline(never)]
+fn group_start_after(h: &Hot, rows: bool, t0: i64, rc: i32) {
     let t1 = if rows { now_ns() } else { 0 };
     protect(|| {
         let (d, id, n) = h.group.get();
@@ -695,6 +859,7 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             if let Ok(mut p) = h.pending.try_borrow_mut() {
                 p.clear();
             }
+            h.group_ops.clear();
             let id = next_id(&h.group_ids, &NEXT_GROUP);
             h.group.set((1, id, 0));
             Some(id)
@@ -714,17 +879,35 @@ fn group_start_in(h: &Hot, real: impl FnOnce() -> i32) -> i32 {
             }
         }
     });
-    drop(g);
-    rc
+    leave(h);
+}
+
+/// What a followed `ncclGroupEnd` carries from before its real call to after it.
+struct GroupEndCall {
+    rows: bool,
+    /// The id of the group it closes when it is the outermost.
+    outermost: Option<u64>,
+    begun: Option<Result<timing::Begun, Timing>>,
+    marked: bool,
+    t0: i64,
 }
 
 /// `ncclGroupEnd` and `ncclGroupSimulateEnd` (both close the innermost group).
+#[inline(always)]
 pub fn group_end(kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
-    with_hot(real, |h, real| group_end_in(h, kind, real))
+    with_hot(real, |h, real| {
+        let Some(c) = group_end_before(h, kind) else {
+            return real();
+        };
+        let rc = real();
+        group_end_after(h, kind, c, rc);
+        rc
+    })
 }
 
-fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
-    let Some((g, rows)) = enter(h) else { return real() };
+#[inline(never)]
+fn group_end_before(h: &Hot, kind: CallKind) -> Option<GroupEndCall> {
+    let rows = enter(h)?;
     // The outermost ncclGroupEnd launches the group's work: tag it with the group.
     let outermost = {
         let (d, id, _) = h.group.get();
@@ -737,7 +920,9 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
             // NCCL reads the live mask, not its tasks' copies, for the events it starts
             // at the launch (v6's copy-engine events): they follow the group's choice.
             ffi::plugin::follow_op(pick.selected);
-            group_stream(h).map(|s| s.and_then(|s| timing::begin(s, pick, &h.chosen)))
+            h.group_ops
+                .stream()
+                .map(|s| s.and_then(|s| timing::begin(s, pick, &h.chosen)))
         })
         .unwrap_or(Some(Err(Timing::Error))),
         _ => None,
@@ -747,9 +932,19 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
     let t0 = if rows { now_ns() } else { 0 };
     let marked = rows && outermost.is_some_and(|id| gpu::begin(zcta::gpu::ext_id(0, Some(id)), t0));
     reset_launch_note(h);
-    let rc = real();
-    let t1 = if rows { now_ns() } else { 0 };
-    let timing = match (begun, outermost) {
+    Some(GroupEndCall {
+        rows,
+        outermost,
+        begun,
+        marked,
+        t0,
+    })
+}
+
+#[inline(never)]
+fn group_end_after(h: &Hot, kind: CallKind, c: GroupEndCall, rc: i32) {
+    let t1 = if c.rows { now_ns() } else { 0 };
+    let timing = match (c.begun, c.outermost) {
         (Some(Ok(b)), id) => {
             let ext = id.map_or(0, |id| zcta::gpu::ext_id(0, Some(id)));
             protect(|| timing::end(b, rc, ext)).unwrap_or(Timing::Error)
@@ -758,7 +953,7 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         (None, _) => Timing::Off,
     };
     let group_timing = take_op_timing(h, timing);
-    gpu::end(marked);
+    gpu::end(c.marked);
     protect(|| {
         let (d, id, n) = h.group.get();
         let (id, n_ops) = match d {
@@ -774,26 +969,28 @@ fn group_end_in(h: &Hot, kind: CallKind, real: impl FnOnce() -> i32) -> i32 {
         };
         // Closing the outermost group: its ncclGroupStart's row goes with this one's
         // (alone when this call is not recorded).
-        let mut r = call_record(h, kind, t0, t1, rc);
+        let mut r = call_record(h, kind, c.t0, t1, rc);
         r.group_id = id;
         r.n_ops = n_ops;
         r.group_start = n_ops.and_then(|_| h.opened.take());
-        let end = if rows { Some(r) } else { r.opening_row() };
-        if n_ops.is_some() {
-            flush_group(
+        let end = if c.rows { Some(r) } else { r.opening_row() };
+        match (n_ops, id) {
+            (Some(_), Some(id)) => flush_group(
                 h,
+                id,
                 kind == CallKind::GroupEnd && nccl::accepted(rc),
-                marked,
-                rows,
-                group_timing,
+                c.rows,
+                GpuSide::new(group_timing, c.marked, group_timing.timing.graph_capture()),
                 end,
-            );
-        } else if let Some(r) = end {
-            state::emit(Event::Call(r));
+            ),
+            _ => {
+                if let Some(r) = end {
+                    state::emit(Event::Call(r));
+                }
+            }
         }
     });
-    drop(g);
-    rc
+    leave(h);
 }
 
 /// What `ncclConfig_t` said (fields read by `ffi` after checking `config->size`).
@@ -847,7 +1044,9 @@ fn comm_init_in(
 ) -> i32 {
     // Recorded while paused too: later ops refer to the communicator. GPU capture
     // starts with the first one either way (a pause holds once it starts).
-    let Some((g, _)) = enter(h) else { return real() };
+    let Some((g, _)) = enter_guarded(h) else {
+        return real();
+    };
     if let Some(r) = state::recorder() {
         let on = r.cupti_off;
         protect(|| gpu::start(on));
@@ -996,7 +1195,9 @@ pub fn comm_end(kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 
 
 fn comm_end_in(h: &Hot, kind: CallKind, comm: usize, real: impl FnOnce() -> i32) -> i32 {
     // Recorded while paused too, like the creation.
-    let Some((g, _)) = enter(h) else { return real() };
+    let Some((g, _)) = enter_guarded(h) else {
+        return real();
+    };
     let st = protect(|| comms::get(comm, &h.comms)).flatten();
     let t0 = now_ns();
     let rc = real();
@@ -1042,7 +1243,9 @@ fn registration_in(
 ) -> i32 {
     // Recorded while paused too: how the communicator's buffers are set up decides
     // the data paths of later ops.
-    let Some((g, _)) = enter(h) else { return real() };
+    let Some((g, _)) = enter_guarded(h) else {
+        return real();
+    };
     let t0 = now_ns();
     let rc = real();
     let t1 = now_ns();

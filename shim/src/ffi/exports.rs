@@ -41,14 +41,16 @@ macro_rules! nccl_export {
                 cstr(concat!(stringify!($name), "\0")),
             );
             type F = unsafe extern "C" fn($($ty),*) -> c_int;
-            let $real = move || -> c_int {
-                match REAL.get($name as *const c_void) {
-                    // SAFETY: REAL is the real NCCL function of the same name, whose C
-                    // signature is F; the caller's arguments are passed unchanged.
-                    Some(p) => unsafe { std::mem::transmute::<*mut c_void, F>(p)($($arg),*) },
-                    None => real::missing(&REAL),
-                }
+            // Resolved before the hook runs, so that the hook's call of it is a direct
+            // call in this function's own code.
+            let Some(p) = REAL.get($name as *const c_void) else {
+                return real::missing(&REAL);
             };
+            // SAFETY: REAL is the real NCCL function of the same name, whose C
+            // signature is F.
+            let f = unsafe { std::mem::transmute::<*mut c_void, F>(p) };
+            // SAFETY: the caller's arguments, passed unchanged.
+            let $real = move || -> c_int { unsafe { f($($arg),*) } };
             $hook
         }
     )*};
@@ -93,27 +95,27 @@ impl OpArgs {
 const NULL: *const c_void = std::ptr::null();
 
 nccl_export! {
-    fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AllReduce, args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op), real);
-    fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Broadcast, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
-    fn ncclBcast(buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Bcast, args(comm, count, datatype, buff, buff, stream).root(root), real);
-    fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Reduce, args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op).root(root), real);
-    fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AllGather, args(comm, sendcount, datatype, sendbuff, recvbuff, stream), real);
-    fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::ReduceScatter, args(comm, recvcount, datatype, sendbuff, recvbuff, stream).redop(op), real);
-    fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AlltoAll, args(comm, count, datatype, sendbuff, recvbuff, stream), real);
-    fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Gather, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
-    fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Scatter, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclAllReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AllReduce, &args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op), real);
+    fn ncclBroadcast(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Broadcast, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclBcast(buff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Bcast, &args(comm, count, datatype, buff, buff, stream).root(root), real);
+    fn ncclReduce(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Reduce, &args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op).root(root), real);
+    fn ncclAllGather(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AllGather, &args(comm, sendcount, datatype, sendbuff, recvbuff, stream), real);
+    fn ncclReduceScatter(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::ReduceScatter, &args(comm, recvcount, datatype, sendbuff, recvbuff, stream).redop(op), real);
+    fn ncclAlltoAll(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::AlltoAll, &args(comm, count, datatype, sendbuff, recvbuff, stream), real);
+    fn ncclGather(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Gather, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclScatter(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Scatter, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
     // NCCL 2.31+: each collective with a trailing per-call `ncclCollConfig_t` (CTA
     // policy, algorithm, profiler tag), passed on untouched; recorded as the plain one.
-    fn ncclAllReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AllReduce, args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op), real);
-    fn ncclBroadcastConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Broadcast, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
-    fn ncclReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Reduce, args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op).root(root), real);
-    fn ncclAllGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AllGather, args(comm, sendcount, datatype, sendbuff, recvbuff, stream), real);
-    fn ncclReduceScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::ReduceScatter, args(comm, recvcount, datatype, sendbuff, recvbuff, stream).redop(op), real);
-    fn ncclAlltoAllConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AlltoAll, args(comm, count, datatype, sendbuff, recvbuff, stream), real);
-    fn ncclGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Gather, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
-    fn ncclScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Scatter, args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
-    fn ncclSend(sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Send, args(comm, count, datatype, sendbuff, NULL, stream).peer(peer), real);
-    fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Recv, args(comm, count, datatype, NULL, recvbuff, stream).peer(peer), real);
+    fn ncclAllReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AllReduce, &args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op), real);
+    fn ncclBroadcastConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Broadcast, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclReduceConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, op: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Reduce, &args(comm, count, datatype, sendbuff, recvbuff, stream).redop(op).root(root), real);
+    fn ncclAllGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, sendcount: usize, datatype: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AllGather, &args(comm, sendcount, datatype, sendbuff, recvbuff, stream), real);
+    fn ncclReduceScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, recvcount: usize, datatype: c_int, op: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::ReduceScatter, &args(comm, recvcount, datatype, sendbuff, recvbuff, stream).redop(op), real);
+    fn ncclAlltoAllConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::AlltoAll, &args(comm, count, datatype, sendbuff, recvbuff, stream), real);
+    fn ncclGatherConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Gather, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclScatterConfig(sendbuff: *const c_void, recvbuff: *mut c_void, count: usize, datatype: c_int, root: c_int, comm: Comm, stream: Stream, config: *const c_void) => |real| hooks::op(OpKind::Scatter, &args(comm, count, datatype, sendbuff, recvbuff, stream).root(root), real);
+    fn ncclSend(sendbuff: *const c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Send, &args(comm, count, datatype, sendbuff, NULL, stream).peer(peer), real);
+    fn ncclRecv(recvbuff: *mut c_void, count: usize, datatype: c_int, peer: c_int, comm: Comm, stream: Stream) => |real| hooks::op(OpKind::Recv, &args(comm, count, datatype, NULL, recvbuff, stream).peer(peer), real);
     fn ncclGroupStart() => |real| hooks::group_start(real);
     fn ncclGroupEnd() => |real| hooks::group_end(CallKind::GroupEnd, real);
     fn ncclGroupSimulateEnd(sim_info: *mut c_void) => |real| hooks::group_end(CallKind::GroupSimulateEnd, real);
