@@ -273,21 +273,28 @@ impl<T: Copy + Send> Inner<T> {
         self.populated.store(to, Ordering::Relaxed);
     }
 
-    /// Asks the CPU to bring the slot at `pos` into this core's cache before the next
-    /// push writes it. A read prefetch (`prefetcht0`: `_MM_HINT_ET0` needs the
-    /// `prfchw` target feature, which the x86-64 baseline lacks): the line arrives
-    /// shared and the write still upgrades it, but no longer misses every cache.
+    /// Asks the CPU to bring the slot at `pos` into this core's cache, to be written,
+    /// before the next push writes it: `prefetchw`, so the line arrives owned and the
+    /// push's stores need no upgrade from the shared state, in which a read prefetch
+    /// would bring a line the writer thread read. (`_mm_prefetch` emits `prefetchw`
+    /// only with the `prfchw` target feature, which the x86-64 baseline lacks; the
+    /// instruction is a no-op hint where a CPU does not implement it.)
     #[inline]
     fn prefetch(&self, pos: usize) {
         let slot: *const Slot<T> = &self.slots[pos & self.mask];
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-            let base = slot.cast::<i8>();
+            let base = slot.cast::<u8>();
             for off in (0..size_of::<Slot<T>>()).step_by(64) {
-                // SAFETY: a prefetch is a hint that never faults; the address lies
-                // inside the slot array.
-                unsafe { _mm_prefetch::<_MM_HINT_ET0>(base.wrapping_add(off)) };
+                // SAFETY: a prefetch is a hint that never faults and writes nothing;
+                // the address lies inside the slot array.
+                unsafe {
+                    std::arch::asm!(
+                        "prefetchw [{p}]",
+                        p = in(reg) base.wrapping_add(off),
+                        options(nostack, preserves_flags, readonly)
+                    )
+                };
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
