@@ -13,6 +13,8 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin1=$(cd "${1:-$root/.carry}" && pwd)
+# shellcheck source=bench/configs.sh
+. "$root/bench/configs.sh"
 out=${OUT:-$root/bench-out}
 mkdir -p "$out/json" "$out/runs"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
@@ -23,37 +25,10 @@ n=${#configs[@]}
 for ((r = 0; r < rounds; r++)); do
   for ((i = 0; i < n; i++)); do
     c=${configs[$(((i + r) % n))]}
-    bin=$bin1
-    base=$c
-    d=${c: -1}
-    case $d in
-      [2-9])
-        v=SHIM$d
-        if [ -n "${!v:-}" ]; then
-          bin=$(cd "${!v}" && pwd)
-          base=${c%"$d"}
-        fi
-        ;;
-    esac
-    env_args=()
-    case $base in
-      plain | profiler) ;;
-      default) env_args=(LD_PRELOAD="$bin/libzcta_prof.so") ;;
-      deep) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=deep) ;;
-      off) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off) ;;
-      # Decomposition: host rows only (NCCL asked for no events), NCCL never loads our
-      # plugin, the shim loaded but off.
-      nomask) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_MASK=0) ;;
-      noplugin) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_PLUGIN=0) ;;
-      disabled) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_ENABLE=0) ;;
-      # The budget's two ends: every op timed (with NCCL's events), almost none; and half
-      # the default.
-      all) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=all) ;;
-      tiny) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=0.001%) ;;
-      half) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_BUDGET=0.5%) ;;
-      # The default's timing and checks without NCCL's events (its mask 0 from the start).
-      events0) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_NCCL_MASK=0) ;;
-    esac
+    if ! config_env "$c" "$bin1"; then
+      echo "always_on.sh: unknown configuration $c" >&2
+      exit 2
+    fi
     ab=()
     # Every process runs the same blocks (plain and torch.profiler an A/A).
     [ "${AB:-0}" = 1 ] && ab=(--ab ${AB_BLOCK_MS:+--ab-block-ms "$AB_BLOCK_MS"})

@@ -4,7 +4,7 @@
 # process per configuration and repetition, pinned (PIN, default 2-9). Prints one
 # line per process and a table of medians last.
 #   bash bench/sr_ab.sh [SHIM_DIR (default .carry)]         logs under $OUT
-# Env: CONFIGS ("plain nomask default"; also disabled, deep), REPS (3), BYTES (8),
+# Env: CONFIGS ("plain nomask default"; the others of bench/configs.sh too), REPS (3), BYTES (8),
 # PER_BLOCK (4000 groups), BLOCKS (16), GAP_NS (4000: a busy gap after each group, so
 # the GPU keeps up and the host's time is what is measured), SHIM2 … SHIM9 (other
 # builds: a configuration with a trailing digit N, e.g. default2, runs build SHIMN),
@@ -13,6 +13,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin1=$(cd "${1:-$root/.carry}" && pwd)
+# shellcheck source=bench/configs.sh
+. "$root/bench/configs.sh"
 out=${OUT:-$root/bench-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -30,27 +32,10 @@ log=$out/sr_ab.log
 : >"$log.err"
 for ((r = 0; r < ${REPS:-3}; r++)); do
   for c in "${configs[@]}"; do
-    bin=$bin1
-    base=$c
-    d=${c: -1}
-    case $d in
-      [2-9])
-        v=SHIM$d
-        if [ -n "${!v:-}" ]; then
-          bin=$(cd "${!v}" && pwd)
-          base=${c%"$d"}
-        fi
-        ;;
-    esac
-    env_args=()
-    case $base in
-      plain) ;;
-      default) env_args=(LD_PRELOAD="$bin/libzcta_prof.so") ;;
-      deep) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=deep) ;;
-      nomask) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_GPU=off ZCTA_NCCL_MASK=0) ;;
-      disabled) env_args=(LD_PRELOAD="$bin/libzcta_prof.so" ZCTA_ENABLE=0) ;;
-      *) echo "sr_ab.sh: unknown configuration $c" >&2; exit 2 ;;
-    esac
+    if ! config_env "$c" "$bin1"; then
+      echo "sr_ab.sh: unknown configuration $c" >&2
+      exit 2
+    fi
     if ! line=$(env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="sr_ab-$c-$r" "${pin[@]}" \
       "$ab" "$lib" "${BYTES:-8}" "${PER_BLOCK:-4000}" "${BLOCKS:-16}" "${GAP_NS:-4000}" 2>>"$log.err" | tail -1); then
       echo "sr_ab.sh: $c (round $r) failed; $log.err ends:" >&2
