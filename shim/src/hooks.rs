@@ -573,7 +573,8 @@ fn op_after(h: &Hot, kind: OpKind, a: &OpArgs, mut c: OpCall, rc: i32) {
     gpu::end(c.marked);
     h.current_op.set(0);
     // NCCL's API events say it for the ops the budget selected (the only ones NCCL
-    // generates events for in events mode); the timing's capture check for the rest.
+    // generates events for in events mode), and so does the timing's capture check,
+    // which only a selected launching call makes.
     let graph_captured = take_graph_captured(h).or(timing.graph_capture());
     protect(|| {
         if c.launching {
