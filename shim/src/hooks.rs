@@ -291,27 +291,6 @@ fn may_query(h: &Hot, rc: i32) -> bool {
     rc == nccl::NCCL_SUCCESS && current_group(h).is_none()
 }
 
-/// Looks up a communicator, learning it lazily when it was created in a way we could
-/// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
-/// [`may_query`], so a bad or unready pointer is never handed to it by us first.
-fn comm_state(h: &Hot, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
-    comm_state_from(comms::get(ptr, &h.comms), ptr, queryable)
-}
-
-/// [`comm_state`] from what `comms::get` returned.
-fn comm_state_from(known: Option<Arc<CommState>>, ptr: usize, queryable: bool) -> Option<Arc<CommState>> {
-    match known {
-        Some(st) => {
-            if queryable && !st.is_complete() {
-                query_comm(&st, ptr);
-            }
-            Some(st)
-        }
-        None if queryable => Some(learn_comm(ptr)),
-        None => None,
-    }
-}
-
 /// Asks NCCL what a known communicator's record lacks (non-blocking or deferred init).
 #[cold]
 fn query_comm(st: &CommState, ptr: usize) {
@@ -335,8 +314,11 @@ fn learn_comm(ptr: usize) -> Arc<CommState> {
     st
 }
 
-/// The communicator at `ptr` as [`comm_state`] finds it, borrowed from the thread's
-/// cache (no reference count taken) when it is known.
+/// Looks up a communicator, learning it lazily when it was created in a way we could
+/// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
+/// `queryable` ([`may_query`]), so a bad or unready pointer is never handed to it by
+/// us first. A known one is borrowed from the thread's cache (no reference count
+/// taken).
 #[inline(always)]
 fn comm_for(h: &Hot, ptr: usize, queryable: bool) -> Option<comms::CommRef<'_>> {
     match comms::find(ptr, &h.comms) {
@@ -1251,9 +1233,9 @@ fn registration_in(
     let rc = real();
     let t1 = now_ns();
     protect(|| {
-        let st = comm_state(h, a.comm, nccl::accepted(rc));
+        let comm_id = comm_for(h, a.comm, nccl::accepted(rc)).and_then(|s| s.comm_id);
         let mut r = call_record(h, a.kind, t0, t1, rc);
-        r.comm_id = st.and_then(|s| s.comm_id);
+        r.comm_id = comm_id;
         r.comm_ptr = Some(a.comm as u64);
         r.buff = a.buff;
         r.size = a.size;
