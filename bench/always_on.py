@@ -38,7 +38,10 @@ one H200). Each block lasts at least --ab-block-ms (100 ms; the loop's length gr
 fit: five training steps, some 7,000 send/recv groups): the budget allows a burst of
 20 us of timing after any quiet stretch, a paused block included, so a block of 2 ms
 would pay ~1 % for it where a continuous loop pays it once; at 100 ms it is 0.02 %.
---ab-block-ms 0 keeps the loop lengths above. Writes DIR/<config>-<round>.json.
+--ab-block-ms 0 keeps the loop lengths above. Every block's time per item is kept
+(`ab_blocks`), for a training step with the part spent issuing its work (before the
+synchronize that ends it): a cost that grows the step but not its issuing lies on the
+GPU. Writes DIR/<config>-<round>.json.
 """
 
 import argparse
@@ -91,11 +94,18 @@ model, opt = build_model()
 x = torch.randn(8, 128, 768, device=dev)
 
 
+# Seconds the training steps spent issuing their work (up to the synchronize that ends
+# each): against a step's whole time, whether a cost lies on the host or on the GPU.
+issued = [0.0]
+
+
 def train_steps(n):
     for _ in range(n):
+        t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         model(x).float().pow(2).mean().backward()
         opt.step()
+        issued[0] += time.perf_counter() - t
         torch.cuda.synchronize()
 
 
@@ -221,6 +231,10 @@ fastest = {True: {}, False: {}}
 ab_items = {}
 # Per repetition, the median over its block pairs of recording / paused.
 pairs = {m: [] for m in wanted}
+# Every block, in the order run: [recording?, seconds per item, of which issuing
+# (training steps only, else null)] (a slow block's place among the others; where a
+# cost lies).
+block_log = {m: [] for m in wanted}
 with prof:
     for rep in range(args.reps):
         for m in wanted:
@@ -239,10 +253,12 @@ with prof:
                 pair = {}
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
                     set_recording(int(on))
+                    issued[0] = 0.0
                     t = per_item(fn if on else direct.get(fn, fn), per_block)
                     sums[on] += t
                     pair[on] = t
                     fastest[on][m] = min(fastest[on].get(m, t), t)
+                    block_log[m].append([on, t, issued[0] / per_block if fn is train_steps else None])
                 ratios.append(pair[True] / pair[False])
             set_recording(1)
             pairs[m].append(statistics.median(ratios))
@@ -282,6 +298,7 @@ out.mkdir(parents=True, exist_ok=True)
                     "ab_pairs": {m: statistics.median(pairs[m]) for m in wanted},
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items,
+                    "ab_blocks": block_log,
                     "ab_off": {m: "direct" if work[m][0] in direct else "paused" for m in wanted}}
                    if set_recording is not None else {})}))
 # The measures' line last (scripts read the last line).

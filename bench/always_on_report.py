@@ -61,6 +61,40 @@ def ab_off_note(d):
     return "off side of the A/B: " + ", ".join(f"{m} {'/'.join(sorted(v))}" for m, v in sorted(off.items()))
 
 
+def issue_table(d):
+    """Where a training step's cost lies: per configuration, the median over block
+    pairs of recording / paused of the step's whole time and of the part spent issuing
+    its work (`ab_blocks`, runs since the bench kept it), median [min, max] over the
+    processes. A cost in the whole time that the issuing does not share lies on the
+    GPU (or in the synchronize)."""
+    got = {}
+    for f in sorted(Path(d).glob("*.json")):
+        j = json.loads(f.read_text())
+        blocks = j.get("ab_blocks", {}).get("train_step_ms")
+        if not blocks or any(len(b) < 3 or b[2] is None for b in blocks):
+            continue
+        whole, issue = [], []
+        # Blocks run in pairs (one of each side, in either order).
+        for a, b in zip(blocks[::2], blocks[1::2]):
+            on, off = (a, b) if a[0] else (b, a)
+            if on[0] == off[0] or off[1] <= 0 or off[2] <= 0:
+                continue
+            whole.append(on[1] / off[1])
+            issue.append(on[2] / off[2])
+        if whole:
+            e = got.setdefault(j["config"], ([], []))
+            e[0].append(statistics.median(whole))
+            e[1].append(statistics.median(issue))
+    if not got:
+        return ""
+    cell = lambda v: f"**{statistics.median(v):.3f}×** [{min(v):.3f}, {max(v):.3f}]"  # noqa: E731
+    lines = ["training step, median over block pairs of recording / paused: whole step, and its issuing",
+             "| configuration | whole step | issuing |", "|---|---|---|"]
+    for c in [c for c in CONFIGS if c in got]:
+        lines.append(f"| {c} | {cell(got[c][0])} | {cell(got[c][1])} |")
+    return "\n".join(lines)
+
+
 def table(runs):
     configs = [c for c in CONFIGS if c in runs]
     measures = sorted({m for c in runs.values() for r in c.values() for m in r})
@@ -116,4 +150,5 @@ if __name__ == "__main__":
     print(ab_table(sys.argv[1], "ab_pairs", "in-process A/B, median over block pairs of recording / paused"))
     print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
     print(ab_off_note(sys.argv[1]))
+    print(issue_table(sys.argv[1]))
     print(table(runs))

@@ -298,6 +298,30 @@ def test_always_on_report_names_each_loops_baseline(tmp_path):
     assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct/paused"
 
 
+def test_always_on_report_splits_the_steps_cost_into_issuing_and_the_rest(tmp_path):
+    """bench/always_on_report.py's issue table: per process the median over block pairs
+    (either order) of recording / paused, for the whole step and for its issuing; runs
+    without the issuing part are left out."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import issue_table
+
+    def write(config, rnd, blocks):
+        (tmp_path / f"{config}-{rnd}.json").write_text(json.dumps(
+            {"config": config, "round": rnd, "ab_blocks": {"train_step_ms": blocks}}))
+
+    assert issue_table(tmp_path) == ""
+    # Recording costs 0.3 ms of a 12 ms step, none of it in the 8 ms of issuing.
+    write("default", 0, [[False, 0.0117, 0.008], [True, 0.0120, 0.008],
+                         [True, 0.0120, 0.008], [False, 0.0117, 0.008]])
+    write("default", 1, [[True, 0.0240, 0.016], [False, 0.0234, 0.016]])
+    write("plain", 0, [[False, 0.0117, 0.008], [True, 0.0117, 0.008]])
+    write("nomask", 0, [[False, 0.0117, None], [True, 0.0118, None]])
+    lines = issue_table(tmp_path).splitlines()
+    assert lines[3] == "| plain | **1.000×** [1.000, 1.000] | **1.000×** [1.000, 1.000] |", lines
+    assert lines[4] == "| default | **1.026×** [1.026, 1.026] | **1.000×** [1.000, 1.000] |", lines
+    assert len(lines) == 5, lines
+
+
 def test_direct_calls_bypass_the_shim(host, tmp_path):  # noqa: F811
     """The baseline bench/always_on.py gives the raw send/recv loops: calls through
     libnccl's own handle (examples/nccl_bench.py's `SelfComm.direct`) do not reach a
