@@ -4,6 +4,7 @@ bench/gpu_bench_report.py on a stand-in run plus synthetic job results."""
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -320,6 +321,24 @@ def test_always_on_report_splits_the_steps_cost_into_issuing_and_the_rest(tmp_pa
     assert lines[3] == "| plain | **1.000×** [1.000, 1.000] | **1.000×** [1.000, 1.000] |", lines
     assert lines[4] == "| default | **1.026×** [1.026, 1.026] | **1.000×** [1.000, 1.000] |", lines
     assert len(lines) == 5, lines
+
+
+def test_measurement_build_patches_apply_to_the_tree(tmp_path):
+    """bench/variants.sh builds the shim with one of bench/variants/*.patch applied:
+    each must still apply to the tree (mended with the code it patches), and the
+    script refuses a call without a name or with an unknown one."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    patches = sorted((ROOT / "bench" / "variants").glob("*.patch"))
+    assert {p.stem for p in patches} >= {"norec", "nores", "noanchor"}, patches
+    for p in patches:
+        r = subprocess.run(["git", "apply", "--check", str(p)], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0, f"{p.name} no longer applies: {r.stderr}"
+    script = ROOT / "bench" / "variants.sh"
+    r = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "name at least one variant" in r.stderr, r
+    r = subprocess.run(["bash", str(script), str(tmp_path), "nosuch"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no bench/variants/nosuch.patch" in r.stderr, r
 
 
 def test_direct_calls_bypass_the_shim(host, tmp_path):  # noqa: F811
