@@ -10,6 +10,10 @@
 #   norec     timing: everything a timed op does but its two CUDA event records
 #   nores     timing: the writer makes no driver call for the ops' events
 #   noanchor  timing: no clock anchors (no spinning on zcta's own stream's event)
+#   charge20  timing: the budget charges each record 20 µs of stream time (≈ 40 µs a
+#             timed op instead of ≈ 6), so it times about an eighth as many ops
+#   sidestream timing: the two timing events go on a side stream of zcta's own, after
+#             it waited for a marker without timing on the op's stream
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: bench/variants.sh OUT_DIR NAME...}

@@ -330,7 +330,7 @@ def test_measurement_build_patches_apply_to_the_tree(tmp_path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     patches = sorted((ROOT / "bench" / "variants").glob("*.patch"))
-    assert {p.stem for p in patches} >= {"norec", "nores", "noanchor"}, patches
+    assert {p.stem for p in patches} >= {"norec", "nores", "noanchor", "charge20", "sidestream"}, patches
     for p in patches:
         r = subprocess.run(["git", "apply", "--check", str(p)], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 0, f"{p.name} no longer applies: {r.stderr}"
