@@ -9,7 +9,7 @@ crate::define_table! {
     call: Utf8, required, default, "NCCL function without the `nccl` prefix: GroupStart, GroupEnd, GroupSimulateEnd, CommInitRank, CommInitRankConfig, CommInitRankScalable, CommInitAll, CommSplit, CommShrink, CommFinalize, CommDestroy, CommAbort, CommRegister, CommDeregister, CommWindowRegister, CommWindowDeregister" => |r, c| Some(r.call.name());
     comm_id: U64, nullable, default, "communicator the call acts on (for init/split/shrink: the communicator created; NULL when none was)" => |r, c| r.comm_id;
     comm_ptr: U64, nullable, default, "address of that ncclComm_t" => |r, c| r.comm_ptr;
-    group_id: U64, nullable, delta, "GroupStart/GroupEnd/GroupSimulateEnd of an outermost group: its id (see `ops.group_id`); the outermost GroupStart's row is written when its group closes, with the group's ops (a process that ends inside a group writes neither)" => |r, c| r.group_id;
+    group_id: U64, nullable, delta, "GroupStart/GroupEnd/GroupSimulateEnd: the id of the outermost group the call opens, closes or is nested in (see `ops.group_id`); NULL where no group was open (a GroupEnd without a GroupStart, a refused outermost GroupStart); the outermost GroupStart's row is written when its group closes, with the group's ops (a process that ends inside a group writes neither)" => |r, c| r.group_id;
     n_ops: U32, nullable, default, "GroupEnd/GroupSimulateEnd: number of ops recorded in the group" => |r, c| r.n_ops;
     buff: U64, nullable, default, "registration: buffer address" => |r, c| r.buff;
     size: U64, nullable, default, "registration: buffer size in bytes; CommInitAll: number of devices" => |r, c| r.size;
