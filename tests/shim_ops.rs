@@ -497,6 +497,37 @@ fn many_threads_many_comms() {
     assert_eq!(p[0].str("end_reason"), Some("exit"));
 }
 
+/// A communicator created inside a group, then used only inside groups: its ops are
+/// numbered at each group's end, and there, the group having returned ncclSuccess,
+/// NCCL has initialised it and is asked what its record lacked (the device), so every
+/// op of it has its communicator's fields.
+#[test]
+fn a_communicator_made_inside_a_group_gives_its_grouped_ops_their_device() {
+    let run = Run::new("init_in_group");
+    run.run_ok(&["init_in_group"]);
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 4, "{ops:#?}");
+    let comm_id = ops[0].req_u64("comm_id");
+    let mut seqs: Vec<(Option<&str>, u64)> = Vec::new();
+    for o in &ops {
+        assert_eq!(o.u64("comm_id"), Some(comm_id));
+        assert_eq!((o.i32("rank"), o.i32("nranks")), (Some(0), Some(1)));
+        assert_eq!(o.i32("device"), Some(0), "known after the group's end: {o:?}");
+        assert!(o.u64("group_id").is_some());
+        seqs.push((o.str("op"), o.req_u64("seq")));
+    }
+    seqs.sort();
+    assert_eq!(
+        seqs,
+        [
+            (Some("Recv"), 0),
+            (Some("Recv"), 1),
+            (Some("Send"), 0),
+            (Some("Send"), 1)
+        ]
+    );
+}
+
 /// The `split` scenario, shared by the tests below.
 fn split_run(id: &str) -> Run {
     let run = Run::new(id);

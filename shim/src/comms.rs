@@ -9,7 +9,7 @@
 use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, RwLock};
 
 /// One communicator on this rank.
@@ -19,6 +19,9 @@ pub struct CommState {
     rank: AtomicI32,
     nranks: AtomicI32,
     device: AtomicI32,
+    /// rank, nranks and device all known (they only ever go from unknown to known):
+    /// the hot path's check is one load.
+    complete: AtomicBool,
     coll_seq: AtomicU64,
     call_seq: AtomicU64,
     /// Per-peer counters, two per rank (send, receive), made when `nranks` is first
@@ -32,6 +35,18 @@ pub struct CommState {
 }
 
 const UNKNOWN: i32 = i32::MIN;
+
+/// Set for good when a communicator is first made without its full identity (a
+/// non-blocking or deferred initialisation): until then no group's end needs to look
+/// for one to complete ([`maybe_incomplete`]).
+static EVER_INCOMPLETE: AtomicBool = AtomicBool::new(false);
+
+/// Whether some communicator may lack part of its identity (rank, nranks or device):
+/// false while every communicator made so far had all three (one load).
+#[inline]
+pub fn maybe_incomplete() -> bool {
+    EVER_INCOMPLETE.load(Ordering::Relaxed)
+}
 /// Communicators larger than this count their peers in the map (16 B a rank would
 /// be 1 MiB each).
 const MAX_COUNTED_RANKS: i32 = 1 << 16;
@@ -82,11 +97,16 @@ fn opt(v: i32) -> Option<i32> {
 
 impl CommState {
     pub fn new(comm_id: Option<u64>, rank: Option<i32>, nranks: Option<i32>, device: Option<i32>) -> Self {
+        let complete = rank.is_some() && nranks.is_some() && device.is_some();
+        if !complete {
+            EVER_INCOMPLETE.store(true, Ordering::Relaxed);
+        }
         Self {
             comm_id,
             rank: AtomicI32::new(rank.unwrap_or(UNKNOWN)),
             nranks: AtomicI32::new(nranks.unwrap_or(UNKNOWN)),
             device: AtomicI32::new(device.unwrap_or(UNKNOWN)),
+            complete: AtomicBool::new(complete),
             coll_seq: AtomicU64::new(0),
             call_seq: AtomicU64::new(0),
             p2p: OnceLock::new(),
@@ -111,9 +131,13 @@ impl CommState {
                 let _ = slot.compare_exchange(UNKNOWN, v, Ordering::Relaxed, Ordering::Relaxed);
             }
         }
+        if self.rank().is_some() && self.nranks().is_some() && self.device().is_some() {
+            self.complete.store(true, Ordering::Relaxed);
+        }
     }
+    #[inline]
     pub fn is_complete(&self) -> bool {
-        self.rank().is_some() && self.nranks().is_some() && self.device().is_some()
+        self.complete.load(Ordering::Relaxed)
     }
     pub fn next_call_seq(&self) -> u64 {
         take(&self.call_seq)
@@ -360,5 +384,16 @@ mod tests {
         assert_eq!(late.peek_p2p_seq(true, 9), 1);
         c.fill(Some(5), None, Some(4));
         assert_eq!((c.rank(), c.device()), (Some(0), Some(3)));
+        // Complete once rank, nranks and device are all known, and from then on.
+        let d = CommState::new(Some(3), Some(1), None, None);
+        assert!(!d.is_complete());
+        d.fill(None, Some(2), None);
+        assert!(!d.is_complete());
+        d.fill(None, None, Some(0));
+        assert!(d.is_complete());
+        d.fill(Some(7), Some(7), Some(7));
+        assert!(d.is_complete() && d.rank() == Some(1));
+        assert!(CommState::new(None, Some(0), Some(1), Some(0)).is_complete());
+        assert!(maybe_incomplete(), "d was made without its device");
     }
 }

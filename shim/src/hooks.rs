@@ -633,8 +633,17 @@ fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
 /// `rows` (its ncclGroupEnd, which launches them, was called while recording). Every
 /// op takes its index among its communicator's calls, and its `seq` when the group
 /// really ran (`ran`) and NCCL accepted it; `gpu`: what its ncclGroupEnd measured,
-/// shared by its ops.
-fn flush_group(h: &Hot, group_id: u64, ran: bool, rows: bool, gpu: GpuSide, end: Option<CallRecord>) {
+/// shared by its ops. `queryable`: the group's end returned ncclSuccess, so NCCL has
+/// initialised its communicators (one created inside the group included) and may be
+/// asked what a communicator's record lacks ([`comm_for`]).
+fn flush_group(
+    h: &Hot,
+    group_id: u64,
+    (ran, queryable): (bool, bool),
+    rows: bool,
+    gpu: GpuSide,
+    end: Option<CallRecord>,
+) {
     // Busy only if NCCL called back into a hook from inside one (it does not): then
     // the group's end row alone is written.
     let Ok(mut ops) = h.pending.try_borrow_mut() else {
@@ -644,6 +653,11 @@ fn flush_group(h: &Hot, group_id: u64, ran: bool, rows: bool, gpu: GpuSide, end:
         return;
     };
     h.group_ops.clear();
+    // Only where some communicator may be incomplete (one made inside a group or
+    // non-blocking) are its ops' communicators looked at first.
+    if queryable && ran && comms::maybe_incomplete() {
+        complete_comms(h, &ops);
+    }
     let tid = tid(h);
     let mut n = 0;
     for r in ops.iter_mut() {
@@ -659,32 +673,81 @@ fn flush_group(h: &Hot, group_id: u64, ran: bool, rows: bool, gpu: GpuSide, end:
             n += 1;
         }
     }
-    // The rows go from the list straight into the queue; a group larger than a share
-    // of the queue goes in pieces (each one reservation).
-    let mut recs = ops.iter().filter(|r| rows && r.op_id != NO_ROW);
+    // The rows go from the list straight into the queue.
+    let recs = ops.iter().filter(|r| rows && r.op_id != NO_ROW);
     let mut end = end;
-    let mut left = n + usize::from(end.is_some());
-    while left > 0 {
-        let k = left.min(BATCH_MAX);
-        // Called exactly `k` times: `n` rows, then the end record. Nothing in it can
-        // panic; the last arm is not reached (it would write the end row again).
-        state::emit_with(k, |_| match recs.next() {
-            Some(r) => Event::Op(*r),
-            None => Event::Call(
-                end.take()
-                    .unwrap_or_else(|| CallRecord::new(CallKind::GroupEnd, 0, 0, 0, 0)),
-            ),
-        });
-        left -= k;
-    }
+    emit_in_batches(recs, n, &mut end, &mut Queue);
     // The next group reuses the list's memory (no allocation per group).
     ops.clear();
+}
+
+/// After a group's end returned ncclSuccess: NCCL has initialised the communicators
+/// of its ops (one created inside the group included), so what their records lack is
+/// asked now ([`comm_for`]), for the ops NCCL accepted only (a pointer it refused is
+/// never handed to it by us).
+#[cold]
+#[inline(never)]
+fn complete_comms(h: &Hot, ops: &[OpRaw]) {
+    for r in ops.iter().filter(|r| nccl::accepted(r.result)) {
+        let _ = comm_for(h, r.comm_ptr as usize, true);
+    }
 }
 
 /// The most records a group writes with one reservation of the queue (a quarter of
 /// the smallest queue `ZCTA_QUEUE_CAPACITY` allows, so a batch always fits an empty
 /// queue with its reserve kept).
 const BATCH_MAX: usize = 256;
+
+/// Where a group's records go: one reservation per call, `make` called `k` times
+/// when they went in and not at all when they were dropped (then false).
+trait Emit {
+    fn emit_with(&mut self, k: usize, make: impl FnMut(usize) -> Event) -> bool;
+}
+
+/// The recorder's queue ([`state::emit_with`]).
+struct Queue;
+
+impl Emit for Queue {
+    #[inline(always)]
+    fn emit_with(&mut self, k: usize, make: impl FnMut(usize) -> Event) -> bool {
+        state::emit_with(k, make)
+    }
+}
+
+/// Writes a group's `n` op rows `recs`, then its end record, in order: a group larger
+/// than a share of the queue goes in pieces of at most [`BATCH_MAX`], each one
+/// reservation. A piece the queue drops (counted there) passes over its records, so
+/// that the next piece carries the records after them and the end record stays last.
+#[inline(always)]
+fn emit_in_batches<'a>(
+    mut recs: impl Iterator<Item = &'a OpRaw>,
+    n: usize,
+    end: &mut Option<CallRecord>,
+    out: &mut impl Emit,
+) {
+    let mut left = n + usize::from(end.is_some());
+    while left > 0 {
+        let k = left.min(BATCH_MAX);
+        // Called exactly `k` times when the piece goes in: rows, then the end record.
+        // Nothing in it can panic; the last arm is not reached (it would write the end
+        // row again).
+        let sent = out.emit_with(k, |_| match recs.next() {
+            Some(r) => Event::Op(*r),
+            None => Event::Call(
+                end.take()
+                    .unwrap_or_else(|| CallRecord::new(CallKind::GroupEnd, 0, 0, 0, 0)),
+            ),
+        });
+        if !sent {
+            for _ in 0..k {
+                if recs.next().is_none() {
+                    *end = None;
+                }
+            }
+        }
+        left -= k;
+    }
+}
 
 fn call_record(h: &Hot, call: CallKind, t0: i64, t1: i64, rc: i32) -> CallRecord {
     CallRecord::new(call, t0, t1, rc, tid(h))
@@ -771,26 +834,33 @@ fn pick_op(
     }
 }
 
-/// Ops of the open group ahead of one about to be issued on the same counter
-/// (communicator, and peer and direction for Send/Recv).
+/// Ops of the open group ahead of one about to be issued that will take a sequence
+/// number of the same counter (communicator, and peer and direction for Send/Recv)
+/// at the group's end: those NCCL accepted, with rows or kept while recording was
+/// paused ([`flush_group`] numbers both).
 fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
+    h.pending
+        .try_borrow()
+        .map_or(0, |p| ahead_on_counter(&p, kind, comm, peer))
+}
+
+fn ahead_on_counter(pending: &[OpRaw], kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
     let counter = |op: OpKind, comm: usize, peer: Option<i32>| match op {
         OpKind::Send | OpKind::Recv => (comm, op, peer),
         _ => (comm, OpKind::AllReduce, None),
     };
     let me = counter(kind, comm, peer);
-    h.pending.try_borrow().map_or(0, |p| {
-        p.iter()
-            .filter(|x| {
-                x.op_id != NO_ROW
-                    && counter(
-                        x.op,
-                        x.comm_ptr as usize,
-                        (x.present & OpRaw::PEER != 0).then_some(x.peer),
-                    ) == me
-            })
-            .count() as u64
-    })
+    pending
+        .iter()
+        .filter(|x| {
+            nccl::accepted(x.result)
+                && counter(
+                    x.op,
+                    x.comm_ptr as usize,
+                    (x.present & OpRaw::PEER != 0).then_some(x.peer),
+                ) == me
+        })
+        .count() as u64
 }
 
 /// The level the open group's ops are selected at: the one its first op saw.
@@ -961,7 +1031,10 @@ fn group_end_after(h: &Hot, kind: CallKind, c: GroupEndCall, rc: i32) {
             (Some(_), Some(id)) => flush_group(
                 h,
                 id,
-                kind == CallKind::GroupEnd && nccl::accepted(rc),
+                (
+                    kind == CallKind::GroupEnd && nccl::accepted(rc),
+                    kind == CallKind::GroupEnd && rc == nccl::NCCL_SUCCESS,
+                ),
                 c.rows,
                 GpuSide::new(group_timing, c.marked, group_timing.timing.graph_capture()),
                 end,
@@ -1281,5 +1354,107 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), n);
         assert!(all[0] >= 1);
+    }
+
+    /// A group written in pieces: a piece the queue drops loses its own records only;
+    /// the pieces after it carry theirs, and the end record stays last (lost only
+    /// with the last piece).
+    #[test]
+    fn a_dropped_piece_of_a_group_loses_only_its_own_records() {
+        struct Lossy {
+            drop: Vec<usize>,
+            calls: usize,
+            got: Vec<Option<u64>>,
+        }
+        impl Emit for Lossy {
+            fn emit_with(&mut self, k: usize, mut make: impl FnMut(usize) -> Event) -> bool {
+                self.calls += 1;
+                if self.drop.contains(&(self.calls - 1)) {
+                    return false;
+                }
+                for i in 0..k {
+                    self.got.push(match make(i) {
+                        Event::Op(r) => Some(r.op_id),
+                        _ => None,
+                    });
+                }
+                true
+            }
+        }
+        let a = OpArgs {
+            comm: 1,
+            count: 1,
+            dtype: 7,
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            root: None,
+            peer: None,
+            redop: None,
+        };
+        let rows: Vec<OpRaw> = (1..=600)
+            .map(|id| op_raw(OpKind::AllReduce, &a, id, 0, 0, nccl::NCCL_SUCCESS))
+            .collect();
+        let end = || Some(CallRecord::new(CallKind::GroupEnd, 1, 2, 0, 0));
+        let write = |drop: Vec<usize>| {
+            let mut out = Lossy {
+                drop,
+                calls: 0,
+                got: Vec::new(),
+            };
+            emit_in_batches(rows.iter(), rows.len(), &mut end(), &mut out);
+            assert_eq!(out.calls, 3, "601 records in pieces of {BATCH_MAX}");
+            out.got
+        };
+        let ids = |r: std::ops::RangeInclusive<u64>| r.map(Some).collect::<Vec<_>>();
+        let mut all = ids(1..=600);
+        all.push(None);
+        assert_eq!(write(vec![]), all);
+        let mut middle = ids(1..=256);
+        middle.extend(ids(513..=600));
+        middle.push(None);
+        assert_eq!(write(vec![1]), middle);
+        let mut first = ids(257..=600);
+        first.push(None);
+        assert_eq!(write(vec![0]), first);
+        assert_eq!(write(vec![2]), ids(1..=512));
+    }
+
+    /// The sequence number an op of an open group will take is what its counter stands
+    /// at plus the ops ahead of it that will take one: the ops kept while recording was
+    /// paused count (they are numbered at the group's end too), ops NCCL refused do
+    /// not, nor do ops of other counters. A rank that paused inside the group then
+    /// keys the op as a rank that did not.
+    #[test]
+    fn ops_ahead_in_a_group_count_paused_ones_and_not_refused_ones() {
+        let args = |comm: usize, peer: Option<i32>| OpArgs {
+            comm,
+            count: 1,
+            dtype: 7,
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            root: None,
+            peer,
+            redop: None,
+        };
+        let ok = nccl::NCCL_SUCCESS;
+        // ncclInvalidArgument.
+        let refused = 4;
+        let pending = [
+            op_raw(OpKind::AllReduce, &args(1, None), 5, 0, 0, ok),
+            op_raw(OpKind::AllReduce, &args(1, None), NO_ROW, 0, 0, ok),
+            op_raw(OpKind::Broadcast, &args(1, None), 6, 0, 0, refused),
+            op_raw(OpKind::Reduce, &args(1, None), 10, 0, 0, refused),
+            op_raw(OpKind::AllReduce, &args(2, None), 7, 0, 0, ok),
+            op_raw(OpKind::Send, &args(1, Some(3)), NO_ROW, 0, 0, ok),
+            op_raw(OpKind::Send, &args(1, Some(4)), 8, 0, 0, ok),
+            op_raw(OpKind::Recv, &args(1, Some(3)), 9, 0, 0, ok),
+        ];
+        assert_eq!(ahead_on_counter(&pending, OpKind::ReduceScatter, 1, None), 2);
+        assert_eq!(ahead_on_counter(&pending, OpKind::AllReduce, 2, None), 1);
+        assert_eq!(ahead_on_counter(&pending, OpKind::Send, 1, Some(3)), 1);
+        assert_eq!(ahead_on_counter(&pending, OpKind::Recv, 1, Some(3)), 1);
+        assert_eq!(ahead_on_counter(&pending, OpKind::Recv, 1, Some(4)), 0);
     }
 }

@@ -269,11 +269,12 @@ impl Recorder {
 
     /// Hands `n` records to the writer with one reservation of the queue (a group's
     /// op and group records: they leave the reserve), built by `make(i)` straight into
-    /// the queue, in order; all dropped and counted when they do not all fit. `make`
-    /// must not panic ([`Producer::try_push_with`]).
+    /// the queue, in order; all dropped and counted when they do not all fit (then
+    /// `make` is not called, and this returns false). `make` must not panic
+    /// ([`Producer::try_push_with`]).
     #[inline]
-    pub fn emit_with(&self, n: usize, make: impl FnMut(usize) -> Event) {
-        self.send_with(&self.tx, n, make, false);
+    pub fn emit_with(&self, n: usize, make: impl FnMut(usize) -> Event) -> bool {
+        self.send_with(&self.tx, n, make, false)
     }
 
     #[inline]
@@ -289,7 +290,8 @@ impl Recorder {
         self.send_with(tx, evs.len(), |i| evs[i], lifecycle);
     }
 
-    /// Pushes the `n` records `make` builds with one reservation ([`send_all`](Self::send_all)).
+    /// Pushes the `n` records `make` builds with one reservation ([`send_all`](Self::send_all));
+    /// whether they went in.
     #[inline(always)]
     fn send_with<T: Copy + Send>(
         &self,
@@ -297,10 +299,10 @@ impl Recorder {
         n: usize,
         make: impl FnMut(usize) -> T,
         lifecycle: bool,
-    ) {
+    ) -> bool {
         if self.ctl.failed.load(Ordering::Relaxed) {
             self.ctl.dropped.fetch_add(n as u64, Ordering::Relaxed);
-            return;
+            return false;
         }
         match tx.try_push_with(n, !lifecycle, make) {
             Ok(pos) => {
@@ -309,10 +311,12 @@ impl Recorder {
                 if (pos & 63) + n > 63 && tx.len().is_some_and(|l| l >= tx.capacity() / 2) {
                     self.ctl.wake();
                 }
+                true
             }
             Err(()) => {
                 self.ctl.dropped.fetch_add(n as u64, Ordering::Relaxed);
                 self.ctl.wake();
+                false
             }
         }
     }
@@ -344,12 +348,11 @@ pub fn emit_plugin(ev: PluginEvent) {
     }
 }
 
-/// Records the `n` records `make` builds, in one reservation ([`Recorder::emit_with`]).
+/// Records the `n` records `make` builds, in one reservation ([`Recorder::emit_with`]);
+/// whether they went in (false too while nothing is recorded).
 #[inline]
-pub fn emit_with(n: usize, make: impl FnMut(usize) -> Event) {
-    if let Some(r) = recorder() {
-        r.emit_with(n, make);
-    }
+pub fn emit_with(n: usize, make: impl FnMut(usize) -> Event) -> bool {
+    recorder().is_some_and(|r| r.emit_with(n, make))
 }
 
 /// Records `ev` if recording is on.
