@@ -791,6 +791,38 @@ fn group_simulate_end() {
     );
 }
 
+/// ncclGroupSimulateEnd refused for a simInfo NCCL did not initialise still closes the
+/// group (NCCL lowers its depth before it looks at simInfo): the refused call's row
+/// closes the group, whose op takes no sequence number, and the next op is outside any
+/// group.
+#[test]
+fn a_refused_group_simulate_end_closes_its_group() {
+    let run = Run::new("simulate_bad");
+    run.run_ok(&["simulate_bad"]);
+    let mut ops = run.rows("ops");
+    ops.sort_by_key(|o| o.req_u64("op_id"));
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    let gid = ops[0].req_u64("group_id");
+    assert!(ops[0].is_null("seq"), "{:?}", ops[0]);
+    assert!(ops[1].u64("group_id").is_none(), "{:?}", ops[1]);
+    assert_eq!(ops[1].u64("seq"), Some(0));
+    let mut calls = run.rows("calls");
+    calls.sort_by_key(|c| c.req_i64("api_start_ns"));
+    let got: Vec<(&str, Option<u64>, Option<i32>)> = calls
+        .iter()
+        .map(|c| (c.req_str("call"), c.u64("group_id"), c.i32("result")))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("CommInitRank", None, Some(0)),
+            ("GroupStart", Some(gid), Some(0)),
+            ("GroupSimulateEnd", Some(gid), Some(4)),
+            ("CommDestroy", None, Some(0)),
+        ]
+    );
+}
+
 /// Two communicators created one after the other from the same ncclUniqueId (what
 /// `NCCL_COMM_ID` or a saved id does) are different communicators: distinct comm_ids,
 /// agreed on by both ranks, and each with its own sequence numbers from 0.
