@@ -1356,6 +1356,21 @@ mod tests {
         assert!(all[0] >= 1);
     }
 
+    /// An op's arguments on communicator `comm` (to or from `peer`).
+    fn args(comm: usize, peer: Option<i32>) -> OpArgs {
+        OpArgs {
+            comm,
+            count: 1,
+            dtype: 7,
+            sendbuff: 0,
+            recvbuff: 0,
+            stream: 0,
+            root: None,
+            peer,
+            redop: None,
+        }
+    }
+
     /// A group written in pieces: a piece the queue drops loses its own records only;
     /// the pieces after it carry theirs, and the end record stays last (lost only
     /// with the last piece).
@@ -1381,19 +1396,8 @@ mod tests {
                 true
             }
         }
-        let a = OpArgs {
-            comm: 1,
-            count: 1,
-            dtype: 7,
-            sendbuff: 0,
-            recvbuff: 0,
-            stream: 0,
-            root: None,
-            peer: None,
-            redop: None,
-        };
         let rows: Vec<OpRaw> = (1..=600)
-            .map(|id| op_raw(OpKind::AllReduce, &a, id, 0, 0, nccl::NCCL_SUCCESS))
+            .map(|id| op_raw(OpKind::AllReduce, &args(1, None), id, 0, 0, nccl::NCCL_SUCCESS))
             .collect();
         let end = || Some(CallRecord::new(CallKind::GroupEnd, 1, 2, 0, 0));
         let write = |drop: Vec<usize>| {
@@ -1427,17 +1431,6 @@ mod tests {
     /// keys the op as a rank that did not.
     #[test]
     fn ops_ahead_in_a_group_count_paused_ones_and_not_refused_ones() {
-        let args = |comm: usize, peer: Option<i32>| OpArgs {
-            comm,
-            count: 1,
-            dtype: 7,
-            sendbuff: 0,
-            recvbuff: 0,
-            stream: 0,
-            root: None,
-            peer,
-            redop: None,
-        };
         let ok = nccl::NCCL_SUCCESS;
         // ncclInvalidArgument.
         let refused = 4;
