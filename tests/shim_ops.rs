@@ -528,6 +528,30 @@ fn a_communicator_made_inside_a_group_gives_its_grouped_ops_their_device() {
     );
 }
 
+/// A communicator destroyed inside a group that uses it: at the group's end NCCL is
+/// not asked about it (the scenario counts the identity queries), even where another
+/// communicator, made inside a group, had its identity completed there; the group's
+/// rows are written, those of the destroyed communicator without its fields.
+#[test]
+fn a_communicator_destroyed_inside_a_group_is_not_asked_about() {
+    let run = Run::new("destroy_in_group");
+    // Without the profiler plugin: the stand-in NCCL keeps no profiler tasks, which
+    // would point at the destroyed communicator at the group's end (in NCCL too this
+    // misuse is undefined).
+    let out = run
+        .host(&["destroy_in_group"])
+        .env("ZCTA_NCCL_PLUGIN", "0")
+        .output()
+        .unwrap();
+    support::assert_ok(&out, &["destroy_in_group"]);
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 2, "{ops:#?}");
+    for o in &ops {
+        assert!(o.u64("group_id").is_some());
+        assert!(o.is_null("comm_id") && o.is_null("device"), "{o:?}");
+    }
+}
+
 /// The `split` scenario, shared by the tests below.
 fn split_run(id: &str) -> Run {
     let run = Run::new(id);

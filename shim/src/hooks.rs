@@ -682,14 +682,20 @@ fn flush_group(
 }
 
 /// After a group's end returned ncclSuccess: NCCL has initialised the communicators
-/// of its ops (one created inside the group included), so what their records lack is
-/// asked now ([`comm_for`]), for the ops NCCL accepted only (a pointer it refused is
-/// never handed to it by us).
+/// of its ops (one created inside the group included), so what a known one's record
+/// lacks is asked now, for the ops NCCL accepted. Unlike [`comm_for`], a pointer that
+/// is not known is not handed to NCCL to learn it: it may be a communicator destroyed
+/// inside the group (its record is gone with it).
 #[cold]
 #[inline(never)]
 fn complete_comms(h: &Hot, ops: &[OpRaw]) {
     for r in ops.iter().filter(|r| nccl::accepted(r.result)) {
-        let _ = comm_for(h, r.comm_ptr as usize, true);
+        let ptr = r.comm_ptr as usize;
+        if let Some(st) = comms::find(ptr, &h.comms)
+            && !st.is_complete()
+        {
+            query_comm(&st, ptr);
+        }
     }
 }
 
