@@ -47,6 +47,7 @@ static EVER_INCOMPLETE: AtomicBool = AtomicBool::new(false);
 pub fn maybe_incomplete() -> bool {
     EVER_INCOMPLETE.load(Ordering::Relaxed)
 }
+
 /// Communicators larger than this count their peers in the map (16 B a rank would
 /// be 1 MiB each).
 const MAX_COUNTED_RANKS: i32 = 1 << 16;
