@@ -239,23 +239,31 @@ pub fn remove(ptr: usize, st: &Arc<CommState>) {
     }
 }
 
+/// Makes `cache` hold what the map holds at `ptr` now (looking it up only when the
+/// cache was of another address or an older epoch); false when the cache is in use
+/// (a lookup re-entered another, or one is lent out): then the map answers.
+#[inline(always)]
+fn refresh(ptr: usize, cache: &Cache) -> bool {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let Ok(mut c) = cache.0.try_borrow_mut() else {
+        return false;
+    };
+    if c.0 != ptr || c.1 != epoch {
+        *c = (ptr, epoch, lookup(ptr));
+    }
+    true
+}
+
 /// The communicator at `ptr`, if known, through this thread's `cache`.
 #[inline]
 pub fn get(ptr: usize, cache: &Cache) -> Option<Arc<CommState>> {
     if ptr == 0 {
         return None;
     }
-    let epoch = EPOCH.load(Ordering::Acquire);
-    // Busy only if a lookup re-entered another (none does): the map answers.
-    let Ok(mut c) = cache.0.try_borrow_mut() else {
+    if !refresh(ptr, cache) {
         return lookup(ptr);
-    };
-    if c.0 == ptr && c.1 == epoch {
-        return c.2.clone();
     }
-    let found = lookup(ptr);
-    *c = (ptr, epoch, found.clone());
-    found
+    cache.0.try_borrow().map_or_else(|_| lookup(ptr), |c| c.2.clone())
 }
 
 /// A communicator found for a call: borrowed from the thread's cache (no reference
@@ -283,14 +291,8 @@ pub fn find(ptr: usize, cache: &Cache) -> Option<CommRef<'_>> {
     if ptr == 0 {
         return None;
     }
-    let epoch = EPOCH.load(Ordering::Acquire);
-    match cache.0.try_borrow_mut() {
-        Ok(mut c) => {
-            if c.0 != ptr || c.1 != epoch {
-                *c = (ptr, epoch, lookup(ptr));
-            }
-        }
-        Err(_) => return lookup(ptr).map(CommRef::Held),
+    if !refresh(ptr, cache) {
+        return lookup(ptr).map(CommRef::Held);
     }
     match cache.0.try_borrow() {
         Ok(c) => Ref::filter_map(c, |c| c.2.as_deref()).ok().map(CommRef::Cached),
