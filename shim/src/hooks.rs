@@ -314,22 +314,26 @@ fn learn_comm(ptr: usize) -> Arc<CommState> {
     st
 }
 
-/// Looks up a communicator, learning it lazily when it was created in a way we could
-/// not see (or not fully: deferred or non-blocking init). NCCL is queried only when
-/// `queryable` ([`may_query`]), so a bad or unready pointer is never handed to it by
-/// us first. A known one is borrowed from the thread's cache (no reference count
-/// taken).
+/// A known communicator, borrowed from the thread's cache (no reference count
+/// taken), with what its record lacks (deferred or non-blocking init) asked of NCCL
+/// when `queryable`.
+#[inline(always)]
+fn known_comm(h: &Hot, ptr: usize, queryable: bool) -> Option<comms::CommRef<'_>> {
+    let st = comms::find(ptr, &h.comms)?;
+    if queryable && !st.is_complete() {
+        query_comm(&st, ptr);
+    }
+    Some(st)
+}
+
+/// Looks up a communicator ([`known_comm`]), learning it lazily when it was created in
+/// a way we could not see. NCCL is queried only when `queryable` ([`may_query`]), so a
+/// bad or unready pointer is never handed to it by us first.
 #[inline(always)]
 fn comm_for(h: &Hot, ptr: usize, queryable: bool) -> Option<comms::CommRef<'_>> {
-    match comms::find(ptr, &h.comms) {
-        Some(st) => {
-            if queryable && !st.is_complete() {
-                query_comm(&st, ptr);
-            }
-            Some(st)
-        }
+    match known_comm(h, ptr, queryable) {
         None if queryable => Some(comms::CommRef::Held(learn_comm(ptr))),
-        None => None,
+        known => known,
     }
 }
 
@@ -632,14 +636,15 @@ fn op_paused(h: &Hot, kind: OpKind, a: &OpArgs, rc: i32) {
 /// closing call's row `end`, in one reservation of the queue: its ops' rows only when
 /// `rows` (its ncclGroupEnd, which launches them, was called while recording). Every
 /// op takes its index among its communicator's calls, and its `seq` when the group
-/// really ran (`ran`) and NCCL accepted it; `gpu`: what its ncclGroupEnd measured,
-/// shared by its ops. `queryable`: the group's end returned ncclSuccess, so NCCL has
-/// initialised its communicators (one created inside the group included) and may be
-/// asked what a communicator's record lacks ([`comm_for`]).
+/// really ran and NCCL accepted it; `gpu`: what its ncclGroupEnd measured, shared by
+/// its ops. `end_rc`: what the ncclGroupEnd that closed it returned (`None` for
+/// ncclGroupSimulateEnd, which runs nothing): the group ran when NCCL accepted it, and
+/// on ncclSuccess NCCL has initialised its communicators (one created inside the group
+/// included) and may be asked what their records lack ([`complete_comms`]).
 fn flush_group(
     h: &Hot,
     group_id: u64,
-    (ran, queryable): (bool, bool),
+    end_rc: Option<i32>,
     rows: bool,
     gpu: GpuSide,
     end: Option<CallRecord>,
@@ -653,16 +658,17 @@ fn flush_group(
         return;
     };
     h.group_ops.clear();
+    let ran = end_rc.is_some_and(nccl::accepted);
     // Only where some communicator may be incomplete (one made inside a group or
     // non-blocking) are its ops' communicators looked at first.
-    if queryable && ran && comms::maybe_incomplete() {
+    if end_rc == Some(nccl::NCCL_SUCCESS) && comms::maybe_incomplete() {
         complete_comms(h, &ops);
     }
     let tid = tid(h);
     let mut n = 0;
     for r in ops.iter_mut() {
         let ok = ran && nccl::accepted(r.result);
-        if let Some(st) = comm_for(h, r.comm_ptr as usize, false) {
+        if let Some(st) = known_comm(h, r.comm_ptr as usize, false) {
             comm_fields(r, &st, ok);
         }
         if rows && r.op_id != NO_ROW {
@@ -683,19 +689,14 @@ fn flush_group(
 
 /// After a group's end returned ncclSuccess: NCCL has initialised the communicators
 /// of its ops (one created inside the group included), so what a known one's record
-/// lacks is asked now, for the ops NCCL accepted. Unlike [`comm_for`], a pointer that
-/// is not known is not handed to NCCL to learn it: it may be a communicator destroyed
-/// inside the group (its record is gone with it).
+/// lacks is asked now, for the ops NCCL accepted ([`known_comm`]). Unlike
+/// [`comm_for`], a pointer that is not known is not handed to NCCL to learn it: it may
+/// be a communicator destroyed inside the group (its record is gone with it).
 #[cold]
 #[inline(never)]
 fn complete_comms(h: &Hot, ops: &[OpRaw]) {
     for r in ops.iter().filter(|r| nccl::accepted(r.result)) {
-        let ptr = r.comm_ptr as usize;
-        if let Some(st) = comms::find(ptr, &h.comms)
-            && !st.is_complete()
-        {
-            query_comm(&st, ptr);
-        }
+        let _ = known_comm(h, r.comm_ptr as usize, true);
     }
 }
 
@@ -1037,10 +1038,7 @@ fn group_end_after(h: &Hot, kind: CallKind, c: GroupEndCall, rc: i32) {
             (Some(_), Some(id)) => flush_group(
                 h,
                 id,
-                (
-                    kind == CallKind::GroupEnd && nccl::accepted(rc),
-                    kind == CallKind::GroupEnd && rc == nccl::NCCL_SUCCESS,
-                ),
+                (kind == CallKind::GroupEnd).then_some(rc),
                 c.rows,
                 GpuSide::new(group_timing, c.marked, group_timing.timing.graph_capture()),
                 end,
