@@ -3,17 +3,14 @@
 # bench/variants/ applied each (never kept in the tree: each takes a part of the
 # shim's work away to measure what that part costs), into OUT_DIR/NAME/libzcta_prof.so
 # (stripped), for bench/always_on.sh's SHIM2 … SHIM9.
-#   bash bench/variants.sh OUT_DIR NAME...      e.g. bash bench/variants.sh .carry norec nores noanchor
+#   bash bench/variants.sh OUT_DIR NAME...      e.g. bash bench/variants.sh .carry nostamp
 # A patch that no longer applies to HEAD is an error: mend it, do not measure a guess.
 # rustc warns of the code a variant skips (unreachable, unused): expected.
 # The variants (bench/variants/NAME.patch, each says what it leaves out):
-#   norec     timing: everything a timed op does but its two CUDA event records
-#   nores     timing: the writer makes no driver call for the ops' events
-#   noanchor  timing: no clock anchors (no spinning on zcta's own stream's event)
-#   charge20  timing: the budget charges each record 20 µs of stream time (≈ 40 µs a
-#             timed op instead of ≈ 6), so it times about an eighth as many ops
-#   sidestream timing: the two timing events go on a side stream of zcta's own, after
-#             it waited for a marker without timing on the op's stream
+#   nostamp   timing: everything a timed op does but its two stamp launches (the
+#             budget's choice, the capture check, the pool, the charge)
+# (The variants that measured the CUDA events' cost, norec, nores, noanchor, charge20
+# and sidestream, are in git history with the events: docs/PERFORMANCE.md.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: bench/variants.sh OUT_DIR NAME...}

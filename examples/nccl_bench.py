@@ -210,6 +210,61 @@ def three_records(stream, sleep_cycles=200_000):
     return c[0], c[2]
 
 
+# zcta's stamp kernel, the same text as `STAMP_PTX` in shim/src/ffi/cuda.rs (a test
+# keeps the two equal): the GPU checks launch it themselves to measure what zcta's
+# stamps add to the program's own window.
+STAMP_PTX = """.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry zcta_stamp(.param .u64 p)
+{
+  .reg .u64 %rd<3>;
+  ld.param.u64 %rd1, [p];
+  mov.u64 %rd2, %globaltimer;
+  st.volatile.global.u64 [%rd1], %rd2;
+  ret;
+}
+"""
+
+_stamper = {}
+
+
+def stamp(stream):
+    """Launches zcta's stamp kernel on `stream` (a torch stream), as zcta does (its
+    slot: pinned host memory of this module's own)."""
+    import ctypes as C
+
+    if not _stamper:
+        cu = C.CDLL("libcuda.so.1")
+        mod, f, host, dev = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_uint64()
+        for rc, what in ((cu.cuModuleLoadData(C.byref(mod), C.c_char_p(STAMP_PTX.encode())), "cuModuleLoadData"),
+                         (cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction"),
+                         (cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4096), C.c_uint(3)), "cuMemHostAlloc"),
+                         (cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")):
+            if rc != 0:
+                raise RuntimeError(f"{what}: CUresult {rc}")
+        _stamper.update(cu=cu, f=f, arg=C.c_uint64(dev.value))
+        _stamper["params"] = (C.c_void_p * 1)(C.cast(C.pointer(_stamper["arg"]), C.c_void_p))
+    s = _stamper
+    rc = s["cu"].cuLaunchKernel(s["f"], 1, 1, 1, 1, 1, 1, 0, C.c_void_p(stream.cuda_stream), s["params"], None)
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchKernel: CUresult {rc}")
+
+
+def two_stamps(stream, sleep_cycles=200_000):
+    """A pair of CUDA events around two of zcta's stamps, behind a sleep kernel: what
+    two stamps add between a pair of events (as `three_records` for two records)."""
+    import torch
+
+    c0, c1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(sleep_cycles)
+    c0.record(stream)
+    stamp(stream)
+    stamp(stream)
+    c1.record(stream)
+    return c0, c1
+
+
 def like_zcta(stream, fn, sleep_cycles=200_000):
     """One op (`fn(1)`) timed the way zcta's events see it, every event recorded by the
     program: a sleep kernel (~100 us at 200,000 cycles: the stream becomes free after

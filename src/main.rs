@@ -724,16 +724,16 @@ fn dropped_view(s: &Summary) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The GPU side: whether CUDA events and CUPTI ran in each process, and per op which
+/// The GPU side: whether GPU stamps and CUPTI ran in each process, and per op which
 /// engine moved the bytes and how long the GPU work took.
 fn gpu_view(s: &Summary) -> anyhow::Result<()> {
-    outln!("\n  GPU side (CUDA events by default, CUPTI in deep mode)");
+    outln!("\n  GPU side (GPU stamps by default, CUPTI in deep mode)");
     for p in &s.processes {
         let events = p
             .gpu_timing
             .as_deref()
             .unwrap_or("no status (files written before it existed)");
-        outln!("    pid {:<8} CUDA events: {events}", p.pid);
+        outln!("    pid {:<8} GPU stamps: {events}", p.pid);
         let cupti = p
             .cupti
             .as_deref()

@@ -370,11 +370,11 @@ const HOLD: i64 = SEC;
 /// The writer's round (20 ms), the stand-in GPU's work, and a loaded machine.
 const SLACK: i64 = 3 * SEC / 10;
 
-/// Default GPU mode (every op timed with CUDA events: `ZCTA_BUDGET=all`, the stand-in
-/// driver): an op row waits for its events only, so after a SIGKILL nothing older than
+/// Default GPU mode (every op timed with GPU stamps: `ZCTA_BUDGET=all`, the stand-in
+/// driver): an op row waits for its stamps only, so after a SIGKILL nothing older than
 /// the flush interval plus the writer's round is lost (measured: 0.45-0.47 s).
 #[test]
-fn crash_window_with_cuda_events() {
+fn crash_window_with_gpu_stamps() {
     let age = worst_window(
         "window-events",
         &[("HOST_CUDA", &libcuda()), ("ZCTA_BUDGET", "all")],

@@ -81,7 +81,7 @@ fn every_op_gets_its_kernel_through_its_launch_call() {
     // The summary shows the GPU side per op.
     let sum = text(&zcta_on("summary", &run).stdout);
     assert!(
-        sum.contains("GPU side (CUDA events by default, CUPTI in deep mode)"),
+        sum.contains("GPU side (GPU stamps by default, CUPTI in deep mode)"),
         "{sum}"
     );
     assert!(sum.lines().any(|l| l.trim() == "CUPTI: on"), "{sum}");

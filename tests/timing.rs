@@ -1,8 +1,9 @@
-//! Per-op GPU timing with CUDA events (the default GPU capture), driven on the CPU: the
+//! Per-op GPU timing with GPU stamps (the default GPU capture), driven on the CPU: the
 //! stand-in driver (tests/fixtures/fake_cuda.c) models each stream's work in time, so
-//! events complete when the work ahead of them is done; the stand-in NCCL runs its
-//! "kernels" on the op's stream. The shim must record one event pair per launching
-//! call, never into a capturing stream, never wait for events, and put their times on
+//! a stamp (zcta's one-thread kernel that writes the GPU clock to a slot of host
+//! memory) is written when the work ahead of it is done; the stand-in NCCL runs its
+//! "kernels" on the op's stream. The shim must launch one stamp pair per launching
+//! call, never into a capturing stream, never wait for a stamp, and put their times on
 //! CLOCK_REALTIME.
 
 mod common;
@@ -49,7 +50,7 @@ fn ops_args(run: &Run, iters: u32) -> Vec<String> {
 }
 
 #[test]
-fn every_op_and_every_group_gets_one_event_pair() {
+fn every_op_and_every_group_gets_one_stamp_pair() {
     let run = Run::new("timing-streams");
     let (out, stats) = run_with_driver(&run, &["streams", "3", "0"], &[("ZCTA_BUDGET", "all")]);
     assert!(text(&out.stdout).contains("ok"));
@@ -58,18 +59,35 @@ fn every_op_and_every_group_gets_one_event_pair() {
     assert_eq!(ops.len(), 3 + 6 + 2, "{ops:?}");
     let p = process(&run);
     assert!(
-        p.req_str("gpu_timing").starts_with("on (CUDA events, every op"),
+        p.req_str("gpu_timing").starts_with("on (GPU stamps, every op"),
         "{:?}",
         p.str("gpu_timing")
     );
     assert_eq!(p.u64("ops_timed"), Some(6), "3 ungrouped ops and 3 groups");
     assert_eq!(p.u64("timing_pool_empty"), Some(0));
     assert_eq!(p.u64("ops_timing_lost"), Some(0));
-    // Two records per timed launching call; the rest are the writer's clock anchors
+    assert_eq!(p.u64("timing_errors"), Some(0));
+    // Two stamps per timed launching call; the rest are the writer's clock anchors
     // (three tries each) on a stream of its own.
-    let anchors = stats["records"] - 2 * 6;
-    assert!(anchors % 3 == 0 && anchors <= 3 * 8, "{stats:?}");
-    assert_eq!(stats["records_on_capturing"], 0);
+    let anchors = stats["stamps"] - 2 * 6;
+    assert!(anchors > 0 && anchors % 3 == 0 && anchors <= 3 * 8, "{stats:?}");
+    assert_eq!(stats["stamps_on_capturing"], 0, "{stats:?}");
+    assert_eq!(stats["stamps_failed"], 0, "{stats:?}");
+    // Every stamp ran (none was lost): the fake GPU wrote each one's slot.
+    assert_eq!(stats["stamps_written"], stats["stamps"], "{stats:?}");
+    // The stamp kernel and its slots are made once for the one context.
+    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    // And no CUDA event is made, recorded or asked about any more.
+    for k in [
+        "events_created",
+        "records",
+        "records_failed",
+        "queries",
+        "syncs",
+        "elapsed_calls",
+    ] {
+        assert_eq!(stats[k], 0, "{k}: {stats:?}");
+    }
     let kernel_ns = 20_000;
     let mut groups: HashMap<u64, Vec<&Row>> = HashMap::new();
     for o in &ops {
@@ -82,8 +100,9 @@ fn every_op_and_every_group_gets_one_event_pair() {
         }
     }
     for o in ops.iter().filter(|o| o.str("timing") == Some("timed")) {
+        // ("events", kept for the files' readers: the stamps replaced CUDA events.)
         assert_eq!(o.str("gpu_source"), Some("events"));
-        assert!(o.is_null("gpu_start_ns"), "events see no kernel start");
+        assert!(o.is_null("gpu_start_ns"), "stamps see no kernel start");
         let (ready, end) = (o.req_i64("gpu_ready_ns"), o.req_i64("gpu_end_ns"));
         let dur = end - ready;
         // The stand-in's kernel takes 20 µs on an idle stream; the host may be slow.
@@ -91,8 +110,8 @@ fn every_op_and_every_group_gets_one_event_pair() {
             (kernel_ns..kernel_ns + 5_000_000).contains(&dur),
             "{dur} ns: {o:?}"
         );
-        // Put on CLOCK_REALTIME: the ready event was recorded at the call's entry on an
-        // idle stream, so it completes about then (anchor error plus a slow host).
+        // Put on CLOCK_REALTIME: the ready stamp was launched at the call's entry on an
+        // idle stream, so it ran about then (anchor error plus a slow host).
         let api = o.req_i64("api_start_ns");
         assert!(
             (ready - api).abs() < 50_000_000,
@@ -110,7 +129,7 @@ fn every_op_and_every_group_gets_one_event_pair() {
             assert!(o.is_null("launch_ns") && o.is_null("engine"), "{o:?}");
         }
     }
-    // The summary shows what the events measured, per op.
+    // The summary shows what the stamps measured, per op.
     let sum = std::process::Command::new(env!("CARGO_BIN_EXE_zcta"))
         .arg("summary")
         .arg(run.dir())
@@ -119,7 +138,7 @@ fn every_op_and_every_group_gets_one_event_pair() {
     let sum = text(&sum.stdout);
     assert!(
         sum.lines()
-            .any(|l| l.contains("CUDA events: on (CUDA events, every op")),
+            .any(|l| l.trim_start().starts_with("pid ") && l.contains(": on (GPU stamps, every op")),
         "{sum}"
     );
     let line = sum
@@ -174,7 +193,7 @@ fn the_work_ahead_on_the_stream_is_queue_not_transfer() {
     assert!(ops.len() >= 30, "{ops:?}");
     assert!(ops.iter().all(|o| o.str("timing") == Some("timed")), "{ops:?}");
     // Each op takes its 5 ms (more where the host was descheduled between its two
-    // records on a loaded machine: the stand-in GPU then idles until the launch).
+    // stamps on a loaded machine: the stand-in GPU then idles until the launch).
     let mut tight = 0;
     for o in &ops {
         let d = o.req_i64("gpu_end_ns") - o.req_i64("gpu_ready_ns");
@@ -225,14 +244,19 @@ fn the_work_ahead_on_the_stream_is_queue_not_transfer() {
 }
 
 #[test]
-fn nothing_is_recorded_into_a_capturing_stream() {
+fn nothing_is_launched_into_a_capturing_stream() {
     let run = Run::new("timing-capture");
-    // The stand-in invalidates the capture (and the scenario fails) on any record into
-    // it, or on an event query from a thread in global capture mode.
+    // A stamp launched into the capture would be a node of the program's graph
+    // (counted), and a call the driver deems unsafe during a global-mode capture
+    // invalidates it (the scenario then fails).
     let (out, stats) = run_with_driver(&run, &["capture", "3"], &[("ZCTA_BUDGET", "all")]);
     assert!(text(&out.stdout).contains("ok"));
-    assert_eq!(stats["records_on_capturing"], 0, "{stats:?}");
+    assert_eq!(stats["stamps_on_capturing"], 0, "{stats:?}");
     assert_eq!(stats.get("captures_invalidated"), Some(&0), "{stats:?}");
+    assert_eq!(stats["unsafe_during_capture"], 0, "{stats:?}");
+    // The 6 ops outside the capture were stamped (two each), the rest are anchors.
+    let anchors = stats["stamps"] - 2 * 6;
+    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
     let ops = run.rows("ops");
     let captured: Vec<&Row> = ops.iter().filter(|o| o.u64("stream") == Some(0x6000)).collect();
     assert_eq!(captured.len(), 3 + 2);
@@ -250,31 +274,101 @@ fn nothing_is_recorded_into_a_capturing_stream() {
     assert_eq!(p.u64("ops_graph_captured"), Some(5));
 }
 
+/// The launching calls of a run (an ungrouped op, or a group: its ops share one
+/// timing), each as its first row, in call order.
+fn launching_calls(ops: &[Row]) -> Vec<&Row> {
+    let mut seen = std::collections::HashSet::new();
+    let mut calls: Vec<&Row> = ops
+        .iter()
+        .filter(|o| seen.insert(o.u64("group_id").map_or((o.req_u64("op_id"), 0), |g| (0, g))))
+        .collect();
+    calls.sort_by_key(|o| o.req_i64("api_start_ns"));
+    calls
+}
+
+/// Slot pairs a context's pool hands out at most (`POOL_MAX` in shim/src/timing.rs).
+const POOL_MAX: u64 = 4096;
+
 #[test]
 fn an_empty_pool_is_counted_and_never_waited_for() {
+    // Each op's work takes 100 s on the stand-in GPU, so no op's end stamp runs before
+    // the program ends and no slot pair ever comes back: once the pool's pairs are all
+    // in flight, every later call finds it empty. 6,000 AllReduces 50 us apart (the
+    // writer refills meanwhile), then 6,000 groups back to back, then the group over
+    // two streams (not timed: `streams`).
     let run = Run::new("timing-pool");
-    let args = ops_args(&run, 300);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    // Three events alive at most: the hot path's first pairs for the context, then
-    // nothing more (the writer cannot make any either).
+    let t0 = std::time::Instant::now();
     let (_, stats) = run_with_driver(
         &run,
-        &args,
-        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_EVENT_LIMIT", "3")],
+        &["streams", "6000", "50"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_CUDA_KERNEL_NS", "100000000000")],
     );
+    // Never waited for: the program ran through 1.2 million seconds of GPU work.
+    let took = t0.elapsed();
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
     let p = process(&run);
-    let empty = p.req_u64("timing_pool_empty");
-    let timed = p.req_u64("ops_timed");
-    assert!(empty > 0, "{p:?}");
-    assert!(timed > 0, "the one pair is reused: {p:?}");
-    // Counted per launching call: an ungrouped op, or a group (whose ops share it).
     let ops = run.rows("ops");
-    let mut calls = std::collections::HashSet::new();
-    for o in ops.iter().filter(|o| o.str("timing") == Some("pool_empty")) {
-        calls.insert(o.u64("group_id").map_or((o.req_u64("op_id"), 0), |g| (0, g)));
+    assert_eq!(ops.len(), 6000 + 2 * 6000 + 2);
+    let calls = launching_calls(&ops);
+    let n = |t: &str| calls.iter().filter(|o| o.str("timing") == Some(t)).count() as u64;
+    let (timed, empty) = (n("timed"), n("pool_empty"));
+    assert_eq!((timed + empty, n("streams")), (12_000, 1), "{p:?}");
+    // Counted per launching call: an ungrouped op, or a group (whose ops share it).
+    assert_eq!(p.u64("timing_pool_empty"), Some(empty), "{p:?}");
+    assert_eq!(p.u64("ops_timed"), Some(timed), "{p:?}");
+    assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
+    // Every pair was handed out, once: none is reused while its op is in flight.
+    assert_eq!(timed, POOL_MAX, "{p:?}");
+    for o in calls.iter().filter(|o| o.str("timing") == Some("pool_empty")) {
+        assert!(o.is_null("gpu_ready_ns") && o.is_null("gpu_end_ns"), "{o:?}");
+        assert!(o.is_null("timing_level"), "no level: {o:?}");
     }
-    assert_eq!(calls.len() as u64, empty);
-    assert!(stats["events_alive"] <= 3, "{stats:?}");
+    // Every timed call was still in flight at the end: lost, once each.
+    assert_eq!(p.u64("ops_timing_lost"), Some(timed), "{p:?}");
+    // Two stamps per timed call, the rest anchors; of the calls' stamps only the first
+    // one's ready stamp ran (on an idle stream), the others wait behind the work.
+    let anchors = stats["stamps"] - 2 * timed;
+    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
+    assert_eq!(stats["stamps_written"], anchors + 1, "{stats:?}");
+    assert_eq!(stats["stamps_failed"], 0, "{stats:?}");
+}
+
+#[test]
+fn slot_pairs_are_reused_once_their_ops_are_resolved() {
+    // More launching calls than the pool has pairs, each done 20 us after it is
+    // launched: a pair goes back to the pool once the writer has read its stamps, so
+    // more calls than there are pairs are timed, and a reused slot always gives its
+    // new op's time, never the one it held before.
+    let run = Run::new("timing-reuse");
+    let (_, stats) = run_with_driver(&run, &["streams", "3000", "20"], &[("ZCTA_BUDGET", "all")]);
+    let p = process(&run);
+    let ops = run.rows("ops");
+    let calls = launching_calls(&ops);
+    assert_eq!(calls.len(), 3000 + 3000 + 1);
+    let timed: Vec<&Row> = calls
+        .iter()
+        .copied()
+        .filter(|o| o.str("timing") == Some("timed"))
+        .collect();
+    assert!(timed.len() as u64 > POOL_MAX, "{} timed: {p:?}", timed.len());
+    assert_eq!(p.u64("ops_timing_lost"), Some(0), "{p:?}");
+    assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
+    // One stream: each op's span is its 20 us kernel at least, and starts after the
+    // previous op's ended (one clock anchor for both, or two, each within its error).
+    let slack = p.req_i64("gpu_clock_error_ns") * 2 + 100_000;
+    for o in &timed {
+        let (r, e) = (o.req_i64("gpu_ready_ns"), o.req_i64("gpu_end_ns"));
+        assert!(e - r >= 20_000, "{} ns: {o:?}", e - r);
+    }
+    for w in timed.windows(2) {
+        let (e0, r1) = (w[0].req_i64("gpu_end_ns"), w[1].req_i64("gpu_ready_ns"));
+        assert!(
+            r1 >= e0 - slack,
+            "ready {r1} before the previous end {e0}: {:?}",
+            w[1]
+        );
+    }
+    assert_eq!(stats["stamps_written"], stats["stamps"], "{stats:?}");
 }
 
 #[test]
@@ -301,7 +395,8 @@ fn without_a_driver_ops_are_host_only_and_say_why() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (_, stats) = run_with_driver(&run, &args, &[("ZCTA_GPU", "off")]);
     assert_eq!(process(&run).str("gpu_timing"), Some("off: ZCTA_GPU=off"));
-    assert_eq!(stats["records"], 0);
+    assert_eq!(stats["stamps"] + stats["stamps_failed"], 0, "{stats:?}");
+    assert_eq!(stats["modules"] + stats["host_allocs"], 0, "{stats:?}");
 }
 
 #[test]
@@ -331,7 +426,7 @@ fn the_budget_times_the_same_nested_subset_on_every_rank() {
     // Which ops a level selects is a function of (comm_id, seq) alone, so every rank
     // at that level selects the same ones, and a sparser level's ops are a subset; a
     // timed op was selected at its level (one selected while the rate limiter had no
-    // room is not timed). An op that found the event pool empty: no level.
+    // room is not timed). An op that found the slot pool empty: no level.
     let mut selected_untimed = 0;
     for o in coll
         .iter()

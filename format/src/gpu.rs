@@ -76,7 +76,7 @@ pub enum GpuItem {
         on: bool,
         t: i64,
     },
-    /// The CUDA events around the launching call of `ext` (an [`ext_id`]): its stream
+    /// The GPU stamps around the launching call of `ext` (an [`ext_id`]): its stream
     /// was free for it at `ready_ns` and done with it at `end_ns` (CLOCK_REALTIME ns).
     Timed {
         ext: u64,
@@ -258,7 +258,7 @@ pub struct AttribStats {
     /// Ops captured into a CUDA graph ([`OpRecord::graph_captured`]): their GPU work
     /// runs at the graph's launches, not joined; their GPU columns are NULL.
     pub ops_graph_captured: u64,
-    /// Launching calls (an ungrouped op, a group) timed with CUDA events whose times
+    /// Launching calls (an ungrouped op, a group) timed with GPU stamps whose times
     /// never arrived within the hold.
     pub ops_timing_lost: u64,
 }
@@ -690,7 +690,7 @@ impl Attributor {
     }
 
     /// Writes held ops whose time is up (all of them with `all`) to `out`. An op timed
-    /// with CUDA events alone goes as soon as its times arrived; one whose launch CUPTI
+    /// with GPU stamps alone goes as soon as its times arrived; one whose launch CUPTI
     /// traced waits the whole hold for CUPTI's records.
     pub fn release(&mut self, now: i64, all: bool, out: &mut Vec<OpRow>) {
         while let Some((due, rec)) = self.held.front() {
@@ -711,7 +711,7 @@ impl Attributor {
             } else if rec.gpu_marked || !timed {
                 self.cupti_columns(&rec, ext).map(|mut g| {
                     if let Some((r, e)) = events {
-                        // The events are what CUDA events around the op measure.
+                        // The stamps are what CUDA events around the op measure.
                         g.gpu_ready_ns = Some(r);
                         g.gpu_end_ns = Some(e);
                     }

@@ -51,7 +51,7 @@ pub struct OpRecord {
     /// (CollApi/P2pApi `graphCaptured`) said; `None` when none arrived (zcta's plugin not
     /// loaded, NCCL asked for no events, or a call NCCL rejected before them).
     pub graph_captured: Option<bool>,
-    /// The GPU side the hot path measured itself (CUDA events, NCCL's launch event).
+    /// The GPU side the hot path measured itself (GPU stamps, NCCL's launch event).
     pub timing: OpTiming,
 }
 
@@ -281,7 +281,7 @@ impl From<&OpRecord> for OpRaw {
     }
 }
 
-/// Whether an op's launch was timed with CUDA events, and why not.
+/// Whether an op's launch was timed with GPU stamps, and why not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Timing {
     /// Not asked: the op launches no GPU work of its own (inside a group, before its

@@ -20,7 +20,7 @@ pub enum Engine {
     ProxyMemcpy,
     /// CUPTI was on but nothing was attributed by the time the row was written.
     None,
-    /// Not known: the op was timed with CUDA events, and NCCL's events said nothing of
+    /// Not known: the op was timed with GPU stamps, and NCCL's events said nothing of
     /// its engine (no profiler plugin, a one-rank shortcut, the copy-engine path on an
     /// NCCL before 2.29 or a v5 plugin, whose events do not show it). Written as NULL.
     Unknown,
@@ -47,7 +47,7 @@ impl Engine {
 /// How an op's GPU columns were measured (`ops.gpu_source`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuSourceKind {
-    /// CUDA events on the op's stream; the engine from NCCL's profiler events.
+    /// GPU stamps on the op's stream (the name is from when they were CUDA events); the engine from NCCL's profiler events.
     Events,
     /// CUPTI's activity records (deep mode), with the events' ready and end when the
     /// op was timed too.
@@ -81,7 +81,7 @@ pub struct OpGpu {
 }
 
 impl OpGpu {
-    /// An op timed with CUDA events only: `ready_ns`..`end_ns` on its stream; NCCL's
+    /// An op timed with GPU stamps only: `ready_ns`..`end_ns` on its stream; NCCL's
     /// events during the launching call say whether a kernel ran.
     pub fn from_events(rec: &OpRecord, ready_ns: i64, end_ns: i64) -> OpGpu {
         OpGpu {

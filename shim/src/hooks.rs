@@ -551,12 +551,14 @@ fn op_after(h: &Hot, kind: OpKind, a: &OpArgs, mut c: OpCall, rc: i32) {
         return;
     }
     let t1 = now_ns();
+    // The op's CUPTI window closes before its end stamp is launched: zcta's kernel is
+    // not one of the op's launches (deep mode).
+    gpu::end(c.marked);
     let timing = match c.begun.take() {
         Some(Ok(b)) => protect(|| timing::end(b, rc, c.op_id)).unwrap_or(Timing::Error),
         Some(Err(why)) => why,
         None => Timing::Off,
     };
-    gpu::end(c.marked);
     h.current_op.set(0);
     // NCCL's API events say it for the ops the budget selected (the only ones NCCL
     // generates events for in events mode), and so does the timing's capture check,
@@ -1004,6 +1006,8 @@ fn group_end_before(h: &Hot, kind: CallKind) -> Option<GroupEndCall> {
 #[inline(never)]
 fn group_end_after(h: &Hot, kind: CallKind, c: GroupEndCall, rc: i32) {
     let t1 = if c.rows { now_ns() } else { 0 };
+    // As in `op_after`: the window closes before the end stamp.
+    gpu::end(c.marked);
     let timing = match (c.begun, c.outermost) {
         (Some(Ok(b)), id) => {
             let ext = id.map_or(0, |id| zcta::gpu::ext_id(0, Some(id)));
@@ -1013,7 +1017,6 @@ fn group_end_after(h: &Hot, kind: CallKind, c: GroupEndCall, rc: i32) {
         (None, _) => Timing::Off,
     };
     let group_timing = take_op_timing(h, timing);
-    gpu::end(c.marked);
     protect(|| {
         let (d, id, n) = h.group.get();
         let (id, n_ops) = match d {

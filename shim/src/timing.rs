@@ -1,16 +1,19 @@
-//! Each operation's GPU side timed on its own stream with a pair of CUDA events, the
-//! default GPU capture (`docs/phases.md`, "How the GPU side is measured").
+//! Each operation's GPU side timed on its own stream with a pair of stamps, the default
+//! GPU capture (`docs/phases.md`, "How the GPU side is measured").
 //!
-//! Around every interposed call that launches GPU work (an ungrouped op, the outermost
-//! `ncclGroupEnd`) the hot path records one event on the op's stream before calling
-//! NCCL — it completes when everything ahead of the op on that stream is done: the
-//! op's `gpu_ready_ns` — and one after — the op is done: `gpu_end_ns`. Events come from
-//! a pool per CUDA context that the writer thread fills and refills ([`Timer`]); an op
-//! that finds the pool empty is not timed (counted, never waited for). Nothing is
-//! recorded into a stream that is being captured into a CUDA graph. The writer polls
-//! the events off the hot path and puts their times on CLOCK_REALTIME through anchors:
-//! an event of its own, on a stream of its own, recorded and seen complete within a
-//! few µs bracket of host time, renewed every [`ANCHOR_EVERY_NS`].
+//! A stamp is a launch of zcta's one-thread kernel ([`cuda::stamp`]) that writes the
+//! GPU's `%globaltimer` (ns) into a slot of pinned host memory. Around every interposed
+//! call that launches GPU work (an ungrouped op, the outermost `ncclGroupEnd`) the hot
+//! path launches one on the op's stream before calling NCCL — it runs when everything
+//! ahead of the op on that stream is done: the op's `gpu_ready_ns` — and one after —
+//! the op is done: `gpu_end_ns`. (CUDA events with timing did the same job at a cost
+//! the program's other streams paid: docs/PERFORMANCE.md.) Slot pairs come from a pool
+//! per CUDA context that the writer thread fills ([`Timer`]); an op that finds the pool
+//! empty is not timed (counted, never waited for). Nothing is launched into a stream
+//! that is being captured into a CUDA graph. The writer reads the slots off the hot
+//! path (memory reads, no driver call) and puts their times on CLOCK_REALTIME through
+//! anchors: a stamp of its own, on a stream of its own, seen written within a few µs
+//! bracket of host time, renewed every [`ANCHOR_EVERY_NS`].
 //!
 //! What this costs grows with NCCL operations only (the program's own kernels are not
 //! touched), and the budget ([`zcta::budget`]) keeps it under a share of wall time.
@@ -38,7 +41,7 @@ static WHY_OFF: Mutex<Option<String>> = Mutex::new(None);
 /// The budget's level now (1 op in 2^level is timed).
 static LEVEL: AtomicU8 = AtomicU8::new(0);
 /// Host ns the hot path spent timing since the writer last looked, plus the stream
-/// time its event records cost ([`GPU_NS_PER_RECORD`]).
+/// time its stamps cost ([`GPU_NS_PER_STAMP`]).
 static COST_NS: AtomicU64 = AtomicU64::new(0);
 /// Since when `COST_NS` has been summed (CLOCK_REALTIME ns; 0: not yet).
 static COST_SINCE_NS: AtomicI64 = AtomicI64::new(0);
@@ -55,16 +58,17 @@ static CHOSEN: AtomicU64 = AtomicU64::new(0);
 /// Ops timed since the writer last looked (the cost per timed op is `COST_NS` / this).
 static TIMED: AtomicU64 = AtomicU64::new(0);
 
-/// Stream time one event record adds between back-to-back work on an H200: 2,661 ns
-/// for two (`bench/cuda_costs.c`, docs/PERFORMANCE.md). Counted in the budget as if it
-/// were always on the critical path.
-const GPU_NS_PER_RECORD: u64 = 1_330;
+/// Stream time one stamp adds to the op's stream: a pair widened the window of CUDA
+/// events around the same work by 3.46 µs on an H100 (`bench/timestamp_costs.py`,
+/// docs/PERFORMANCE.md). Counted in the budget as if it were always on the critical
+/// path.
+const GPU_NS_PER_STAMP: u64 = 1_730;
 /// What NCCL's profiler events (generated for the budget's ops only,
 /// [`crate::ffi::plugin::follow_op`]) cost per op on an H200: a send/recv group to
 /// itself took 1.27 µs longer with them than without (bench/always_on.sh, configs
 /// `off` and `nomask`, docs/PERFORMANCE.md), 0.64 µs for each of its two ops.
 pub const NCCL_EVENTS_NS_PER_OP: u64 = 640;
-/// Event pairs the writer keeps ready per context, and the most it makes.
+/// Slot pairs the writer keeps ready per context, and the most it hands out.
 const POOL_READY: usize = 256;
 const POOL_MAX: usize = 4096;
 /// Free pairs below which the hot path wakes the writer to refill.
@@ -82,22 +86,58 @@ const BUDGET_EVERY_NS: i64 = 250_000_000;
 const POLL_EVERY_NS: i64 = 1_000_000;
 /// Set by the hot path when a pool runs low or dry: the next round refills at once.
 static REFILL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// An op whose events have not completed this long after its call is given up.
+/// An op whose stamps have not been written this long after its call is given up.
 const GIVE_UP_NS: i64 = 30_000_000_000;
 
 /// Driver calls of the timing that failed (the writer counts the other outcomes per
 /// call from the ops rows).
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 
+/// An op's two slots (indexes into its context's [`Stamper`]'s slots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pair {
     ready: usize,
     end: usize,
 }
 
-/// The free event pairs of one CUDA context.
+/// Slots of a context: a pair for each of [`POOL_MAX`] ops, then the anchors'.
+const SLOTS: usize = 2 * POOL_MAX + ANCHOR_SLOTS;
+const ANCHOR_SLOTS: usize = 16;
+
+/// A context's stamp kernel and the slots it writes.
+struct Stamper {
+    func: usize,
+    slots: cuda::Slots,
+}
+
+impl Stamper {
+    /// Made in the calling thread's current context.
+    fn new() -> Result<Self, i32> {
+        Ok(Self {
+            func: cuda::stamp_kernel()?,
+            slots: cuda::host_slots(SLOTS)?,
+        })
+    }
+
+    /// Clears slot `i` and launches a stamp into it on `stream`.
+    #[inline]
+    fn stamp(&self, i: usize, stream: usize) -> Result<(), i32> {
+        self.slots.cells[i].store(0, Ordering::Relaxed);
+        cuda::stamp(self.func, self.slots.dev + 8 * i as u64, stream)
+    }
+
+    /// Slot `i`'s GPU time, once its stamp ran (the GPU's timer is never 0).
+    fn read(&self, i: usize) -> Option<u64> {
+        Some(self.slots.cells[i].load(Ordering::Acquire)).filter(|&t| t != 0)
+    }
+}
+
+/// The free slot pairs of one CUDA context.
 struct Pool {
     ctx: usize,
+    stamper: OnceLock<Stamper>,
+    /// The stamp kernel or its slots could not be made here: its ops are not timed.
+    broken: std::sync::atomic::AtomicBool,
     tx: Sender<Pair>,
     rx: Receiver<Pair>,
     made: AtomicU64,
@@ -109,23 +149,35 @@ impl Pool {
         let _ = self.tx.try_send(p);
     }
 
-    /// Makes up to `n` pairs in the calling thread's current context, which must be
-    /// `self.ctx`. Returns how many.
+    /// Hands out up to `n` more pairs, first making the context's stamp kernel and
+    /// slots in the calling thread's current context, which must be `self.ctx`.
+    /// Returns how many.
     fn make(&self, n: usize) -> usize {
+        if self.stamper.get().is_none() {
+            if self.broken.load(Ordering::Relaxed) {
+                return 0;
+            }
+            match Stamper::new() {
+                Ok(s) => {
+                    let _ = self.stamper.set(s);
+                }
+                // Not tried again: its ops count as errors (`begin`).
+                Err(_) => {
+                    self.broken.store(true, Ordering::Relaxed);
+                    return 0;
+                }
+            }
+        }
         for i in 0..n {
-            if self.made.load(Ordering::Relaxed) as usize >= POOL_MAX {
+            let m = self.made.load(Ordering::Relaxed) as usize;
+            if m >= POOL_MAX {
                 return i;
             }
-            // Not counted in `errors` (which are ops not timed): the pool stays short,
-            // and the ops that find it empty are counted there. Half a pair is given
-            // back, not leaked (under an event limit it may be what an anchor needs).
-            let Ok(ready) = cuda::event_create() else { return i };
-            let Ok(end) = cuda::event_create() else {
-                cuda::event_destroy(ready);
-                return i;
-            };
-            self.made.fetch_add(1, Ordering::Relaxed);
-            self.give(Pair { ready, end });
+            self.made.store(m as u64 + 1, Ordering::Relaxed);
+            self.give(Pair {
+                ready: 2 * m,
+                end: 2 * m + 1,
+            });
         }
         n
     }
@@ -153,6 +205,8 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
                 let (tx, rx) = bounded(POOL_MAX);
                 let p = Arc::new(Pool {
                     ctx,
+                    stamper: OnceLock::new(),
+                    broken: std::sync::atomic::AtomicBool::new(false),
                     tx,
                     rx,
                     made: AtomicU64::new(0),
@@ -172,7 +226,7 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
     Some(pool)
 }
 
-/// An op in flight: its events and what it belongs to.
+/// An op in flight: its slots and what it belongs to.
 #[derive(Clone, Copy)]
 struct Flight {
     /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
@@ -183,6 +237,10 @@ struct Flight {
     pair: Pair,
     /// When the launching call started (picks the anchor nearest to it).
     call_ns: i64,
+    /// An op to resolve; `false`: an op that will not be timed (its call failed, or
+    /// its end stamp could not be launched), whose pair goes back to the pool only
+    /// once its ready stamp, which may still be queued, has written its slot.
+    keep: bool,
 }
 
 static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
@@ -226,7 +284,7 @@ pub fn start(enabled: bool, budget: f64, follow_nccl: bool) {
 
 static BUDGET_BITS: AtomicU64 = AtomicU64::new(0);
 
-/// The writer's control, to wake it (to refill the event pools); set at activation.
+/// The writer's control, to wake it (to refill the slot pools); set at activation.
 static WRITER: std::sync::OnceLock<std::sync::Arc<zcta::sink::WriterControl>> = std::sync::OnceLock::new();
 
 /// Where [`wake_writer`] reaches the writer (the recorder's activation).
@@ -241,7 +299,7 @@ fn wake_writer() {
     }
 }
 
-/// In a fork child: the parent's events and pools mean nothing there.
+/// In a fork child: the parent's stamps and pools mean nothing there.
 pub fn on_fork_child() {
     if STATE.load(Ordering::Acquire) == ON {
         STATE.store(OFF, Ordering::SeqCst);
@@ -302,7 +360,7 @@ impl Chosen {
     }
 }
 
-/// Events recorded before an op's launching call; handed to [`end`].
+/// The stamp launched before an op's launching call; handed to [`end`].
 pub struct Begun {
     pool: Arc<Pool>,
     pair: Pair,
@@ -312,9 +370,9 @@ pub struct Begun {
     call_ns: i64,
 }
 
-/// Before the launching call on `stream`: records the op's ready event, unless the
-/// stream is capturing, the budget did not select the call (`pick`), or no event is
-/// free. `Err` says why the op is not timed (hot path). The call is counted in the
+/// Before the launching call on `stream`: launches the op's ready stamp, unless the
+/// stream is capturing, the budget did not select the call (`pick`), or no slot pair
+/// is free. `Err` says why the op is not timed (hot path). The call is counted in the
 /// calling thread's `chosen`.
 #[inline]
 pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> {
@@ -342,6 +400,10 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
     };
+    if pool.broken.load(Ordering::Relaxed) {
+        ERRORS.fetch_add(1, Ordering::Relaxed);
+        return Err(Timing::Error);
+    }
     let Ok(pair) = pool.rx.try_recv() else {
         if !REFILL.swap(true, Ordering::Relaxed) {
             wake_writer();
@@ -353,7 +415,12 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
         // woken once until it has.
         wake_writer();
     }
-    if cuda::record(pair.ready, stream).is_err() {
+    // A pair is handed out only once its context's stamper exists.
+    if pool
+        .stamper
+        .get()
+        .is_none_or(|s| s.stamp(pair.ready, stream).is_err())
+    {
         pool.give(pair);
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
@@ -368,39 +435,54 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
     })
 }
 
-/// After the launching call, which returned `rc`: records the end event and hands
+/// After the launching call, which returned `rc`: launches the end stamp and hands
 /// the pair to the writer (hot path). `ext` names the op or group.
 #[inline]
 pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let t0 = now_ns();
+    let mut f = Flight {
+        ext,
+        ctx: b.pool.ctx,
+        stream: b.stream,
+        pair: b.pair,
+        call_ns: b.call_ns,
+        keep: true,
+    };
+    // The ready stamp is queued on the stream: the pair is not free until it wrote
+    // (a later op reusing the pair would read it). When the flight queue is full the
+    // pair is not given back at all: the pool is one pair short.
+    let retire = |mut f: Flight| {
+        f.keep = false;
+        if let Some(q) = FLIGHTS.get() {
+            let _ = q.try_push(f);
+        }
+    };
     // A failed call launched nothing to time; an in-progress one (a non-blocking
     // communicator) launches later, after this call returned.
     if rc != zcta::nccl::NCCL_SUCCESS {
-        b.pool.give(b.pair);
+        retire(f);
         return if rc == zcta::nccl::NCCL_IN_PROGRESS {
             Timing::InProgress
         } else {
             Timing::Error
         };
     }
-    if cuda::record(b.pair.end, b.stream).is_err() {
-        b.pool.give(b.pair);
+    if b.pool
+        .stamper
+        .get()
+        .is_none_or(|s| s.stamp(b.pair.end, b.stream).is_err())
+    {
+        retire(f);
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Timing::Error;
     }
-    let f = Flight {
-        ext,
-        ctx: b.pool.ctx,
-        stream: b.stream,
-        pair: b.pair,
-        call_ns: b.call_ns,
-    };
+    f.keep = true;
     if FLIGHTS.get().is_none_or(|q| q.try_push(f).is_err()) {
-        b.pool.give(b.pair);
+        // Both stamps may still write: the pair is not given back (as above).
         return Timing::PoolEmpty;
     }
     let now = now_ns();
-    let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_RECORD;
+    let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_STAMP;
     charge(spent, now);
     TIMED.fetch_add(1, Ordering::Relaxed);
     Timing::Timed(b.level)
@@ -430,13 +512,20 @@ pub fn has_room() -> bool {
     zcta::budget::has_room(PAID_BY_NS.load(Ordering::Relaxed), now_ns(), budget, BURST_NS)
 }
 
-/// An anchor: one of our events whose GPU time is `host_ns` ± `err_ns` on
-/// CLOCK_REALTIME.
+/// An anchor: a GPU time (`gpu_ns`, of one of our stamps) that was `host_ns` ±
+/// `err_ns` on CLOCK_REALTIME.
 #[derive(Clone, Copy, Debug)]
 struct Anchor {
-    ev: usize,
+    gpu_ns: u64,
     host_ns: i64,
     err_ns: i64,
+}
+
+impl Anchor {
+    /// GPU time `gpu` on CLOCK_REALTIME.
+    fn host(&self, gpu: u64) -> i64 {
+        self.host_ns + gpu.wrapping_sub(self.gpu_ns) as i64
+    }
 }
 
 /// One context's clock anchors, newest last.
@@ -444,7 +533,8 @@ struct Anchor {
 struct Clock {
     stream: usize,
     anchors: VecDeque<Anchor>,
-    spare: Vec<usize>,
+    /// Anchor stamps launched so far (they take the anchors' slots in turn).
+    tries: usize,
     last_try_ns: i64,
     broken: bool,
 }
@@ -455,50 +545,38 @@ const ANCHOR_TRIES: usize = 3;
 const ANCHOR_SPIN_NS: i64 = 2_000_000;
 
 impl Clock {
-    fn event(&mut self) -> Option<usize> {
-        self.spare.pop().or_else(|| cuda::event_create().ok())
-    }
-
-    /// Records an event on our own stream and spins until it is seen complete: its
-    /// GPU time lies in that bracket of host time. Caller made `ctx` current.
-    fn anchor(&mut self, now: i64) -> Option<Anchor> {
+    /// Launches a stamp on our own stream and spins until it is seen written: its GPU
+    /// time lies in that bracket of host time. Caller made `ctx` current.
+    fn anchor(&mut self, now: i64, st: &Stamper) -> Option<Anchor> {
         self.last_try_ns = now;
         if self.stream == 0 {
             self.stream = cuda::stream_create().ok()?;
         }
         let mut best: Option<Anchor> = None;
         for _ in 0..ANCHOR_TRIES {
-            // Out of events: the best try so far (its event is not leaked).
-            let Some(ev) = self.event() else { break };
+            // A slot a stamp that was given up on may still write is not reused soon:
+            // the anchors' slots are taken in turn.
+            let slot = 2 * POOL_MAX + self.tries % ANCHOR_SLOTS;
+            self.tries += 1;
             let t0 = now_ns();
-            if cuda::record(ev, self.stream).is_err() {
-                self.spare.push(ev);
-                return None;
+            if st.stamp(slot, self.stream).is_err() {
+                break;
             }
             let mut t1 = now_ns();
-            while cuda::query(ev) != 0 {
+            let mut got = st.read(slot);
+            while got.is_none() && t1 - t0 <= ANCHOR_SPIN_NS {
                 t1 = now_ns();
-                if t1 - t0 > ANCHOR_SPIN_NS {
-                    break;
-                }
+                got = st.read(slot);
             }
-            if cuda::query(ev) != 0 {
-                self.spare.push(ev);
-                continue;
-            }
+            let Some(gpu_ns) = got else { continue };
             let a = Anchor {
-                ev,
+                gpu_ns,
                 host_ns: t0 + (t1 - t0) / 2,
                 // The bracket, and how far the host clock was seen from CLOCK_REALTIME.
                 err_ns: (t1 - t0 + 1) / 2 + crate::ffi::sys::clock_error_ns(),
             };
-            match best {
-                Some(b) if b.err_ns <= a.err_ns => self.spare.push(ev),
-                Some(b) => {
-                    self.spare.push(b.ev);
-                    best = Some(a);
-                }
-                None => best = Some(a),
+            if best.is_none_or(|b| a.err_ns < b.err_ns) {
+                best = Some(a);
             }
         }
         best
@@ -512,8 +590,8 @@ impl Clock {
     }
 }
 
-/// The writer's side: fills the pools, anchors the clocks, polls the events and
-/// turns them into [`GpuItem::Timed`]; sets the budget's level.
+/// The writer's side: fills the pools, anchors the clocks, reads the slots and turns
+/// them into [`GpuItem::Timed`]; sets the budget's level.
 pub struct Timer {
     flights: Consumer<Flight>,
     pending: VecDeque<Flight>,
@@ -553,14 +631,14 @@ impl Timer {
     }
 
     /// One round (writer thread): refill the pools, renew stale anchors, resolve the
-    /// events that completed, re-evaluate the budget.
+    /// ops whose stamps were written, re-evaluate the budget.
     pub fn poll(&mut self, out: &mut Vec<GpuItem>) {
         if STATE.load(Ordering::Acquire) != ON {
             return;
         }
         if !self.relaxed {
-            // This thread's queries must never count as unsafe calls during another
-            // thread's global-mode capture.
+            // This thread's driver calls must never count as unsafe calls during
+            // another thread's global-mode capture.
             cuda::relax_capture_mode();
             self.relaxed = true;
         }
@@ -595,27 +673,24 @@ impl Timer {
             if low {
                 p.make(POOL_READY - p.rx.len());
             }
-            if stale && let Some(a) = clock.anchor(now) {
-                if let Some(prev) = clock.anchors.back().copied()
-                    && let Ok(ms) = cuda::elapsed_ms(prev.ev, a.ev)
-                {
-                    let predicted = prev.host_ns + (f64::from(ms) * 1e6).round() as i64;
+            if stale
+                && let Some(st) = p.stamper.get()
+                && let Some(a) = clock.anchor(now, st)
+            {
+                if let Some(prev) = clock.anchors.back().copied() {
+                    let predicted = prev.host(a.gpu_ns);
                     let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
                     let off = ((a.host_ns - predicted).abs() - prev.err_ns - a.err_ns).max(0);
                     self.max_drift_ns_per_s = self.max_drift_ns_per_s.max((off as f64 / span_s) as i64);
                     self.drift_measured = true;
                 }
                 clock.anchors.push_back(a);
-                if clock.anchors.len() > ANCHORS_KEPT
-                    && let Some(old) = clock.anchors.pop_front()
-                {
-                    clock.spare.push(old.ev);
+                if clock.anchors.len() > ANCHORS_KEPT {
+                    clock.anchors.pop_front();
                 }
             }
         }
-        // What asking the timed ops' events cost this thread in driver calls counts
-        // in the budget: the driver's locks are the program's launches' too (the pool's
-        // events, made once and reused, do not).
+        // What reading the timed ops' slots cost this thread counts in the budget.
         if !self.pending.is_empty() {
             let t0 = now_ns();
             self.resolve(now, out);
@@ -644,19 +719,36 @@ impl Timer {
                 self.pending.push_back(f);
                 continue;
             }
-            match cuda::query(f.pair.end) {
-                cuda::NOT_READY if now - f.call_ns < GIVE_UP_NS => {
+            let Some(st) = pools
+                .iter()
+                .find(|p| p.ctx == f.ctx)
+                .and_then(|p| p.stamper.get())
+            else {
+                self.lost += 1;
+                continue;
+            };
+            if !f.keep {
+                // An op not timed: its pair is free once its ready stamp wrote.
+                if st.read(f.pair.ready).is_some() {
+                    give(&f);
+                } else if now - f.call_ns < GIVE_UP_NS {
                     behind.push(f.stream);
                     self.pending.push_back(f);
-                    continue;
                 }
-                0 => {}
-                _ => {
-                    self.lost += 1;
-                    give(&f);
-                    continue;
-                }
+                continue;
             }
+            // The end stamp runs after the ready one (same stream): both are written.
+            let (Some(ready), Some(end)) = (st.read(f.pair.ready), st.read(f.pair.end)) else {
+                if now - f.call_ns < GIVE_UP_NS {
+                    behind.push(f.stream);
+                    self.pending.push_back(f);
+                } else {
+                    // Not given back: a stamp still queued on a stuck stream may write
+                    // its slots later.
+                    self.lost += 1;
+                }
+                continue;
+            };
             let Some(anchor) = self.clocks.get(&f.ctx).and_then(|c| c.nearest(f.call_ns)) else {
                 if now - f.call_ns < GIVE_UP_NS {
                     self.pending.push_back(f);
@@ -666,22 +758,13 @@ impl Timer {
                 }
                 continue;
             };
-            let times = cuda::elapsed_ms(anchor.ev, f.pair.ready)
-                .and_then(|r| Ok((r, cuda::elapsed_ms(f.pair.ready, f.pair.end)?)));
             give(&f);
-            match times {
-                Ok((to_ready, dur)) => {
-                    self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
-                    let ready_ns = anchor.host_ns + (f64::from(to_ready) * 1e6).round() as i64;
-                    let end_ns = ready_ns + (f64::from(dur) * 1e6).round() as i64;
-                    out.push(GpuItem::Timed {
-                        ext: f.ext,
-                        ready_ns,
-                        end_ns,
-                    });
-                }
-                Err(_) => self.lost += 1,
-            }
+            self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
+            out.push(GpuItem::Timed {
+                ext: f.ext,
+                ready_ns: anchor.host(ready),
+                end_ns: anchor.host(end),
+            });
         }
     }
 
@@ -718,7 +801,7 @@ impl Timer {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        self.lost += self.pending.len() as u64;
+        self.lost += self.pending.iter().filter(|f| f.keep).count() as u64;
         self.pending.clear();
     }
 
@@ -728,10 +811,10 @@ impl Timer {
             ON => {
                 let b = f64::from_bits(BUDGET_BITS.load(Ordering::Relaxed));
                 if b.is_infinite() {
-                    "on (CUDA events, every op: ZCTA_BUDGET=all)".to_string()
+                    "on (GPU stamps, every op: ZCTA_BUDGET=all)".to_string()
                 } else {
                     format!(
-                        "on (CUDA events, budget {}% of wall time, level now {})",
+                        "on (GPU stamps, budget {}% of wall time, level now {})",
                         b * 100.0,
                         LEVEL.load(Ordering::Relaxed)
                     )

@@ -49,14 +49,14 @@ pub struct OpView {
     /// `ops.engine`; `None`: not measured (CUPTI off).
     pub engine: Option<&'static str>,
     /// How many ops this row stands for in a report's aggregates: 2^`timing_level` for
-    /// an op whose GPU side comes from CUDA events the budget chose it for (a rank
+    /// an op whose GPU side comes from stamps the budget chose it for (a rank
     /// times 1 op in 2^level), 1 otherwise (every op of deep mode has CUPTI's times).
     pub weight: u64,
 }
 
 impl OpView {
     /// Where the op's GPU side begins ([`phases::gpu_begin`]): its first kernel (deep
-    /// mode), else when its stream was free after NCCL's launch (CUDA events).
+    /// mode), else when its stream was free after NCCL's launch (stamps).
     pub fn gpu_begin(&self) -> Option<i64> {
         phases::gpu_begin(self.gpu_start, self.ready, self.launch)
     }
@@ -580,7 +580,7 @@ fn phases_of(
 ) -> Phases {
     let mut cuts = Cuts {
         api_start: o.api_start,
-        // Timed with CUDA events and no launch reported (a call that launched nothing,
+        // Timed with stamps and no launch reported (a call that launched nothing,
         // NCCL's events off): NCCL's host work is the whole call.
         launch: o.launch.or_else(|| o.gpu_start.is_none().then_some(o.api_end)),
         ready: o.ready,

@@ -124,7 +124,7 @@ impl Phases {
 }
 
 /// Where the op's GPU side begins on its stream: its first kernel or copy (deep mode),
-/// else — timed with CUDA events, which see no kernel start — when both the stream was
+/// else — timed with stamps, which see no kernel start — when both the stream was
 /// free and NCCL had launched (the later of `ready` and `launch`; `ready` alone when
 /// the launch is not known).
 pub fn gpu_begin(gpu_start: Option<i64>, ready: Option<i64>, launch: Option<i64>) -> Option<i64> {
@@ -166,7 +166,7 @@ pub fn split(c: &Cuts) -> Phases {
     let r = l.and_then(|l| c.ready.map(|r| r.clamp(l, s)));
     let mut from = Some(a);
     let mut measured_to = a;
-    // Without a kernel start (CUDA events), the GPU side begins where the stream was
+    // Without a kernel start (stamps), the GPU side begins where the stream was
     // free after the launch: queue ends there, and sync (NCCL's stream waits, the
     // kernel's start on the GPU) is inside the time after it, not a phase of its own.
     let sync_cut = c.gpu_start.map(|_| s);
@@ -187,7 +187,7 @@ pub fn split(c: &Cuts) -> Phases {
     }
     // barrier | rest, cut at the last rank's start.
     p.barrier = rest_start.map(|b| b - s);
-    // The rest: memcpy first, then proxy, transfer is what remains. CUDA events see no
+    // The rest: memcpy first, then proxy, transfer is what remains. Stamps see no
     // copies: there the proxy thread's copies are inside transfer, and memcpy is not a
     // phase of its own (deep mode measures it).
     let events = c.gpu_start.is_none();

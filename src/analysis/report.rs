@@ -334,7 +334,7 @@ impl Builder {
         if o.result != 0 {
             return;
         }
-        // Timed with CUDA events, NCCL's events said nothing of the path: unknown.
+        // Timed with stamps, NCCL's events said nothing of the path: unknown.
         let engine = o.engine.unwrap_or(if o.gpu_end.is_some() {
             "unknown"
         } else {
@@ -359,7 +359,7 @@ impl Builder {
         // An op the budget timed 1 in 2^level of stands for 2^level ops.
         let weight = o.weight.max(1);
         // The op's GPU time: its kernels' span (deep mode), else its time on its stream
-        // from when the stream was free after the launch (CUDA events).
+        // from when the stream was free after the launch (stamps).
         let span = match (o.gpu_start, o.gpu_end) {
             // Checked: times from a corrupt file may lie the whole i64 range apart.
             (Some(s), Some(e)) => e.checked_sub(s),
@@ -597,10 +597,10 @@ impl Builder {
             out.push(Finding {
                 title: "Queue and sync not split: when each op's stream was free is not recorded".into(),
                 evidence: format!(
-                    "none of the {} ops with GPU times has ops.gpu_ready_ns: it comes from the CUDA events zcta records around an op it times, and none of these ops was timed with them (their GPU times are CUPTI's kernel spans, deep mode), so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch)",
+                    "none of the {} ops with GPU times has ops.gpu_ready_ns: it comes from the stamps zcta launches on an op's stream around an op it times, and none of these ops was timed with them (their GPU times are CUPTI's kernel spans, deep mode), so the time from launch to the first kernel is not split into queue (work ahead on the stream) and sync (NCCL's stream waits and launch)",
                     self.gpu_timed
                 ),
-                fix: "process.gpu_timing says why no op was timed with CUDA events; with them on, ZCTA_BUDGET=all times every op (its cost: docs/PERFORMANCE.md)".into(),
+                fix: "process.gpu_timing says why no op was timed with stamps; with them on, ZCTA_BUDGET=all times every op (its cost: docs/PERFORMANCE.md)".into(),
             });
         }
         let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();

@@ -12,10 +12,11 @@
 //! * `cupti/libcupti.so.13`: a stand-in CUPTI (the activity API subset zcta uses,
 //!   records in the exact CUPTI 13.0 layouts); the stand-in NCCL makes it emit GPU
 //!   records where real NCCL launches work (`tests/fixtures/fake_cupti.c`).
-//! * `cuda/libcuda.so.1`: a stand-in CUDA driver (the context/stream/event subset
-//!   zcta's per-op CUDA-event timing uses, real C ABI and error codes; a fake GPU
-//!   whose streams the stand-in NCCL keeps busy where real NCCL launches work, stream
-//!   capture with the driver's rules, failure injection, counters in
+//! * `cuda/libcuda.so.1`: a stand-in CUDA driver (the context/stream/module/launch/
+//!   host-memory subset zcta's per-op GPU-stamp timing uses, and CUDA events; real C
+//!   ABI and error codes; a fake GPU whose streams the stand-in NCCL keeps busy where
+//!   real NCCL launches work and that writes each stamp when its stream reaches it,
+//!   stream capture with the driver's rules, failure injection, counters in
 //!   `FAKE_CUDA_STATS_FILE`: see [`read_cuda_stats`] and `tests/fixtures/fake_cuda.c`).
 //! * `host`: dlopens `HOST_CUDA` then `HOST_CUPTI` (if set, `RTLD_GLOBAL`), then
 //!   `libglue.so` `RTLD_LOCAL` (as python loads torch) and runs a scenario:
@@ -337,10 +338,12 @@ pub fn read_glue_stats(path: &Path) -> HashMap<String, u64> {
 }
 
 /// Parses the file the stand-in driver writes at exit with `FAKE_CUDA_STATS_FILE=<path>`
-/// (and at every `fake_cuda_end_capture`): its counters by name, e.g. `events_created`,
-/// `events_alive`, `records`, `records_on_capturing`, `queries`, `launches`,
-/// `launches_captured`, `elapsed_calls`, `unsafe_during_capture`,
-/// `captures_invalidated` (the list is `STATS` in `tests/fixtures/fake_cuda.c`).
+/// (and at every `fake_cuda_end_capture`): its counters by name, e.g. `stamps`,
+/// `stamps_on_capturing`, `stamps_failed`, `stamps_written`, `modules`,
+/// `host_allocs`, `launches`, `launches_captured`, `capture_queries`,
+/// `unsafe_during_capture`, `captures_invalidated`, and the CUDA-event ones
+/// (`events_created`, `records`, `queries`, ...) (the list is `STATS` in
+/// `tests/fixtures/fake_cuda.c`).
 pub fn read_cuda_stats(path: &Path) -> HashMap<String, u64> {
     read_name_value_lines(path)
 }

@@ -14,11 +14,11 @@ out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 # These runs measure CUPTI, which only deep mode uses (bench/always_on.sh and
-# tests/gpu/events.sh measure the default, CUDA events).
+# tests/gpu/events.sh measure the default, GPU stamps).
 export ZCTA_GPU=${ZCTA_GPU:-deep}   # NVLink multicast is forbidden on the shared test host
 export PYTHONUNBUFFERED=1
 # The accuracy check compares the op's time on its stream (from gpu_ready_ns, which the
-# CUDA events of the ops zcta times give) with CUDA events: every op is timed here.
+# stamps of the ops zcta times give) with CUDA events: every op is timed here.
 export ZCTA_BUDGET=${ZCTA_BUDGET:-all}
 shim="$bin/libzcta_prof.so"
 [ -f "$shim" ] || { echo "missing $shim"; exit 2; }

@@ -1,4 +1,4 @@
-"""One-GPU checks of zcta's default GPU side (CUDA events on each op's stream), run by
+"""One-GPU checks of zcta's default GPU side (stamps on each op's stream), run by
 tests/gpu/events.sh:
 
     python3 events.py accuracy OUT_JSON            (under the shim, ZCTA_BUDGET=all)
@@ -11,19 +11,21 @@ accuracy: send/recv to itself and all_to_all_single at 1, 16 and 64 MiB, each op
 between two CUDA events of the program's own, with the stream kept busy (a sleep
 kernel) past the call, so the op's stream becomes free after its launch; the check
 compares zcta's gpu_end_ns - gpu_ready_ns of the same ops with those events. The
-program's events hold zcta's two records as well, so each iteration also measures,
-on the same stream behind the same sleep, what two event records between a pair of
-events add (three records back to back: the third minus the first); the check takes
-that off the program's window of the same op. That correction is a median: what a
-record really adds varies from op to op (1.3 to 2.5 us right before or after a large
-kernel: bench/event_records.py), so no tool whose events sit exactly where zcta's do
-can pass every op. The check therefore also measures that ideal tool in the same
-process: with zcta's recording paused, the program records the two inner events
-itself, where zcta records its own (just before and just after the launching call),
-and the same correction is judged on them. An op size passes when all its ops were
+program's events hold zcta's two stamps as well, so each iteration also measures,
+on the same stream behind the same sleep, what two of zcta's stamps between a pair of
+events add (the program launches the same kernel: examples/nccl_bench.py's
+two_stamps); the check takes that off the program's window of the same op. That
+correction is a median: what a record or a stamp really adds varies from op to op
+(a record 1.3 to 2.5 us right before or after a large kernel:
+bench/event_records.py), so no tool whose marks sit exactly where zcta's do can pass
+every op. The check therefore also measures an ideal tool in the same process: with
+zcta's recording paused, the program records two inner events itself where zcta
+stamps (just before and just after the launching call), and judges them the same
+way, less what two records add (three records back to back: the third minus the
+first). An op size passes when all its ops were
 timed, zcta is within max(1 us, 2 %) for >= 95 % of its ops or for as many as the
 ideal tool is (less two standard errors of the two shares), and the two residuals
-agree on average within 0.25 us (zcta's events sit where the ideal's do; means of
+agree on average within 0.25 us (zcta's stamps sit where the ideal's events do; means of
 the middle 90 %, since the residuals take a few discrete values). ITERS (100) ops per
 kind and size.
 capture: NCCL ops captured into a CUDA graph (torch.cuda.graph, global capture mode)
@@ -81,7 +83,7 @@ def accuracy(out):
                 e0.record(s)
                 fn(1)
                 e1.record(s)
-                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": nb.three_records(s)})
+                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": nb.two_stamps(s)})
             torch.cuda.synchronize()
             # The ideal tool, with zcta's recording paused (no event of zcta's inside
             # the program's pair): the program records the inner pair where zcta
@@ -97,6 +99,7 @@ def accuracy(out):
     for r in res:
         e0, e1 = r.pop("e")
         r["events_us"] = e0.elapsed_time(e1) * 1e3
+        # What zcta's two stamps (or, for the ideal tool, two records) add.
         c0, c2 = r.pop("c")
         r["two_records_us"] = c0.elapsed_time(c2) * 1e3
         if "i" in r:

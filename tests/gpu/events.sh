@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-GPU checks of the default GPU side (CUDA events): accuracy against the program's
+# One-GPU checks of the default GPU side (GPU stamps): accuracy against the program's
 # own CUDA events, a CUDA-graph capture with and without zcta, and the default report
 # of a 1-rank training run (examples/train.py). tests/gpu/events.py says what each
 # checks. Expects the shim and CLI built beforehand (SHIM_DIR, default .carry).

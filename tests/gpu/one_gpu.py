@@ -28,8 +28,8 @@ sys.path.insert(0, str(here.parents[1] / "analysis"))
 SIZES = {"1MiB": 1 << 20, "16MiB": 16 << 20}
 TIMED = 30          # timed groups per size and variant
 MIXED_SECONDS = 6   # longer than the join keeps correlations (2 x hold + 2 s)
-# The default and sampled parts check gpu_ready_ns, which comes from the CUDA events
-# of the ops zcta times: every op with ZCTA_BUDGET=all.
+# The default and sampled parts check gpu_ready_ns, which comes from the stamps of
+# the ops zcta times: every op with ZCTA_BUDGET=all.
 READY = {"ZCTA_BUDGET": "all"}
 
 
@@ -220,8 +220,8 @@ def sampled(shim_dir, summary):
     check(0 < len(measured) < len(sends), f"sampled: {len(measured)} of {len(sends)} groups measured")
     check(p.ops_without_gpu == 0, f"sampled: every sampled op has its GPU side (ops_without_gpu {p.ops_without_gpu})")
     # Unsampled: at least the Send and Recv of each group without a CUPTI span that the
-    # budget did not time with CUDA events either (those have their GPU side from the
-    # events), at most every op without a CUPTI span.
+    # budget did not time with stamps either (those have their GPU side from the
+    # stamps), at most every op without a CUPTI span.
     untimed = sends[sends.gpu_start_ns.isna() & (sends.timing != "timed")]
     lo, hi = 2 * len(untimed), int(ops.gpu_start_ns.isna().sum())
     check(lo <= int(p.ops_unsampled) <= hi, f"sampled: ops_unsampled {p.ops_unsampled} within [{lo}, {hi}]")

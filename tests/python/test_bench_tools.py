@@ -330,7 +330,7 @@ def test_measurement_build_patches_apply_to_the_tree(tmp_path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     patches = sorted((ROOT / "bench" / "variants").glob("*.patch"))
-    assert {p.stem for p in patches} >= {"norec", "nores", "noanchor", "charge20", "sidestream"}, patches
+    assert {p.stem for p in patches} >= {"nostamp"}, patches
     for p in patches:
         r = subprocess.run(["git", "apply", "--check", str(p)], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 0, f"{p.name} no longer applies: {r.stderr}"
@@ -362,3 +362,19 @@ def test_direct_calls_bypass_the_shim(host, tmp_path):  # noqa: F811
     subprocess.run([sys.executable, str(script), str(lib)], check=True, env=env, capture_output=True)
     calls = pd.concat(pd.read_parquet(p) for p in (out / "direct" / "calls").glob("*.parquet"))
     assert calls["call"].value_counts().to_dict() == {"GroupStart": 3, "GroupEnd": 3}
+
+
+def test_the_gpu_checks_launch_zctas_own_stamp_kernel():
+    """tests/gpu/events.py measures what zcta's two stamps add to the program's own
+    window by launching the same kernel (examples/nccl_bench.py's STAMP_PTX): its text
+    must be the shim's (`STAMP_PTX` in shim/src/ffi/cuda.rs)."""
+    src = (ROOT / "shim" / "src" / "ffi" / "cuda.rs").read_text()
+    start = src.index('const STAMP_PTX: &CStr = c"') + len('const STAMP_PTX: &CStr = c"')
+    shim_ptx = src[start:src.index('";', start)]
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import nccl_bench
+    finally:
+        sys.path.pop(0)
+    assert "%globaltimer" in shim_ptx and ".entry zcta_stamp" in shim_ptx, shim_ptx
+    assert nccl_bench.STAMP_PTX == shim_ptx

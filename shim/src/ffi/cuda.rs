@@ -1,21 +1,21 @@
-//! The CUDA driver calls behind per-operation timing (`crate::timing`): events, the
-//! capture status of a stream, a stream's context.
+//! The CUDA driver calls behind per-operation timing (`crate::timing`): the stamp
+//! kernel and the host memory it writes, the capture status of a stream, a stream's
+//! context.
 //!
 //! The driver is never loaded by zcta: only a `libcuda.so.1` the process already
 //! mapped is used (`RTLD_NOLOAD`), so a process that runs no CUDA gets no driver from
 //! us. Handles cross this module as plain integers; every call returns the driver's
 //! `CUresult` as an integer (0: success).
 
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
 
 use super::real::dlopen;
 
 type Res = c_int;
 type Handle = *mut c_void;
 
-/// `CUDA_ERROR_NOT_READY`.
-pub const NOT_READY: i32 = 600;
 /// `CU_STREAM_NON_BLOCKING`.
 const STREAM_NON_BLOCKING: c_uint = 1;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
@@ -27,13 +27,28 @@ struct Api {
     stream_get_ctx: unsafe extern "C" fn(Handle, *mut Handle) -> Res,
     stream_is_capturing: unsafe extern "C" fn(Handle, *mut c_int) -> Res,
     stream_create: unsafe extern "C" fn(*mut Handle, c_uint) -> Res,
-    event_create: unsafe extern "C" fn(*mut Handle, c_uint) -> Res,
-    event_destroy: unsafe extern "C" fn(Handle) -> Res,
-    event_record: unsafe extern "C" fn(Handle, Handle) -> Res,
-    event_query: unsafe extern "C" fn(Handle) -> Res,
-    event_elapsed: unsafe extern "C" fn(*mut f32, Handle, Handle) -> Res,
     exchange_capture_mode: unsafe extern "C" fn(*mut c_int) -> Res,
+    module_load_data: unsafe extern "C" fn(*mut Handle, *const c_void) -> Res,
+    module_get_function: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> Res,
+    launch_kernel: LaunchKernel,
+    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Res,
+    host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> Res,
 }
+
+/// `cuLaunchKernel(f, gridDim xyz, blockDim xyz, sharedMemBytes, stream, params, extra)`.
+type LaunchKernel = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> Res;
 
 static API: OnceLock<Api> = OnceLock::new();
 
@@ -55,8 +70,7 @@ fn load() -> Option<Api> {
     if h == 0 {
         return None;
     }
-    // SAFETY (each): the field's type is the C signature of that driver function;
-    // `cuEventElapsedTime_v2` has the same signature as the first version (CUDA 12.8+).
+    // SAFETY (each): the field's type is the C signature of that driver function.
     unsafe {
         Some(Api {
             ctx_get_current: func(h, c"cuCtxGetCurrent")?,
@@ -64,12 +78,12 @@ fn load() -> Option<Api> {
             stream_get_ctx: func(h, c"cuStreamGetCtx")?,
             stream_is_capturing: func(h, c"cuStreamIsCapturing")?,
             stream_create: func(h, c"cuStreamCreate")?,
-            event_create: func(h, c"cuEventCreate")?,
-            event_destroy: func(h, c"cuEventDestroy_v2").or_else(|| func(h, c"cuEventDestroy"))?,
-            event_record: func(h, c"cuEventRecord")?,
-            event_query: func(h, c"cuEventQuery")?,
-            event_elapsed: func(h, c"cuEventElapsedTime_v2").or_else(|| func(h, c"cuEventElapsedTime"))?,
             exchange_capture_mode: func(h, c"cuThreadExchangeStreamCaptureMode")?,
+            module_load_data: func(h, c"cuModuleLoadData")?,
+            module_get_function: func(h, c"cuModuleGetFunction")?,
+            launch_kernel: func(h, c"cuLaunchKernel")?,
+            mem_host_alloc: func(h, c"cuMemHostAlloc")?,
+            host_get_device_pointer: func(h, c"cuMemHostGetDevicePointer_v2")?,
         })
     }
 }
@@ -132,35 +146,14 @@ pub fn current_ctx() -> usize {
     }
 }
 
-/// Makes `ctx` current on the calling thread (the writer's: events and its own
-/// stream are made in the op's context).
+/// Makes `ctx` current on the calling thread (the writer's: the stamp kernel, its
+/// slots and its own stream are made in the op's context).
 pub fn set_current(ctx: usize) -> Result<(), i32> {
     let a = api().ok_or(-1)?;
     // SAFETY: ctx came from cuStreamGetCtx on a stream the program used.
     match unsafe { (a.ctx_set_current)(ctx as Handle) } {
         0 => Ok(()),
         e => Err(e),
-    }
-}
-
-/// A timing event in the current context.
-pub fn event_create() -> Result<usize, i32> {
-    let a = api().ok_or(-1)?;
-    let mut ev: Handle = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; flags 0 = CU_EVENT_DEFAULT (timing on).
-    match unsafe { (a.event_create)(&mut ev, 0) } {
-        0 if !ev.is_null() => Ok(ev as usize),
-        0 => Err(-1),
-        e => Err(e),
-    }
-}
-
-/// Destroys one of our events that was never recorded (one half of a pair whose other
-/// half could not be made).
-pub fn event_destroy(ev: usize) {
-    if let Some(a) = api() {
-        // SAFETY: ev is one of our events, made by event_create and not in use.
-        unsafe { (a.event_destroy)(ev as Handle) };
     }
 }
 
@@ -176,38 +169,109 @@ pub fn stream_create() -> Result<usize, i32> {
     }
 }
 
-/// Records `ev` (made by [`event_create`] in the stream's context) on `stream`.
-#[inline]
-pub fn record(ev: usize, stream: usize) -> Result<(), i32> {
+/// The stamp kernel (PTX, compiled by the driver for the GPU at hand): one thread
+/// writes the GPU's `%globaltimer` (ns) to the address it is given. Launched on an
+/// op's stream, it runs when everything ahead of it there is done, like an event
+/// record, but it is a kernel: unlike a timing event's record it does not make the
+/// GPU wait for its other streams' work (docs/PERFORMANCE.md, "What one timed op
+/// costs").
+const STAMP_PTX: &CStr = c".version 7.0
+.target sm_70
+.address_size 64
+.visible .entry zcta_stamp(.param .u64 p)
+{
+  .reg .u64 %rd<3>;
+  ld.param.u64 %rd1, [p];
+  mov.u64 %rd2, %globaltimer;
+  st.volatile.global.u64 [%rd1], %rd2;
+  ret;
+}
+";
+
+/// Loads the stamp kernel into the current context: its function handle.
+pub fn stamp_kernel() -> Result<usize, i32> {
     let a = api().ok_or(-1)?;
-    // SAFETY: ev is one of our events; the stream is the program's, not capturing
-    // (checked by the caller just before).
-    match unsafe { (a.event_record)(ev as Handle, stream as Handle) } {
+    let mut m: Handle = std::ptr::null_mut();
+    // SAFETY: NUL-terminated PTX text; valid out-pointer.
+    match unsafe { (a.module_load_data)(&mut m, STAMP_PTX.as_ptr().cast()) } {
+        0 if !m.is_null() => {}
+        0 => return Err(-1),
+        e => return Err(e),
+    }
+    let mut f: Handle = std::ptr::null_mut();
+    // SAFETY: m is the module just loaded; the name is NUL-terminated.
+    match unsafe { (a.module_get_function)(&mut f, m, c"zcta_stamp".as_ptr()) } {
+        0 if !f.is_null() => Ok(f as usize),
+        0 => Err(-1),
+        e => Err(e),
+    }
+}
+
+/// Slots the stamp kernel writes: pinned host memory mapped for the GPU, never freed
+/// (the process's lifetime), zeroed.
+pub struct Slots {
+    pub cells: &'static [AtomicU64],
+    /// The device address of `cells[0]`.
+    pub dev: u64,
+}
+
+/// `n` slots in the current context (`CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP`).
+pub fn host_slots(n: usize) -> Result<Slots, i32> {
+    let a = api().ok_or(-1)?;
+    let bytes = n.checked_mul(8).ok_or(-1)?;
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; flags PORTABLE (1) | DEVICEMAP (2).
+    match unsafe { (a.mem_host_alloc)(&mut p, bytes, 0x01 | 0x02) } {
+        0 if !p.is_null() && (p as usize).is_multiple_of(8) => {}
+        // Leaked if misaligned (never seen: the driver's are page-aligned).
+        0 => return Err(-1),
+        e => return Err(e),
+    }
+    // SAFETY: `bytes` of memory just allocated, 8-aligned, never freed, written only
+    // through these atomics here and by the GPU's stamp kernel.
+    let cells: &'static [AtomicU64] = unsafe {
+        std::ptr::write_bytes(p.cast::<u8>(), 0, bytes);
+        std::slice::from_raw_parts(p.cast::<AtomicU64>(), n)
+    };
+    let mut dev: u64 = 0;
+    // SAFETY: p is mapped host memory just allocated; valid out-pointer.
+    match unsafe { (a.host_get_device_pointer)(&mut dev, p, 0) } {
+        0 => Ok(Slots { cells, dev }),
+        e => Err(e),
+    }
+}
+
+/// Launches the stamp kernel `func` (of the stream's context) on `stream`, to write
+/// the device address `dev` (a slot of [`host_slots`]).
+#[inline]
+pub fn stamp(func: usize, dev: u64, stream: usize) -> Result<(), i32> {
+    let a = api().ok_or(-1)?;
+    let mut arg = dev;
+    let mut params = [(&raw mut arg).cast::<c_void>()];
+    // SAFETY: func is the stamp kernel, which takes one u64; the stream is the
+    // program's, not capturing (checked by the caller just before) or our own.
+    match unsafe {
+        (a.launch_kernel)(
+            func as Handle,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            stream as Handle,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    } {
         0 => Ok(()),
         e => Err(e),
     }
 }
 
-/// `cuEventQuery`: 0 done, [`NOT_READY`], or another error.
-pub fn query(ev: usize) -> i32 {
-    let Some(a) = api() else { return -1 };
-    // SAFETY: ev is one of our events.
-    unsafe { (a.event_query)(ev as Handle) }
-}
-
-/// Milliseconds from `start` to `end` (both complete, same context); may be negative.
-pub fn elapsed_ms(start: usize, end: usize) -> Result<f32, i32> {
-    let a = api().ok_or(-1)?;
-    let mut ms = 0f32;
-    // SAFETY: valid out-pointer; both are our events.
-    match unsafe { (a.event_elapsed)(&mut ms, start as Handle, end as Handle) } {
-        0 => Ok(ms),
-        e => Err(e),
-    }
-}
-
-/// Puts the calling thread in relaxed capture mode, so its event queries never count
-/// as unsafe calls during another thread's global-mode capture (the writer thread).
+/// Puts the calling thread in relaxed capture mode, so its driver calls never count as
+/// unsafe calls during another thread's global-mode capture (the writer thread).
 pub fn relax_capture_mode() {
     if let Some(a) = api() {
         let mut mode = CAPTURE_MODE_RELAXED;
