@@ -24,9 +24,14 @@ import argparse
 import ctypes as C
 import json
 import statistics as st
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import nccl_bench as nb  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--out")
@@ -48,18 +53,9 @@ def ck(r, what):
         raise RuntimeError(f"{what}: CUresult {r}")
 
 
-PTX = b"""
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry stamp(.param .u64 p)
-{
-  .reg .u64 %rd<3>;
-  ld.param.u64 %rd1, [p];
-  mov.u64 %rd2, %globaltimer;
-  st.volatile.global.u64 [%rd1], %rd2;
-  ret;
-}
+# zcta's stamp kernel (the shim's PTX: examples/nccl_bench.py's stamp_ptx), and one
+# that reads %globaltimer until it changes, n times, to find the timer's step.
+PTX = nb.stamp_ptx().encode() + b"""
 .visible .entry steps(.param .u64 p, .param .u32 n)
 {
   .reg .u64 %rd<8>;
@@ -88,7 +84,7 @@ LOOP:
 mod = P()
 ck(cu.cuModuleLoadData(C.byref(mod), C.c_char_p(PTX + b"\0")), "cuModuleLoadData")
 f_stamp, f_steps = P(), P()
-ck(cu.cuModuleGetFunction(C.byref(f_stamp), mod, b"stamp"), "stamp")
+ck(cu.cuModuleGetFunction(C.byref(f_stamp), mod, b"zcta_stamp"), "zcta_stamp")
 ck(cu.cuModuleGetFunction(C.byref(f_steps), mod, b"steps"), "steps")
 SLOTS = 1 << 16
 host = P()

@@ -210,21 +210,17 @@ def three_records(stream, sleep_cycles=200_000):
     return c[0], c[2]
 
 
-# zcta's stamp kernel, the same text as `STAMP_PTX` in shim/src/ffi/cuda.rs (a test
-# keeps the two equal): the GPU checks launch it themselves to measure what zcta's
-# stamps add to the program's own window.
-STAMP_PTX = """.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry zcta_stamp(.param .u64 p)
-{
-  .reg .u64 %rd<3>;
-  ld.param.u64 %rd1, [p];
-  mov.u64 %rd2, %globaltimer;
-  st.volatile.global.u64 [%rd1], %rd2;
-  ret;
-}
-"""
+def stamp_ptx():
+    """zcta's stamp kernel, the PTX text of `STAMP_PTX` in the shim's source
+    (shim/src/ffi/cuda.rs, read from this checkout): the GPU checks launch it
+    themselves to measure what zcta's stamps add to the program's own window."""
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "shim" / "src" / "ffi" / "cuda.rs").read_text()
+    head = 'const STAMP_PTX: &CStr = c"'
+    start = src.index(head) + len(head)
+    return src[start:src.index('";', start)]
+
 
 _stamper = {}
 
@@ -237,7 +233,7 @@ def stamp(stream):
     if not _stamper:
         cu = C.CDLL("libcuda.so.1")
         mod, f, host, dev = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_uint64()
-        for rc, what in ((cu.cuModuleLoadData(C.byref(mod), C.c_char_p(STAMP_PTX.encode())), "cuModuleLoadData"),
+        for rc, what in ((cu.cuModuleLoadData(C.byref(mod), C.c_char_p(stamp_ptx().encode())), "cuModuleLoadData"),
                          (cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction"),
                          (cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4096), C.c_uint(3)), "cuMemHostAlloc"),
                          (cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")):
