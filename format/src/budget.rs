@@ -1,6 +1,6 @@
 //! Which operations get their GPU side timed, under a cost budget.
 //!
-//! Every op keeps its host row. Timing an op with CUDA events costs a few µs of host
+//! Every op keeps its host row. Timing an op with GPU stamps costs a few µs of host
 //! and stream time (docs/PERFORMANCE.md, "What one timed op costs"), so when ops come
 //! so fast that timing each would cost more than the budget (a share of the process's
 //! wall time, `ZCTA_BUDGET`, default 1 %), a rank times only the ops whose key hash

@@ -12,7 +12,7 @@
 //! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit (100 ms or more) |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
-//! | `ZCTA_GPU` | `events` | GPU side: `events` (each op timed with CUDA events on its stream, under the budget), `deep` (events plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
+//! | `ZCTA_GPU` | `events` | GPU side: `events` (each op timed with GPU stamps on its stream, under the budget; the name is from when they were CUDA events), `deep` (events plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
 //! | `ZCTA_BUDGET` | `1%` | share of wall time GPU timing may cost (`all`: time every op) ([`crate::budget`]) |
 //! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: in deep mode, no CUPTI (events only) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
@@ -38,7 +38,7 @@ pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
 /// What is measured on the GPU side (`ZCTA_GPU`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuMode {
-    /// Each op timed with CUDA events on its stream (the default).
+    /// Each op timed with GPU stamps on its stream (the default).
     Events,
     /// Events plus CUPTI's kernel, copy and launch records.
     Deep,

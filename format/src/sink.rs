@@ -832,7 +832,7 @@ pub struct GpuStatus {
     pub clock: Option<String>,
     pub clock_offset_ns: Option<i64>,
     pub dropped: Option<u64>,
-    /// Per-op timing with CUDA events; `None` from sources without it.
+    /// Per-op timing with GPU stamps; `None` from sources without it.
     pub timing: Option<TimingStatus>,
 }
 

@@ -5,7 +5,7 @@
 //! - [`ffi`]: every unsafe line — the exported NCCL symbols, finding the real
 //!   library, process hooks (constructor, atfork, atexit, `_exit`);
 //! - [`hooks`]: what is recorded for each kind of call (safe);
-//! - [`timing`]: each op's GPU side timed with CUDA events on its stream (the default);
+//! - [`timing`]: each op's GPU side timed with GPU stamps on its stream (the default);
 //! - [`gpu`]: GPU capture through CUPTI (deep mode) (start, coexistence, the writer's source);
 //! - [`comms`]: communicators known to this process and their sequence counters;
 //! - [`state`]: the lifecycle (lazy activation on the first NCCL call, fork children
