@@ -266,7 +266,9 @@ fn a_driver_that_refuses_every_stamp_launch() {
 #[test]
 fn threads_without_a_context() {
     // Only the thread that loaded the driver has the context current: the program's
-    // other threads and the writer have none (the writer makes it current itself).
+    // other threads and the writer have none. The writer makes it current itself, and
+    // the hot path for each stamp it launches (the stand-in refuses a launch without
+    // it, as a module's function belongs to its context).
     let run = Run::new("adv-noctx");
     let (_, stats) = run_driver(
         &run,

@@ -183,6 +183,26 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Launches a stamp into slot `i` on `stream`, one of this context's streams. The
+    /// stamp kernel is this context's: when the calling thread has another context
+    /// current (or none), this one is made current for the launch and the thread's
+    /// own put back after.
+    #[inline]
+    fn stamp(&self, i: usize, stream: usize) -> Result<(), i32> {
+        let st = self.stamper.get().ok_or(-1)?;
+        let own = cuda::current_ctx();
+        if own == self.ctx {
+            return st.stamp(i, stream);
+        }
+        cuda::set_current(self.ctx)?;
+        let r = st.stamp(i, stream);
+        // 0: the thread had none; setting none unbinds it again.
+        let _ = cuda::set_current(own);
+        r
+    }
+}
+
 static POOLS: Mutex<Vec<Arc<Pool>>> = Mutex::new(Vec::new());
 
 thread_local! {
@@ -416,11 +436,7 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
         wake_writer();
     }
     // A pair is handed out only once its context's stamper exists.
-    if pool
-        .stamper
-        .get()
-        .is_none_or(|s| s.stamp(pair.ready, stream).is_err())
-    {
+    if pool.stamp(pair.ready, stream).is_err() {
         pool.give(pair);
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Err(Timing::Error);
@@ -467,11 +483,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
             Timing::Error
         };
     }
-    if b.pool
-        .stamper
-        .get()
-        .is_none_or(|s| s.stamp(b.pair.end, b.stream).is_err())
-    {
+    if b.pool.stamp(b.pair.end, b.stream).is_err() {
         retire(f);
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Timing::Error;

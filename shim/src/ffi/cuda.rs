@@ -146,11 +146,13 @@ pub fn current_ctx() -> usize {
     }
 }
 
-/// Makes `ctx` current on the calling thread (the writer's: the stamp kernel, its
-/// slots and its own stream are made in the op's context).
+/// Makes `ctx` current on the calling thread (0: none): the writer's, where the
+/// stamp kernel, its slots and its own stream are made in the op's context; and a
+/// program's thread for a stamp launch when another context was current there.
 pub fn set_current(ctx: usize) -> Result<(), i32> {
     let a = api().ok_or(-1)?;
-    // SAFETY: ctx came from cuStreamGetCtx on a stream the program used.
+    // SAFETY: ctx came from cuStreamGetCtx on a stream the program used, or from
+    // cuCtxGetCurrent on this thread (0: unbinds).
     match unsafe { (a.ctx_set_current)(ctx as Handle) } {
         0 => Ok(()),
         e => Err(e),
