@@ -813,3 +813,56 @@ fn calls_a_non_blocking_communicator_accepts_are_in_progress() {
     let p = &run.rows("process")[0];
     assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
 }
+
+#[test]
+fn a_first_communicator_made_during_another_threads_capture() {
+    // Loading the stamp kernel and pinning its slots are unsafe calls during a capture
+    // (the stand-in invalidates a global-mode capture of another thread, as the driver
+    // does): zcta makes them at the communicator's creation, in relaxed capture mode,
+    // never on the hot path.
+    let run = Run::new("adv-capfirst");
+    let (_, stats) = run_driver(&run, &["capture_first"], &[("ZCTA_BUDGET", "all")], LIMIT);
+    assert_eq!(stats["captures_invalidated"], 0, "{stats:?}");
+    assert_eq!(stats["unsafe_during_capture"], 0, "{stats:?}");
+    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 1);
+    assert_eq!(
+        ops[0].str("timing"),
+        Some("timed"),
+        "made at the creation: {:?}",
+        ops[0]
+    );
+}
+
+#[test]
+fn a_device_reset_with_stamps_queued() {
+    // A device reset (as cudaDeviceReset) drops the queued stamps and ends the slots'
+    // registration while the writer may still read them: they are zcta's own memory,
+    // so nothing crashes; the op whose stamps never ran is lost, not invented.
+    for phase2 in ["0", "1"] {
+        let run = Run::new(&format!("adv-reset{phase2}"));
+        run_driver(&run, &["reset_between", phase2], &[("ZCTA_BUDGET", "all")], LIMIT);
+        let mut ops = run.rows("ops");
+        ops.sort_by_key(|o| o.i64("op_id"));
+        assert_eq!(ops.len(), if phase2 == "1" { 11 } else { 6 }, "{phase2}");
+        // What was read before the reset is kept; the rest (stamps dropped with the
+        // reset, or no anchor left to place them) is counted lost, never made up;
+        // after it, the old context's stamper is refused (its slots are no longer
+        // registered): errors, not crashes.
+        let with_times = ops.iter().filter(|o| o.i64("gpu_end_ns").is_some()).count() as u64;
+        for o in &ops {
+            if let (Some(r), Some(e)) = (o.i64("gpu_ready_ns"), o.i64("gpu_end_ns")) {
+                assert!(r <= e, "{o:?}");
+            }
+        }
+        let timed = ops.iter().filter(|o| o.str("timing") == Some("timed")).count() as u64;
+        let p = &run.rows("process")[0];
+        assert_eq!(
+            timed,
+            with_times + p.u64("ops_timing_lost").unwrap_or(0),
+            "{p:?} {ops:?}"
+        );
+        assert!(with_times < 6, "the sixth op's stamps never ran: {ops:?}");
+    }
+}

@@ -28,6 +28,10 @@
 //! joined; then the row is written with whatever arrived. GPU rows that arrive later
 //! still name their op in the `gpu` table.
 
+/// The name of zcta's stamp kernel (`zcta_stamp` in the shim's `STAMP_PTX`), which
+/// CUPTI reports among the process's kernels in deep mode.
+pub const STAMP_KERNEL: &str = "zcta_stamp";
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -481,6 +485,11 @@ impl Attributor {
                 self.timed.insert(ext, (ready_ns, end_ns, now));
             }
             GpuItem::Activity(a) => {
+                // zcta's own stamps (the default timing, on in deep mode too) are
+                // neither NCCL's work nor the program's.
+                if a.raw.kind == GpuKind::Kernel && a.name.as_deref() == Some(STAMP_KERNEL) {
+                    return;
+                }
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
                     self.stats.foreign += 1;
                     return;
@@ -1318,6 +1327,34 @@ mod tests {
         assert_eq!(GpuItem::from_raw(raw, |_| None), None);
         assert_eq!(split_ext(ext_id(4, Some(9))), (None, Some(9)));
         assert_eq!(split_ext(ext_id(4, None)), (Some(4), None));
+    }
+
+    /// zcta's own stamp kernels (deep mode sees them) are neither an op's kernels nor
+    /// counted among the program's.
+    #[test]
+    fn zctas_stamp_kernels_are_nobodys() {
+        let items = vec![
+            act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
+            act(GpuKind::Kernel, 4, 500, 510, Some(STAMP_KERNEL), None),
+            api(10, 200, 1),
+            ext(1, 10),
+            act(GpuKind::Kernel, 5, 520, 530, Some(STAMP_KERNEL), None),
+            act(
+                GpuKind::Kernel,
+                10,
+                540,
+                900,
+                Some("ncclDevKernel_AllReduce"),
+                None,
+            ),
+        ];
+        let (_, out, stats) = run(items, vec![op(1, None)]);
+        let g = out[0].gpu.as_ref().unwrap();
+        assert_eq!(
+            (g.gpu_start_ns, g.gpu_end_ns, g.n_kernels),
+            (Some(540), Some(900), 1)
+        );
+        assert_eq!(stats.foreign, 1, "only the program's kernel: {stats:?}");
     }
 
     /// CUPTI's records give an op its kernel span, never when its stream was free:

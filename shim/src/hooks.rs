@@ -1151,6 +1151,7 @@ fn comm_init_in(
     if let Some(r) = state::recorder() {
         let (events, budget, follow) = (r.events, r.budget, r.follow_nccl);
         protect(|| crate::timing::start(events, budget, follow));
+        protect(crate::timing::prepare);
         // NCCL's mask follows the budget from here on.
         ffi::plugin::sync_nccl_events();
     }

@@ -231,11 +231,11 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
                     rx,
                     made: AtomicU64::new(0),
                 });
-                // The first ops of a context need not wait for the writer, when the
-                // stream's context is this thread's (as it is for the program's own
-                // streams).
-                if cuda::current_ctx() == ctx {
-                    p.make(POOL_FIRST);
+                // Never made here, on the program's thread in the middle of an op
+                // (loading the stamp kernel may wait for the GPU): by the writer, or
+                // at a communicator's creation ([`prepare`]).
+                if !REFILL.swap(true, Ordering::Relaxed) {
+                    wake_writer();
                 }
                 pools.push(Arc::clone(&p));
                 p
@@ -244,6 +244,27 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
     };
     let _ = LAST_POOL.try_with(|c| *c.borrow_mut() = Some(Arc::clone(&pool)));
     Some(pool)
+}
+
+/// After a communicator was created, on the thread that created it: makes the stamp
+/// kernel, its slots and the first pairs for that thread's current context (usually
+/// the communicator's device), so that its first ops need not wait for the writer.
+/// Creating a communicator already costs milliseconds, and NCCL's own setup there is
+/// no safer during another thread's capture; zcta's calls run in relaxed capture
+/// mode, so they never invalidate one.
+pub fn prepare() {
+    if !on() {
+        return;
+    }
+    let ctx = cuda::current_ctx();
+    if ctx == 0 {
+        return;
+    }
+    if let Some(p) = pool_for(ctx)
+        && p.stamper.get().is_none()
+    {
+        cuda::relaxed(|| p.make(POOL_FIRST));
+    }
 }
 
 /// An op in flight: its slots and what it belongs to.
@@ -467,11 +488,14 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     // The ready stamp is queued on the stream: the pair is not free until it wrote
     // (a later op reusing the pair would read it). When the flight queue is full the
     // pair is not given back at all: the pool is one pair short.
+    // What the stamps launched for an op that will not be timed cost counts too.
     let retire = |mut f: Flight| {
         f.keep = false;
         if let Some(q) = FLIGHTS.get() {
             let _ = q.try_push(f);
         }
+        let now = now_ns();
+        charge(b.cost_ns + (now - t0).max(0) as u64 + GPU_NS_PER_STAMP, now);
     };
     // A failed call launched nothing to time; an in-progress one (a non-blocking
     // communicator) launches later, after this call returned.
@@ -489,13 +513,13 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
         return Timing::Error;
     }
     f.keep = true;
-    if FLIGHTS.get().is_none_or(|q| q.try_push(f).is_err()) {
+    let pushed = FLIGHTS.get().is_some_and(|q| q.try_push(f).is_ok());
+    let now = now_ns();
+    charge(b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_STAMP, now);
+    if !pushed {
         // Both stamps may still write: the pair is not given back (as above).
         return Timing::PoolEmpty;
     }
-    let now = now_ns();
-    let spent = b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_STAMP;
-    charge(spent, now);
     TIMED.fetch_add(1, Ordering::Relaxed);
     Timing::Timed(b.level)
 }

@@ -31,7 +31,7 @@ struct Api {
     module_load_data: unsafe extern "C" fn(*mut Handle, *const c_void) -> Res,
     module_get_function: unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> Res,
     launch_kernel: LaunchKernel,
-    mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Res,
+    mem_host_register: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> Res,
     host_get_device_pointer: unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> Res,
 }
 
@@ -82,7 +82,7 @@ fn load() -> Option<Api> {
             module_load_data: func(h, c"cuModuleLoadData")?,
             module_get_function: func(h, c"cuModuleGetFunction")?,
             launch_kernel: func(h, c"cuLaunchKernel")?,
-            mem_host_alloc: func(h, c"cuMemHostAlloc")?,
+            mem_host_register: func(h, c"cuMemHostRegister_v2").or_else(|| func(h, c"cuMemHostRegister"))?,
             host_get_device_pointer: func(h, c"cuMemHostGetDevicePointer_v2")?,
         })
     }
@@ -184,6 +184,7 @@ const STAMP_PTX: &CStr = c".version 7.0
 {
   .reg .u64 %rd<3>;
   ld.param.u64 %rd1, [p];
+  cvta.to.global.u64 %rd1, %rd1;
   mov.u64 %rd2, %globaltimer;
   st.volatile.global.u64 [%rd1], %rd2;
   ret;
@@ -209,38 +210,56 @@ pub fn stamp_kernel() -> Result<usize, i32> {
     }
 }
 
-/// Slots the stamp kernel writes: pinned host memory mapped for the GPU, never freed
-/// (the process's lifetime), zeroed.
+/// Slots the stamp kernel writes: host memory of zcta's own (never unmapped), pinned
+/// and mapped for the GPU in one context, zeroed. Being zcta's, it stays readable
+/// when that context goes (a device reset, CUDA's exit handlers): the writer may
+/// still be reading it.
 pub struct Slots {
     pub cells: &'static [AtomicU64],
     /// The device address of `cells[0]`.
     pub dev: u64,
 }
 
-/// `n` slots in the current context (`CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP`).
+/// `n` slots, registered in the current context (`CU_MEMHOSTREGISTER_PORTABLE |
+/// DEVICEMAP`).
 pub fn host_slots(n: usize) -> Result<Slots, i32> {
     let a = api().ok_or(-1)?;
     let bytes = n.checked_mul(8).ok_or(-1)?;
-    let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; flags PORTABLE (1) | DEVICEMAP (2).
-    match unsafe { (a.mem_host_alloc)(&mut p, bytes, 0x01 | 0x02) } {
-        0 if !p.is_null() && (p as usize).is_multiple_of(8) => {}
-        // Leaked if misaligned (never seen: the driver's are page-aligned).
-        0 => return Err(-1),
+    // SAFETY: an anonymous private mapping of `bytes` (zeroed by the kernel); checked.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || p.is_null() {
+        return Err(-1);
+    }
+    // SAFETY: p is page-aligned memory of `bytes` just mapped; flags PORTABLE (1) |
+    // DEVICEMAP (2).
+    match unsafe { (a.mem_host_register)(p, bytes, 0x01 | 0x02) } {
+        0 => {}
+        e => {
+            // SAFETY: our mapping, not registered, referenced nowhere.
+            unsafe { libc::munmap(p, bytes) };
+            return Err(e);
+        }
+    }
+    let mut dev: u64 = 0;
+    // SAFETY: p was just registered; valid out-pointer. On failure the registered
+    // mapping is left as it is (never handed out).
+    match unsafe { (a.host_get_device_pointer)(&mut dev, p, 0) } {
+        0 => {}
         e => return Err(e),
     }
-    // SAFETY: `bytes` of memory just allocated, 8-aligned, never freed, written only
-    // through these atomics here and by the GPU's stamp kernel.
-    let cells: &'static [AtomicU64] = unsafe {
-        std::ptr::write_bytes(p.cast::<u8>(), 0, bytes);
-        std::slice::from_raw_parts(p.cast::<AtomicU64>(), n)
-    };
-    let mut dev: u64 = 0;
-    // SAFETY: p is mapped host memory just allocated; valid out-pointer.
-    match unsafe { (a.host_get_device_pointer)(&mut dev, p, 0) } {
-        0 => Ok(Slots { cells, dev }),
-        e => Err(e),
-    }
+    // SAFETY: `bytes` of zeroed, page-aligned memory that is never unmapped from here
+    // on, written only through these atomics and by the GPU's stamp kernel.
+    let cells: &'static [AtomicU64] = unsafe { std::slice::from_raw_parts(p.cast::<AtomicU64>(), n) };
+    Ok(Slots { cells, dev })
 }
 
 /// Launches the stamp kernel `func` (of the stream's context) on `stream`, to write
@@ -272,6 +291,22 @@ pub fn stamp(func: usize, dev: u64, stream: usize) -> Result<(), i32> {
     }
 }
 
+/// Runs `f` with the calling thread in relaxed capture mode and puts its own mode
+/// back after: driver calls that are unsafe during a capture (loading a module,
+/// pinning memory) then never invalidate another thread's global-mode capture.
+pub fn relaxed<T>(f: impl FnOnce() -> T) -> T {
+    let Some(a) = api() else { return f() };
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: valid in/out pointer; affects only the calling thread.
+    let ok = unsafe { (a.exchange_capture_mode)(&mut mode) } == 0;
+    let r = f();
+    if ok {
+        // SAFETY: as above; `mode` holds the thread's own mode.
+        unsafe { (a.exchange_capture_mode)(&mut mode) };
+    }
+    r
+}
+
 /// Puts the calling thread in relaxed capture mode, so its driver calls never count as
 /// unsafe calls during another thread's global-mode capture (the writer thread).
 pub fn relax_capture_mode() {
@@ -279,5 +314,18 @@ pub fn relax_capture_mode() {
         let mut mode = CAPTURE_MODE_RELAXED;
         // SAFETY: valid in/out pointer; affects only the calling thread.
         unsafe { (a.exchange_capture_mode)(&mut mode) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_stamp_kernel_has_the_name_deep_mode_leaves_out() {
+        let ptx = super::STAMP_PTX.to_str().unwrap();
+        assert!(
+            ptx.contains(&format!(".entry {}(", zcta::gpu::STAMP_KERNEL)),
+            "{ptx}"
+        );
+        assert_eq!(ptx.matches(".entry").count(), 1, "{ptx}");
     }
 }
