@@ -8,8 +8,9 @@
 //! ahead of the op on that stream is done: the op's `gpu_ready_ns` — and one after —
 //! the op is done: `gpu_end_ns`. (CUDA events with timing did the same job at a cost
 //! the program's other streams paid: docs/PERFORMANCE.md.) Slot pairs come from a pool
-//! per CUDA context that the writer thread fills ([`Timer`]); an op that finds the pool
-//! empty is not timed (counted, never waited for). Nothing is launched into a stream
+//! per CUDA context that a communicator's creation ([`prepare`]) or the writer thread
+//! ([`Timer`]) fills; an op that finds the pool empty is not timed (counted, never
+//! waited for). Nothing is launched into a stream
 //! that is being captured into a CUDA graph. The writer reads the slots off the hot
 //! path (memory reads, no driver call) and puts their times on CLOCK_REALTIME through
 //! anchors: a stamp of its own, on a stream of its own, seen written within a few µs
@@ -138,6 +139,8 @@ struct Pool {
     stamper: OnceLock<Stamper>,
     /// The stamp kernel or its slots could not be made here: its ops are not timed.
     broken: std::sync::atomic::AtomicBool,
+    /// Held while making (the writer and a communicator's creation may both).
+    making: Mutex<()>,
     tx: Sender<Pair>,
     rx: Receiver<Pair>,
     made: AtomicU64,
@@ -153,6 +156,7 @@ impl Pool {
     /// slots in the calling thread's current context, which must be `self.ctx`.
     /// Returns how many.
     fn make(&self, n: usize) -> usize {
+        let _one = self.making.lock().unwrap_or_else(|p| p.into_inner());
         if self.stamper.get().is_none() {
             if self.broken.load(Ordering::Relaxed) {
                 return 0;
@@ -227,6 +231,7 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
                     ctx,
                     stamper: OnceLock::new(),
                     broken: std::sync::atomic::AtomicBool::new(false),
+                    making: Mutex::new(()),
                     tx,
                     rx,
                     made: AtomicU64::new(0),
@@ -477,7 +482,7 @@ pub fn begin(stream: u64, pick: Pick, chosen: &Chosen) -> Result<Begun, Timing> 
 #[inline]
 pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let t0 = now_ns();
-    let mut f = Flight {
+    let f = Flight {
         ext,
         ctx: b.pool.ctx,
         stream: b.stream,
@@ -487,8 +492,8 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     };
     // The ready stamp is queued on the stream: the pair is not free until it wrote
     // (a later op reusing the pair would read it). When the flight queue is full the
-    // pair is not given back at all: the pool is one pair short.
-    // What the stamps launched for an op that will not be timed cost counts too.
+    // pair is not given back at all: the pool is one pair short. What the stamps
+    // launched for an op that will not be timed cost is charged too.
     let retire = |mut f: Flight| {
         f.keep = false;
         if let Some(q) = FLIGHTS.get() {
@@ -512,7 +517,6 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Timing::Error;
     }
-    f.keep = true;
     let pushed = FLIGHTS.get().is_some_and(|q| q.try_push(f).is_ok());
     let now = now_ns();
     charge(b.cost_ns + (now - t0).max(0) as u64 + 2 * GPU_NS_PER_STAMP, now);
