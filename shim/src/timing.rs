@@ -742,14 +742,9 @@ impl Timer {
 
     fn resolve(&mut self, now: i64, out: &mut Vec<GpuItem>) {
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let give = |f: &Flight| {
-            if let Some(p) = pools.iter().find(|p| p.ctx == f.ctx) {
-                p.give(f.pair);
-            }
-        };
         // Streams with an op not done yet: their later ops were launched after it and
-        // are not asked now, so the driver is queried no more than needed; the ops of
-        // other streams are (a stream far behind must not hold them back). Every op
+        // are not read now, so slots are read no more than needed; the ops of other
+        // streams are (a stream far behind must not hold them back). Every op
         // kept goes to the back, so the order is kept.
         let mut behind: Vec<usize> = Vec::new();
         let n = self.pending.len();
@@ -759,18 +754,19 @@ impl Timer {
                 self.pending.push_back(f);
                 continue;
             }
-            let Some(st) = pools
+            // A flight's pair came from its context's pool, made with its stamper.
+            let Some((pool, st)) = pools
                 .iter()
                 .find(|p| p.ctx == f.ctx)
-                .and_then(|p| p.stamper.get())
+                .and_then(|p| Some((p, p.stamper.get()?)))
             else {
-                self.lost += 1;
+                self.lost += u64::from(f.keep);
                 continue;
             };
             if !f.keep {
                 // An op not timed: its pair is free once its ready stamp wrote.
                 if st.read(f.pair.ready).is_some() {
-                    give(&f);
+                    pool.give(f.pair);
                 } else if now - f.call_ns < GIVE_UP_NS {
                     behind.push(f.stream);
                     self.pending.push_back(f);
@@ -794,11 +790,11 @@ impl Timer {
                     self.pending.push_back(f);
                 } else {
                     self.lost += 1;
-                    give(&f);
+                    pool.give(f.pair);
                 }
                 continue;
             };
-            give(&f);
+            pool.give(f.pair);
             self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
             out.push(GpuItem::Timed {
                 ext: f.ext,

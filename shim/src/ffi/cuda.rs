@@ -291,18 +291,23 @@ pub fn stamp(func: usize, dev: u64, stream: usize) -> Result<(), i32> {
     }
 }
 
+/// Sets the calling thread's capture interaction mode: its previous mode, or `None`
+/// when the driver refused.
+fn exchange_capture_mode(mode: c_int) -> Option<c_int> {
+    let a = api()?;
+    let mut m = mode;
+    // SAFETY: valid in/out pointer; affects only the calling thread.
+    (unsafe { (a.exchange_capture_mode)(&mut m) } == 0).then_some(m)
+}
+
 /// Runs `f` with the calling thread in relaxed capture mode and puts its own mode
 /// back after: driver calls that are unsafe during a capture (loading a module,
 /// pinning memory) then never invalidate another thread's global-mode capture.
 pub fn relaxed<T>(f: impl FnOnce() -> T) -> T {
-    let Some(a) = api() else { return f() };
-    let mut mode = CAPTURE_MODE_RELAXED;
-    // SAFETY: valid in/out pointer; affects only the calling thread.
-    let ok = unsafe { (a.exchange_capture_mode)(&mut mode) } == 0;
+    let own = exchange_capture_mode(CAPTURE_MODE_RELAXED);
     let r = f();
-    if ok {
-        // SAFETY: as above; `mode` holds the thread's own mode.
-        unsafe { (a.exchange_capture_mode)(&mut mode) };
+    if let Some(m) = own {
+        exchange_capture_mode(m);
     }
     r
 }
@@ -310,11 +315,7 @@ pub fn relaxed<T>(f: impl FnOnce() -> T) -> T {
 /// Puts the calling thread in relaxed capture mode, so its driver calls never count as
 /// unsafe calls during another thread's global-mode capture (the writer thread).
 pub fn relax_capture_mode() {
-    if let Some(a) = api() {
-        let mut mode = CAPTURE_MODE_RELAXED;
-        // SAFETY: valid in/out pointer; affects only the calling thread.
-        unsafe { (a.exchange_capture_mode)(&mut mode) };
-    }
+    exchange_capture_mode(CAPTURE_MODE_RELAXED);
 }
 
 #[cfg(test)]
