@@ -233,12 +233,16 @@ def stamp(stream):
     if not _stamper:
         cu = C.CDLL("libcuda.so.1")
         mod, f, host, dev = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_uint64()
-        for rc, what in ((cu.cuModuleLoadData(C.byref(mod), C.c_char_p(stamp_ptx().encode())), "cuModuleLoadData"),
-                         (cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction"),
-                         (cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4096), C.c_uint(3)), "cuMemHostAlloc"),
-                         (cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")):
+
+        def ck(rc, what):
             if rc != 0:
                 raise RuntimeError(f"{what}: CUresult {rc}")
+
+        # One at a time: each call needs what the one before made.
+        ck(cu.cuModuleLoadData(C.byref(mod), C.c_char_p(stamp_ptx().encode())), "cuModuleLoadData")
+        ck(cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction")
+        ck(cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4096), C.c_uint(3)), "cuMemHostAlloc")
+        ck(cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")
         _stamper.update(cu=cu, f=f, arg=C.c_uint64(dev.value))
         _stamper["params"] = (C.c_void_p * 1)(C.cast(C.pointer(_stamper["arg"]), C.c_void_p))
     s = _stamper
