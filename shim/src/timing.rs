@@ -136,6 +136,13 @@ impl Stamper {
 /// The free slot pairs of one CUDA context.
 struct Pool {
     ctx: usize,
+    /// The driver's id of the context ([`cuda::ctx_id`]): after a device reset the
+    /// new context may have the old one's handle, whose stamp kernel and slots are
+    /// gone with it.
+    id: u64,
+    /// A newer context has this one's handle: its pairs still in flight are read, but
+    /// no more are made and its clock is not anchored again.
+    retired: std::sync::atomic::AtomicBool,
     stamper: OnceLock<Stamper>,
     /// The stamp kernel or its slots could not be made here: its ops are not timed.
     broken: std::sync::atomic::AtomicBool,
@@ -214,8 +221,14 @@ thread_local! {
 }
 
 fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
+    let id = cuda::ctx_id(ctx);
     let cached = LAST_POOL
-        .try_with(|c| c.borrow().as_ref().filter(|p| p.ctx == ctx).cloned())
+        .try_with(|c| {
+            c.borrow()
+                .as_ref()
+                .filter(|p| p.ctx == ctx && p.id == id)
+                .cloned()
+        })
         .ok()
         .flatten();
     if cached.is_some() {
@@ -223,12 +236,17 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
     }
     let pool = {
         let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
-        match pools.iter().find(|p| p.ctx == ctx) {
+        match pools.iter().find(|p| p.ctx == ctx && p.id == id) {
             Some(p) => Arc::clone(p),
             None => {
+                for old in pools.iter().filter(|p| p.ctx == ctx) {
+                    old.retired.store(true, Ordering::Relaxed);
+                }
                 let (tx, rx) = bounded(POOL_MAX);
                 let p = Arc::new(Pool {
                     ctx,
+                    id,
+                    retired: std::sync::atomic::AtomicBool::new(false),
                     stamper: OnceLock::new(),
                     broken: std::sync::atomic::AtomicBool::new(false),
                     making: Mutex::new(()),
@@ -277,7 +295,8 @@ pub fn prepare() {
 struct Flight {
     /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
     ext: u64,
-    ctx: usize,
+    /// Its pool's context ([`Pool::ctx`], [`Pool::id`]).
+    ctx: (usize, u64),
     /// The stream it was recorded on (its later ops complete after it).
     stream: usize,
     pair: Pair,
@@ -484,7 +503,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let t0 = now_ns();
     let f = Flight {
         ext,
-        ctx: b.pool.ctx,
+        ctx: (b.pool.ctx, b.pool.id),
         stream: b.stream,
         pair: b.pair,
         call_ns: b.call_ns,
@@ -635,7 +654,7 @@ impl Clock {
 pub struct Timer {
     flights: Consumer<Flight>,
     pending: VecDeque<Flight>,
-    clocks: HashMap<usize, Clock>,
+    clocks: HashMap<(usize, u64), Clock>,
     relaxed: bool,
     ctl: Option<Controller>,
     last_budget_ns: i64,
@@ -693,7 +712,10 @@ impl Timer {
         self.last_poll_ns = now;
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for p in &pools {
-            let clock = self.clocks.entry(p.ctx).or_default();
+            if p.retired.load(Ordering::Relaxed) {
+                continue;
+            }
+            let clock = self.clocks.entry((p.ctx, p.id)).or_default();
             if clock.broken {
                 continue;
             }
@@ -757,17 +779,21 @@ impl Timer {
             // A flight's pair came from its context's pool, made with its stamper.
             let Some((pool, st)) = pools
                 .iter()
-                .find(|p| p.ctx == f.ctx)
+                .find(|p| (p.ctx, p.id) == f.ctx)
                 .and_then(|p| Some((p, p.stamper.get()?)))
             else {
                 self.lost += u64::from(f.keep);
                 continue;
             };
+            // A retired pool's context is gone (a device reset gave its handle to a
+            // new one): a stamp of it not written yet never will be, and must not hold
+            // back the later ops of its stream.
+            let waiting = !pool.retired.load(Ordering::Relaxed) && now - f.call_ns < GIVE_UP_NS;
             if !f.keep {
                 // An op not timed: its pair is free once its ready stamp wrote.
                 if st.read(f.pair.ready).is_some() {
                     pool.give(f.pair);
-                } else if now - f.call_ns < GIVE_UP_NS {
+                } else if waiting {
                     behind.push(f.stream);
                     self.pending.push_back(f);
                 }
@@ -775,7 +801,7 @@ impl Timer {
             }
             // The end stamp runs after the ready one (same stream): both are written.
             let (Some(ready), Some(end)) = (st.read(f.pair.ready), st.read(f.pair.end)) else {
-                if now - f.call_ns < GIVE_UP_NS {
+                if waiting {
                     behind.push(f.stream);
                     self.pending.push_back(f);
                 } else {

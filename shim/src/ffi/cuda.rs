@@ -24,6 +24,8 @@ const CAPTURE_MODE_RELAXED: c_int = 2;
 struct Api {
     ctx_get_current: unsafe extern "C" fn(*mut Handle) -> Res,
     ctx_set_current: unsafe extern "C" fn(Handle) -> Res,
+    /// `cuCtxGetId` (CUDA 12.0+): absent, contexts are told apart by handle alone.
+    ctx_get_id: Option<unsafe extern "C" fn(Handle, *mut u64) -> Res>,
     stream_get_ctx: unsafe extern "C" fn(Handle, *mut Handle) -> Res,
     stream_is_capturing: unsafe extern "C" fn(Handle, *mut c_int) -> Res,
     stream_create: unsafe extern "C" fn(*mut Handle, c_uint) -> Res,
@@ -75,6 +77,7 @@ fn load() -> Option<Api> {
         Some(Api {
             ctx_get_current: func(h, c"cuCtxGetCurrent")?,
             ctx_set_current: func(h, c"cuCtxSetCurrent")?,
+            ctx_get_id: func(h, c"cuCtxGetId"),
             stream_get_ctx: func(h, c"cuStreamGetCtx")?,
             stream_is_capturing: func(h, c"cuStreamIsCapturing")?,
             stream_create: func(h, c"cuStreamCreate")?,
@@ -132,6 +135,21 @@ pub fn stream_ctx(stream: usize) -> Result<usize, i32> {
         0 if !ctx.is_null() => Ok(ctx as usize),
         0 => Err(-1),
         e => Err(e),
+    }
+}
+
+/// The driver's id of `ctx`, unique among the contexts the process ever had: a device
+/// reset may give a new context the handle of the old one, never its id. 0 when the
+/// driver cannot say (before CUDA 12.0, or an error).
+pub fn ctx_id(ctx: usize) -> u64 {
+    let Some(get) = api().and_then(|a| a.ctx_get_id) else {
+        return 0;
+    };
+    let mut id = 0u64;
+    // SAFETY: valid out-pointer; ctx came from cuStreamGetCtx or cuCtxGetCurrent.
+    match unsafe { get(ctx as Handle, &mut id) } {
+        0 => id,
+        _ => 0,
     }
 }
 
