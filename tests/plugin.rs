@@ -571,7 +571,7 @@ fn copy_engine_collectives_come_from_ce_events() {
     }
     let mut ce_seqs: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
     for (k, o) in &ops {
-        assert_eq!(o.str("gpu_source"), Some("events"), "{o:?}");
+        assert_eq!(o.str("gpu_source"), Some("stamps"), "{o:?}");
         let evs = per_op.get(k).map(Vec::as_slice).unwrap_or(&[]);
         if o.req_str("op") == "AlltoAll" {
             assert_eq!(o.str("engine"), Some("copy_engine"), "{o:?}");

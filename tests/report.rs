@@ -828,11 +828,11 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
         row.rec.timing.timing = zcta::record::Timing::Timed(level);
         let g = row.gpu.as_mut().unwrap();
         g.gpu_start_ns = None;
-        g.source = zcta::gpu::GpuSourceKind::Events;
+        g.source = zcta::gpu::GpuSourceKind::Stamps;
         w.append(&row, &ctx).unwrap();
     }
     w.close().unwrap();
-    let row = process_row("weights", "off: ZCTA_GPU=events");
+    let row = process_row("weights", "off: ZCTA_GPU=stamps");
     write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
     let j = json(t.path());
     let g = group(&j, "AllReduce");

@@ -100,8 +100,7 @@ fn every_op_and_every_group_gets_one_stamp_pair() {
         }
     }
     for o in ops.iter().filter(|o| o.str("timing") == Some("timed")) {
-        // ("events", kept for the files' readers: the stamps replaced CUDA events.)
-        assert_eq!(o.str("gpu_source"), Some("events"));
+        assert_eq!(o.str("gpu_source"), Some("stamps"));
         assert!(o.is_null("gpu_start_ns"), "stamps see no kernel start");
         let (ready, end) = (o.req_i64("gpu_ready_ns"), o.req_i64("gpu_end_ns"));
         let dur = end - ready;

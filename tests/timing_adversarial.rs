@@ -127,8 +127,7 @@ impl Tally {
                 match (o.i64("gpu_ready_ns"), o.i64("gpu_end_ns")) {
                     (Some(r), Some(e)) => {
                         assert!(e >= r, "end before ready: {o:?}");
-                        // ("events": the name kept for the files' readers.)
-                        assert_eq!(o.str("gpu_source"), Some("events"), "{o:?}");
+                        assert_eq!(o.str("gpu_source"), Some("stamps"), "{o:?}");
                     }
                     (None, None) => timed_without_times += 1,
                     other => panic!("half a span {other:?}: {o:?}"),

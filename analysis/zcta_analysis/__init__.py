@@ -117,7 +117,7 @@ def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
 
 def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
     """How many ops each `phases` row stands for, as in `zcta report`: 2^timing_level
-    for an op the budget timed with CUDA events (a rank times 1 op in 2^level), 1
+    for an op the budget timed with GPU stamps (a rank times 1 op in 2^level), 1
     otherwise (deep mode's ops, and files from before the budget)."""
     ops = run.ops
     one = pd.Series(1, index=ph.index, dtype="int64")
@@ -126,7 +126,8 @@ def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
     key = ["host", "pid", "op_id"]
     o = ops[key + ["timing", "timing_level", "gpu_source"]].drop_duplicates(key)
     m = ph[key].merge(o, on=key, how="left")
-    timed = (m.timing == "timed") & (m.gpu_source == "events") & m.timing_level.notna()
+    # "events": files written before GPU stamps replaced CUDA events.
+    timed = (m.timing == "timed") & m.gpu_source.isin(["stamps", "events"]) & m.timing_level.notna()
     level = m.timing_level.where(timed, 0).fillna(0).astype("int64").clip(upper=32)
     return pd.Series((2**level).to_numpy(), index=ph.index, dtype="int64")
 

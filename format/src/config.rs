@@ -12,7 +12,7 @@
 //! | `ZCTA_EXIT_TIMEOUT_MS` | `5000` | longest wait for the writer at exit (100 ms or more) |
 //! | `ZCTA_SEGMENT_ROWS` | `4194304` | rows per Parquet file before rolling |
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
-//! | `ZCTA_GPU` | `events` | GPU side: `events` (each op timed with GPU stamps on its stream, under the budget; the name is from when they were CUDA events), `deep` (events plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
+//! | `ZCTA_GPU` | `stamps` | GPU side: `stamps` (each op timed with GPU stamps on its stream, under the budget; `events`, its name from when they were CUDA events, is accepted), `deep` (stamps plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
 //! | `ZCTA_BUDGET` | `1%` | share of wall time GPU timing may cost (`all`: time every op) ([`crate::budget`]) |
 //! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: in deep mode, no CUPTI (events only) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
@@ -39,8 +39,8 @@ pub type EnvFn<'a> = &'a dyn Fn(&str) -> Option<String>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuMode {
     /// Each op timed with GPU stamps on its stream (the default).
-    Events,
-    /// Events plus CUPTI's kernel, copy and launch records.
+    Stamps,
+    /// Stamps plus CUPTI's kernel, copy and launch records.
     Deep,
     /// Host rows only.
     Off,
@@ -49,7 +49,8 @@ pub enum GpuMode {
 impl GpuMode {
     pub fn parse(v: &str) -> Option<GpuMode> {
         match v.trim().to_ascii_lowercase().as_str() {
-            "" | "events" | "on" | "1" => Some(GpuMode::Events),
+            // `events`: the name from when they were CUDA events.
+            "" | "stamps" | "events" | "on" | "1" => Some(GpuMode::Stamps),
             "deep" => Some(GpuMode::Deep),
             "off" | "0" | "none" => Some(GpuMode::Off),
             _ => None,
@@ -102,10 +103,10 @@ impl Config {
         let segment_secs = num("ZCTA_SEGMENT_SECS", 300, 1, 86_400);
         let hold_ms = num("ZCTA_GPU_HOLD_MS", 1_000, 10, 60_000);
         let gpu_mode = match env("ZCTA_GPU") {
-            None => GpuMode::Events,
+            None => GpuMode::Stamps,
             Some(v) => GpuMode::parse(&v).unwrap_or_else(|| {
-                warnings.push(format!("ZCTA_GPU={v:?} is not events, deep or off; using events"));
-                GpuMode::Events
+                warnings.push(format!("ZCTA_GPU={v:?} is not stamps, deep or off; using stamps"));
+                GpuMode::Stamps
             }),
         };
         let budget = match env("ZCTA_BUDGET").filter(|v| !v.trim().is_empty()) {
@@ -573,6 +574,17 @@ mod tests {
             (c.exit_timeout, c.warnings.len()),
             (Duration::from_millis(100), 0)
         );
+        // `events` is the default's older name (from when it used CUDA events).
+        for (v, mode) in [
+            ("stamps", GpuMode::Stamps),
+            ("events", GpuMode::Stamps),
+            (" Stamps ", GpuMode::Stamps),
+            ("deep", GpuMode::Deep),
+            ("off", GpuMode::Off),
+        ] {
+            let c = Config::from_env(&env(&[("ZCTA_GPU", v)]));
+            assert_eq!((c.gpu_mode, c.warnings.len()), (mode, 0), "ZCTA_GPU={v:?}");
+        }
         for (name, bad) in [
             ("ZCTA_ENABLE", "banana"),
             ("ZCTA_CUPTI", "maybe"),
@@ -592,7 +604,7 @@ mod tests {
                 c.warnings
             );
             assert!(
-                c.enabled && c.gpu_mode == GpuMode::Events && c.budget == 0.01,
+                c.enabled && c.gpu_mode == GpuMode::Stamps && c.budget == 0.01,
                 "{name}={bad}: the default stays"
             );
         }

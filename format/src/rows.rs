@@ -47,9 +47,10 @@ impl Engine {
 /// How an op's GPU columns were measured (`ops.gpu_source`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuSourceKind {
-    /// GPU stamps on the op's stream (the name is from when they were CUDA events); the engine from NCCL's profiler events.
-    Events,
-    /// CUPTI's activity records (deep mode), with the events' ready and end when the
+    /// GPU stamps on the op's stream; the engine from NCCL's profiler events. Files
+    /// written before stamps replaced CUDA events say `events`: readers take both.
+    Stamps,
+    /// CUPTI's activity records (deep mode), with the stamps' ready and end when the
     /// op was timed too.
     Cupti,
 }
@@ -57,7 +58,7 @@ pub enum GpuSourceKind {
 impl GpuSourceKind {
     pub fn name(self) -> &'static str {
         match self {
-            GpuSourceKind::Events => "events",
+            GpuSourceKind::Stamps => "stamps",
             GpuSourceKind::Cupti => "cupti",
         }
     }
@@ -99,7 +100,7 @@ impl OpGpu {
             n_kernels: 0,
             n_memcpy: 0,
             memcpy_bytes: 0,
-            source: GpuSourceKind::Events,
+            source: GpuSourceKind::Stamps,
         }
     }
 }

@@ -226,14 +226,14 @@ fn activate() -> Option<Recorder> {
         writer_thread: Some(handle.thread().id()),
         plugin_comms,
         cupti_off: match cfg.gpu_mode {
-            zcta::config::GpuMode::Events => Some("CUPTI is used in deep mode only (ZCTA_GPU=deep)"),
+            zcta::config::GpuMode::Stamps => Some("CUPTI is used in deep mode only (ZCTA_GPU=deep)"),
             zcta::config::GpuMode::Off => Some("ZCTA_GPU=off"),
             zcta::config::GpuMode::Deep if !cfg.cupti => Some("ZCTA_CUPTI=0"),
             zcta::config::GpuMode::Deep => None,
         },
         events: cfg.gpu_mode != zcta::config::GpuMode::Off,
         budget: cfg.budget,
-        follow_nccl: cfg.gpu_mode == zcta::config::GpuMode::Events,
+        follow_nccl: cfg.gpu_mode == zcta::config::GpuMode::Stamps,
     })
 }
 

@@ -197,7 +197,7 @@ impl Stream {
                 self.last_engine.1
             }),
             weight: match c.timing_level.get(r) {
-                Some(l) if c.timing.get(r) == Some("timed") && c.gpu_source.get(r) == Some("events") => {
+                Some(l) if c.timing.get(r) == Some("timed") && is_per_op_timing(c.gpu_source.get(r)) => {
                     1u64 << l.min(32)
                 }
                 _ => 1,
@@ -209,6 +209,13 @@ impl Stream {
 struct Pending {
     members: Vec<OpView>,
     born: u64,
+}
+
+/// Whether an op's GPU columns came from the default per-op timing, whose budget
+/// weights it: `stamps`, or `events` in files written before GPU stamps replaced
+/// CUDA events.
+fn is_per_op_timing(source: Option<&str>) -> bool {
+    matches!(source, Some("stamps" | "events"))
 }
 
 fn complete(p: &Pending, collective: bool) -> bool {

@@ -227,14 +227,16 @@ def test_installing_the_package_leaves_nothing_in_the_checkout(tmp_path):
     assert after == before
 
 
-def test_breakdown_weights_the_ops_the_budget_timed():
-    # Two AllReduces of one bucket: one timed with CUDA events at level 3 (it stands for
-    # 8 ops), one with CUPTI's times (deep mode: itself only).
+@pytest.mark.parametrize("source", ["stamps", "events"])
+def test_breakdown_weights_the_ops_the_budget_timed(source):
+    # Two AllReduces of one bucket: one timed with GPU stamps at level 3 (it stands for
+    # 8 ops), one with CUPTI's times (deep mode: itself only). Files written before
+    # stamps replaced CUDA events say "events".
     import pandas as pd
 
     key = {"host": ["h", "h"], "pid": [1, 1], "op_id": [1, 2]}
     ops = pd.DataFrame({**key, "timing": ["timed", "timed"], "timing_level": [3, 0],
-                        "gpu_source": ["events", "cupti"]})
+                        "gpu_source": [source, "cupti"]})
     ph = pd.DataFrame({**key, "op": ["AllReduce"] * 2, "bytes": [1024, 1024], "engine": ["sm_kernel"] * 2,
                        "window_ns": [100, 1000], "init_ns": [50, 0], "transfer_ns": [50, 1000]})
     for p in za.PHASES:
