@@ -221,12 +221,15 @@ thread_local! {
 }
 
 fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
+    // Id 0: the driver could not say; the context is then told by its handle alone
+    // (the newest pool of that handle), so a failed query never retires a pool.
     let id = cuda::ctx_id(ctx);
+    let same = |p: &Pool| p.ctx == ctx && (id == 0 || p.id == id);
     let cached = LAST_POOL
         .try_with(|c| {
             c.borrow()
                 .as_ref()
-                .filter(|p| p.ctx == ctx && p.id == id)
+                .filter(|p| same(p) && !p.retired.load(Ordering::Relaxed))
                 .cloned()
         })
         .ok()
@@ -236,7 +239,7 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
     }
     let pool = {
         let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
-        match pools.iter().find(|p| p.ctx == ctx && p.id == id) {
+        match pools.iter().rev().find(|p| same(p)) {
             Some(p) => Arc::clone(p),
             None => {
                 for old in pools.iter().filter(|p| p.ctx == ctx) {
