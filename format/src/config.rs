@@ -14,7 +14,7 @@
 //! | `ZCTA_SEGMENT_SECS` | `300` | age of a Parquet file before rolling |
 //! | `ZCTA_GPU` | `stamps` | GPU side: `stamps` (each op timed with GPU stamps on its stream, under the budget; `events`, its name from when they were CUDA events, is accepted), `deep` (stamps plus CUPTI's kernel and copy records: kernel spans, proxy copies, graph launches), `off` (host rows only) |
 //! | `ZCTA_BUDGET` | `1%` | share of wall time GPU timing may cost (`all`: time every op) ([`crate::budget`]) |
-//! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: in deep mode, no CUPTI (events only) |
+//! | `ZCTA_CUPTI` | `1` | `0`/`false`/`off`: in deep mode, no CUPTI (stamps only) |
 //! | `ZCTA_CUPTI_LIB` | the mapped libcupti | libcupti to load when none is mapped yet |
 //! | `ZCTA_GPU_HOLD_MS` | `1000` | how long an op waits for its GPU side before its row is written |
 //! | `ZCTA_SAMPLE` | `all` | `ON/EVERY` (e.g. `1s/10s`): GPU side and NCCL's view only for ops called in those windows ([`crate::sample`]) |

@@ -19,7 +19,7 @@
 //! | output | derived by | applied by |
 //! |---|---|---|
 //! | NCCL's event mask: our events, or none | [`nccl_events_wanted`] | `ffi::plugin::sync_nccl_events` (lock-free) |
-//! | the mask per op in events mode: the budget's ops only | [`follow_budget`] | `ffi::plugin::follow_op` (hot path) |
+//! | the mask per op in the default (stamps) mode: the budget's ops only | [`follow_budget`] | `ffi::plugin::follow_op` (hot path) |
 //! | CUPTI's activity kinds | [`cupti_kinds_wanted`] | `gpu::sync_capture` (under its lock) |
 //! | CUPTI's launch callbacks | [`cupti_callbacks_wanted`] | `gpu::sync_capture` |
 //! | rows for data-moving calls | [`rows_wanted`] | the hooks (hot path) |

@@ -561,7 +561,7 @@ fn op_after(h: &Hot, kind: OpKind, a: &OpArgs, mut c: OpCall, rc: i32) {
     };
     h.current_op.set(0);
     // NCCL's API events say it for the ops the budget selected (the only ones NCCL
-    // generates events for in events mode), and so does the timing's capture check,
+    // generates events for in the default mode), and so does the timing's capture check,
     // which only a selected launching call makes.
     let graph_captured = take_graph_captured(h).or(timing.graph_capture());
     protect(|| {
