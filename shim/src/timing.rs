@@ -153,7 +153,15 @@ struct Pool {
     made: AtomicU64,
 }
 
+/// A CUDA context as the timing tells it apart: its handle and the driver's id for it
+/// ([`Pool::id`]).
+type CtxKey = (usize, u64);
+
 impl Pool {
+    fn key(&self) -> CtxKey {
+        (self.ctx, self.id)
+    }
+
     fn give(&self, p: Pair) {
         // Bounded to POOL_MAX pairs, which is all that are ever made: cannot fail.
         let _ = self.tx.try_send(p);
@@ -298,8 +306,8 @@ pub fn prepare() {
 struct Flight {
     /// The op ([`zcta::gpu::ext_id`]: its op_id, or its group's id).
     ext: u64,
-    /// Its pool's context ([`Pool::ctx`], [`Pool::id`]).
-    ctx: (usize, u64),
+    /// Its pool's context ([`Pool::key`]).
+    ctx: CtxKey,
     /// The stream it was recorded on (its later ops complete after it).
     stream: usize,
     pair: Pair,
@@ -506,7 +514,7 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
     let t0 = now_ns();
     let f = Flight {
         ext,
-        ctx: (b.pool.ctx, b.pool.id),
+        ctx: b.pool.key(),
         stream: b.stream,
         pair: b.pair,
         call_ns: b.call_ns,
@@ -657,7 +665,7 @@ impl Clock {
 pub struct Timer {
     flights: Consumer<Flight>,
     pending: VecDeque<Flight>,
-    clocks: HashMap<(usize, u64), Clock>,
+    clocks: HashMap<CtxKey, Clock>,
     relaxed: bool,
     ctl: Option<Controller>,
     last_budget_ns: i64,
@@ -718,7 +726,7 @@ impl Timer {
             if p.retired.load(Ordering::Relaxed) {
                 continue;
             }
-            let clock = self.clocks.entry((p.ctx, p.id)).or_default();
+            let clock = self.clocks.entry(p.key()).or_default();
             if clock.broken {
                 continue;
             }
@@ -782,7 +790,7 @@ impl Timer {
             // A flight's pair came from its context's pool, made with its stamper.
             let Some((pool, st)) = pools
                 .iter()
-                .find(|p| (p.ctx, p.id) == f.ctx)
+                .find(|p| p.key() == f.ctx)
                 .and_then(|p| Some((p, p.stamper.get()?)))
             else {
                 self.lost += u64::from(f.keep);
