@@ -223,11 +223,15 @@ def stamp_ptx():
 
 
 _stamper = {}
+# Slots for the program's own stamps (8 bytes each): `two_stamps` takes the next two,
+# round the ring, so a pair's values must be read before STAMP_SLOTS / 2 more pairs.
+STAMP_SLOTS = 8192
 
 
-def stamp(stream):
-    """Launches zcta's stamp kernel on `stream` (a torch stream), as zcta does (its
-    slot: pinned host memory of this module's own)."""
+def stamp(stream, slot=0):
+    """Launches zcta's stamp kernel on `stream` (a torch stream), as zcta does: it
+    writes the GPU's clock (%globaltimer, ns) into `slot` of pinned host memory of this
+    module's own, read with `stamp_value` after a synchronise."""
     import ctypes as C
 
     if not _stamper:
@@ -241,28 +245,47 @@ def stamp(stream):
         # One at a time: each call needs what the one before made.
         ck(cu.cuModuleLoadData(C.byref(mod), C.c_char_p(stamp_ptx().encode())), "cuModuleLoadData")
         ck(cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction")
-        ck(cu.cuMemHostAlloc(C.byref(host), C.c_size_t(4096), C.c_uint(3)), "cuMemHostAlloc")
+        ck(cu.cuMemHostAlloc(C.byref(host), C.c_size_t(8 * STAMP_SLOTS), C.c_uint(3)), "cuMemHostAlloc")
         ck(cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")
-        _stamper.update(cu=cu, f=f, arg=C.c_uint64(dev.value))
-        _stamper["params"] = (C.c_void_p * 1)(C.cast(C.pointer(_stamper["arg"]), C.c_void_p))
+        _stamper.update(cu=cu, f=f, dev=dev.value, host=host.value, next=0)
+    if not 0 <= slot < STAMP_SLOTS:
+        raise ValueError(f"stamp slot {slot} outside 0..{STAMP_SLOTS - 1}")
     s = _stamper
-    rc = s["cu"].cuLaunchKernel(s["f"], 1, 1, 1, 1, 1, 1, 0, C.c_void_p(stream.cuda_stream), s["params"], None)
+    # The launch copies the argument: a local one serves.
+    arg = C.c_uint64(s["dev"] + 8 * slot)
+    params = (C.c_void_p * 1)(C.cast(C.pointer(arg), C.c_void_p))
+    rc = s["cu"].cuLaunchKernel(s["f"], 1, 1, 1, 1, 1, 1, 0, C.c_void_p(stream.cuda_stream), params, None)
     if rc != 0:
         raise RuntimeError(f"cuLaunchKernel: CUresult {rc}")
 
 
+def stamp_value(slot):
+    """The GPU clock (ns) that the stamp launched into `slot` wrote (after a
+    synchronise)."""
+    import ctypes as C
+
+    return C.c_uint64.from_address(_stamper["host"] + 8 * slot).value
+
+
 def two_stamps(stream, sleep_cycles=200_000):
-    """A pair of CUDA events around two of zcta's stamps, behind a sleep kernel: what
-    two stamps add between a pair of events (as `three_records` for two records)."""
+    """A pair of CUDA events around two of zcta's stamps, behind a sleep kernel.
+    Returns ((c0, c1), (slot0, slot1)); after a synchronise, the events' elapsed time
+    less the stamps' own interval (`stamp_value(slot1) - stamp_value(slot0)`) is what
+    two stamps around an op add to a pair of events beyond what zcta reads between
+    them: the events' gap to the first stamp's clock read and from the second's (as
+    `three_records` for two records)."""
     import torch
 
     c0, c1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    k = _stamper.get("next", 0)
+    slots = (k % STAMP_SLOTS, (k + 1) % STAMP_SLOTS)
     torch.cuda._sleep(sleep_cycles)
     c0.record(stream)
-    stamp(stream)
-    stamp(stream)
+    stamp(stream, slots[0])
+    stamp(stream, slots[1])
     c1.record(stream)
-    return c0, c1
+    _stamper["next"] = k + 2
+    return (c0, c1), slots
 
 
 def like_zcta(stream, fn, sleep_cycles=200_000):

@@ -12,9 +12,11 @@ between two CUDA events of the program's own, with the stream kept busy (a sleep
 kernel) past the call, so the op's stream becomes free after its launch; the check
 compares zcta's gpu_end_ns - gpu_ready_ns of the same ops with those events. The
 program's events hold zcta's two stamps as well, so each iteration also measures,
-on the same stream behind the same sleep, what two of zcta's stamps between a pair of
-events add (the program launches the same kernel: examples/nccl_bench.py's
-two_stamps); the check takes that off the program's window of the same op. That
+on the same stream behind the same sleep, what two of zcta's stamps add to a pair of
+events beyond the interval that zcta reads between them (the program launches the
+same kernel into slots of its own: examples/nccl_bench.py's two_stamps; the events'
+elapsed time less the two stamps' own clock readings); the check takes that off the
+program's window of the same op. That
 correction is a median: what a record or a stamp really adds varies from op to op
 (a record 1.3 to 2.5 us right before or after a large kernel:
 bench/event_records.py), so no tool whose marks sit exactly where zcta's do can pass
@@ -83,7 +85,8 @@ def accuracy(out):
                 e0.record(s)
                 fn(1)
                 e1.record(s)
-                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": nb.two_stamps(s)})
+                c, slots = nb.two_stamps(s)
+                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": c, "slots": slots})
             torch.cuda.synchronize()
             # The ideal tool, with zcta's recording paused (no event of zcta's inside
             # the program's pair): the program records the inner pair where zcta
@@ -99,9 +102,15 @@ def accuracy(out):
     for r in res:
         e0, e1 = r.pop("e")
         r["events_us"] = e0.elapsed_time(e1) * 1e3
-        # What zcta's two stamps (or, for the ideal tool, two records) add.
+        # What zcta's two stamps (or, for the ideal tool, two records) add: for the
+        # stamps, the events' elapsed time less the stamps' own interval, which zcta's
+        # reading of the op includes.
         c0, c2 = r.pop("c")
         r["two_records_us"] = c0.elapsed_time(c2) * 1e3
+        if "slots" in r:
+            a, b = r.pop("slots")
+            r["stamps_between_us"] = (nb.stamp_value(b) - nb.stamp_value(a)) / 1e3
+            r["two_records_us"] -= r["stamps_between_us"]
         if "i" in r:
             i0, i1 = r.pop("i")
             r["inner_us"] = i0.elapsed_time(i1) * 1e3
