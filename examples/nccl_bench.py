@@ -223,8 +223,9 @@ def stamp_ptx():
 
 
 _stamper = {}
-# Slots for the program's own stamps (8 bytes each): `two_stamps` takes the next two,
-# round the ring, so a pair's values must be read before STAMP_SLOTS / 2 more pairs.
+# Slots for the program's own stamps (8 bytes each): `two_stamps` and `like_zcta_stamps`
+# take the next ones round the ring, so a pair's values must be read before
+# STAMP_SLOTS / 2 more pairs are taken.
 STAMP_SLOTS = 8192
 
 
@@ -277,15 +278,39 @@ def two_stamps(stream, sleep_cycles=200_000):
     import torch
 
     c0, c1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    k = _stamper.get("next", 0)
-    slots = (k % STAMP_SLOTS, (k + 1) % STAMP_SLOTS)
+    slots = _take_slots()
     torch.cuda._sleep(sleep_cycles)
     c0.record(stream)
     stamp(stream, slots[0])
     stamp(stream, slots[1])
     c1.record(stream)
-    _stamper["next"] = k + 2
     return (c0, c1), slots
+
+
+def _take_slots():
+    """The next two stamp slots of the ring (STAMP_SLOTS)."""
+    k = _stamper.get("next", 0)
+    _stamper["next"] = k + 2
+    return k % STAMP_SLOTS, (k + 1) % STAMP_SLOTS
+
+
+def like_zcta_stamps(stream, fn, sleep_cycles=200_000):
+    """One op (`fn(1)`) timed as zcta times it, by the program itself (zcta paused): a
+    sleep kernel, E0, a stamp, the op, a stamp, E1, the stamps where zcta launches its
+    own (just before and just after the launching call); then `two_stamps`. Returns
+    ((e0, e1), (slot0, slot1), two_stamps' result); read them after a synchronise
+    (`stamp_value`)."""
+    import torch
+
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    inner = _take_slots()
+    torch.cuda._sleep(sleep_cycles)
+    e0.record(stream)
+    stamp(stream, inner[0])
+    fn(1)
+    stamp(stream, inner[1])
+    e1.record(stream)
+    return (e0, e1), inner, two_stamps(stream, sleep_cycles)
 
 
 def like_zcta(stream, fn, sleep_cycles=200_000):

@@ -20,15 +20,19 @@ program's window of the same op. That
 correction is a median: what a record or a stamp really adds varies from op to op
 (a record 1.3 to 2.5 us right before or after a large kernel:
 bench/event_records.py), so no tool whose marks sit exactly where zcta's do can pass
-every op. The check therefore also measures an ideal tool in the same process: with
-zcta's recording paused, the program records two inner events itself where zcta
-stamps (just before and just after the launching call), and judges them the same
-way, less what two records add (three records back to back: the third minus the
-first). An op size passes when all its ops were
+every op. The check therefore also measures two ideal tools in the same process, with
+zcta's recording paused: one records two inner CUDA events where zcta stamps (just
+before and just after the launching call), judged the same way less what two records
+add (three records back to back: the third minus the first); the other launches two
+stamps of its own there (examples/nccl_bench.py's like_zcta_stamps: zcta's mechanism,
+done by the program), judged as zcta is. An op size passes when all its ops were
 timed, zcta is within max(1 us, 2 %) for >= 95 % of its ops or for as many as the
-ideal tool is (less two standard errors of the two shares), and the two residuals
-agree on average within 0.25 us (zcta's stamps sit where the ideal's events do; means of
-the middle 90 %, since the residuals take a few discrete values). ITERS (100) ops per
+events' ideal is (less two standard errors of the two shares: what the program's own
+events allow a tool at zcta's places), and zcta's residuals agree on average within
+0.25 us with the stamps' ideal (zcta's stamps sit where the ideal's do and its clocks
+convert them right; means of the middle 90 %, since the residuals take a few discrete
+values). Files written before the stamps' ideal (no such rows) compare the means with
+the events' ideal. ITERS (100) ops per
 kind and size.
 capture: NCCL ops captured into a CUDA graph (torch.cuda.graph, global capture mode)
 and replayed; the check wants the same graph (node types and counts) and the same
@@ -96,6 +100,10 @@ def accuracy(out):
             for _ in range(ITERS):
                 (e0, r, e, e1), c = nb.like_zcta(s, fn)
                 res.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": c})
+            for _ in range(ITERS):
+                e, inner, (c, slots) = nb.like_zcta_stamps(s, fn)
+                res.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True, "e": e, "si": inner, "c": c,
+                            "slots": slots})
             if set_recording is not None:
                 set_recording(1)
             torch.cuda.synchronize()
@@ -114,6 +122,9 @@ def accuracy(out):
         if "i" in r:
             i0, i1 = r.pop("i")
             r["inner_us"] = i0.elapsed_time(i1) * 1e3
+        if "si" in r:
+            a, b = r.pop("si")
+            r["inner_us"] = (nb.stamp_value(b) - nb.stamp_value(a)) / 1e3
     me.destroy()
     Path(out).write_text(json.dumps(res))
     dist.destroy_process_group()
@@ -160,8 +171,11 @@ def check_accuracy(out, run_dir, plain=None):
     for kind, op in [("sr", "Send"), ("a2a", "AlltoAll")]:
         for nbytes in SIZES:
             mine = [w for w in got if w["kind"] == kind and w["bytes"] == nbytes]
-            want = [w for w in mine if "ideal" not in w]
+            want = [w for w in mine if "ideal" not in w and "ideal_stamps" not in w]
             ideal = [w for w in mine if "ideal" in w]
+            # Where the check compares the means: the stamps' ideal, else (files
+            # written before it) the events'.
+            like = [w for w in mine if "ideal_stamps" in w] or ideal
             # zcta's rows of the measured ops (the ideal tool's ran paused: no rows).
             z = ops[(ops.op == op) & (ops.bytes == nbytes)].tail(len(want))
             timed = (z.timing == "timed").tolist()
@@ -171,10 +185,12 @@ def check_accuracy(out, run_dir, plain=None):
             zres, znear = residuals([w["events_us"] for w in zw], zd, [w["two_records_us"] for w in want])
             ires, inear = residuals([w["events_us"] for w in ideal], [w["inner_us"] for w in ideal],
                                     [w["two_records_us"] for w in ideal])
+            lres, lnear = residuals([w["events_us"] for w in like], [w["inner_us"] for w in like],
+                                    [w["two_records_us"] for w in like])
             zs = znear / len(zd) if zd else 0.0
             ish = inear / len(ideal) if ideal else 0.0
             se = (ish * (1 - ish) * (1 / max(len(zd), 1) + 1 / max(len(ideal), 1))) ** 0.5
-            shift = trimmed_mean(zres) - trimmed_mean(ires)
+            shift = trimmed_mean(zres) - trimmed_mean(lres)
             good = (sum(timed) == len(want) and len(want) > 0 and (zs >= 0.95 or zs >= ish - 2 * se)
                     and abs(shift) <= 0.25)
             q = lambda xs, f: sorted(xs)[min(int(f * len(xs)), len(xs) - 1)] if xs else float("nan")  # noqa: E731
@@ -184,8 +200,12 @@ def check_accuracy(out, run_dir, plain=None):
                     f"p95 {q(zres, .95):+.2f}] us, within max(1 us, 2 %): {znear}/{len(zd)} ({zs:.0%}); "
                     f"ideal tool (same process, paused): median {median(ires):+.2f} [p5 {q(ires, .05):+.2f}, "
                     f"p95 {q(ires, .95):+.2f}] us, within: {inear}/{len(ideal)} ({ish:.0%}); "
-                    f"means (middle 90 %) differ by {shift:+.2f} us")
-            plain_ev = [w["events_us"] for w in ref if w["kind"] == kind and w["bytes"] == nbytes and "ideal" not in w]
+                    + (f"stamps' ideal: median {median(lres):+.2f} [p5 {q(lres, .05):+.2f}, "
+                       f"p95 {q(lres, .95):+.2f}] us, within: {lnear}/{len(like)}; " if like is not ideal else "")
+                    + f"means (middle 90 %) of zcta and the {'stamps' if like is not ideal else 'events'}' "
+                    f"ideal differ by {shift:+.2f} us")
+            plain_ev = [w["events_us"] for w in ref if w["kind"] == kind and w["bytes"] == nbytes
+                        and "ideal" not in w and "ideal_stamps" not in w]
             if plain_ev:
                 line += f"; without zcta: events median {median(plain_ev):7.2f} us"
             ok_all &= good

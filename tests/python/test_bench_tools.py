@@ -378,3 +378,70 @@ def test_the_gpu_checks_launch_zctas_own_stamp_kernel():
     assert ptx.startswith(".version") and ptx.count(".entry") == 1, ptx
     assert ".entry zcta_stamp(.param .u64 p)" in ptx and "%globaltimer" in ptx, ptx
     assert "st.volatile.global.u64" in ptx, ptx
+
+
+def _accuracy_case(tmp_path, zcta_shift_us, stamps_ideal=True):
+    """A synthetic run of tests/gpu/events.py's accuracy part: per kind and size, 100
+    ops whose program's window is the op plus what two stamps add (4 us, of which the
+    stamps' own interval is 2 us), zcta's rows reading the op `zcta_shift_us` off."""
+    import random
+
+    sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+    try:
+        import events
+    finally:
+        sys.path.pop(0)
+    rnd = random.Random(7)
+    got, ops, op_id = [], [], 0
+    for kind, op in [("sr", "Send"), ("a2a", "AlltoAll")]:
+        for nbytes in events.SIZES:
+            true_us = 4.0 + nbytes / (1 << 20)
+            for _ in range(events.ITERS):
+                jitter = rnd.choice([0.0, 0.03, 0.06])
+                # The stamps' correction as the check now takes it: the events around
+                # two stamps (6 us) less the stamps' own interval (2 us).
+                got.append({"kind": kind, "bytes": nbytes, "events_us": true_us + 4.0 + jitter,
+                            "two_records_us": 6.0 - 2.0, "stamps_between_us": 2.0})
+                op_id += 1
+                ops.append({"op_id": op_id, "op": op, "bytes": nbytes, "timing": "timed", "gpu_ready_ns": 1_000,
+                            "gpu_end_ns": 1_000 + round((true_us + zcta_shift_us) * 1e3)})
+            for _ in range(events.ITERS):
+                got.append({"kind": kind, "bytes": nbytes, "ideal": True, "events_us": true_us + 2.6,
+                            "inner_us": true_us, "two_records_us": 2.6})
+                if stamps_ideal:
+                    got.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True, "events_us": true_us + 4.0,
+                                "inner_us": true_us, "two_records_us": 4.0})
+    (tmp_path / "acc" / "ops").mkdir(parents=True)
+    pd.DataFrame(ops).to_parquet(tmp_path / "acc" / "ops" / "part-0.parquet")
+    (tmp_path / "acc.json").write_text(json.dumps(got))
+    return events, tmp_path / "acc.json", tmp_path / "acc"
+
+
+def test_gpu_accuracy_check_passes_matching_stamps_and_fails_an_offset(tmp_path, capsys):
+    """The accuracy check's arithmetic (tests/gpu/events.py check-accuracy), on synthetic
+    rows: zcta reading the op as the program's events do (less what two stamps add
+    beyond their own interval) passes every size; zcta 2 us short, as the check's old
+    correction made every op look, fails every size; files without the stamps' ideal
+    judge the means against the events' ideal."""
+    events, out, run = _accuracy_case(tmp_path / "a", 0.0)
+    assert events.check_accuracy(out, run)
+    text = capsys.readouterr().out
+    assert text.count("ok   accuracy") == 6 and "stamps' ideal" in text, text
+    events, out, run = _accuracy_case(tmp_path / "b", -2.0)
+    assert not events.check_accuracy(out, run)
+    assert capsys.readouterr().out.count("FAIL accuracy") == 6
+    events, out, run = _accuracy_case(tmp_path / "c", 0.0, stamps_ideal=False)
+    assert events.check_accuracy(out, run)
+    text = capsys.readouterr().out
+    assert text.count("ok   accuracy") == 6 and "events' ideal differ" in text, text
+
+
+def test_stamp_slots_go_round_the_ring():
+    saved = dict(nb._stamper)
+    try:
+        nb._stamper["next"] = nb.STAMP_SLOTS - 2
+        assert nb._take_slots() == (nb.STAMP_SLOTS - 2, nb.STAMP_SLOTS - 1)
+        assert nb._take_slots() == (0, 1)
+    finally:
+        nb._stamper.clear()
+        nb._stamper.update(saved)
