@@ -225,7 +225,7 @@ def stamp_ptx():
 _stamper = {}
 # Slots for the program's own stamps (8 bytes each): `two_stamps` and `like_zcta_stamps`
 # take the next ones round the ring, so a pair's values must be read before
-# STAMP_SLOTS / 2 more pairs are taken.
+# STAMP_SLOTS / 2 more pairs are taken (tests/gpu/events.py reads each block's).
 STAMP_SLOTS = 8192
 
 
@@ -235,7 +235,8 @@ def stamp(stream, slot=0):
     module's own, read with `stamp_value` after a synchronise."""
     import ctypes as C
 
-    if not _stamper:
+    # Set up at the first launch (`_take_slots` may have taken slots before it).
+    if "f" not in _stamper:
         cu = C.CDLL("libcuda.so.1")
         mod, f, host, dev = C.c_void_p(), C.c_void_p(), C.c_void_p(), C.c_uint64()
 
@@ -248,7 +249,8 @@ def stamp(stream, slot=0):
         ck(cu.cuModuleGetFunction(C.byref(f), mod, b"zcta_stamp"), "cuModuleGetFunction")
         ck(cu.cuMemHostAlloc(C.byref(host), C.c_size_t(8 * STAMP_SLOTS), C.c_uint(3)), "cuMemHostAlloc")
         ck(cu.cuMemHostGetDevicePointer_v2(C.byref(dev), host, C.c_uint(0)), "cuMemHostGetDevicePointer")
-        _stamper.update(cu=cu, f=f, dev=dev.value, host=host.value, next=0)
+        _stamper.update(cu=cu, f=f, dev=dev.value, host=host.value)
+        _stamper.setdefault("next", 0)
     if not 0 <= slot < STAMP_SLOTS:
         raise ValueError(f"stamp slot {slot} outside 0..{STAMP_SLOTS - 1}")
     s = _stamper

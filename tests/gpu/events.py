@@ -75,6 +75,10 @@ def accuracy(out):
     if set_recording is not None:
         set_recording.argtypes, set_recording.restype = [ctypes.c_int], ctypes.c_int
 
+    # Each block's stamps are read after its synchronise, before the ring comes round.
+    if 6 * ITERS > nb.STAMP_SLOTS:
+        raise SystemExit(f"ITERS={ITERS}: a block takes {6 * ITERS} stamp slots, more than the "
+                         f"{nb.STAMP_SLOTS} of examples/nccl_bench.py's ring")
     res = []
     for nbytes in SIZES:
         n = nbytes // 4
@@ -83,6 +87,7 @@ def accuracy(out):
         for kind, fn in ops.items():
             fn(3)  # warm-up (same sizes: the check takes the last ITERS rows)
             torch.cuda.synchronize()
+            block = []
             for _ in range(ITERS):
                 e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda._sleep(200_000)  # ~100 us: the stream is busy past the call
@@ -90,44 +95,51 @@ def accuracy(out):
                 fn(1)
                 e1.record(s)
                 c, slots = nb.two_stamps(s)
-                res.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": c, "slots": slots})
+                block.append({"kind": kind, "bytes": nbytes, "e": (e0, e1), "c": c, "slots": slots})
             torch.cuda.synchronize()
-            # The ideal tool, with zcta's recording paused (no event of zcta's inside
-            # the program's pair): the program records the inner pair where zcta
-            # records its own.
+            # The ideal tools, with zcta's recording paused (no stamp of zcta's inside
+            # the program's pair): the program records the inner pair of events, or
+            # launches the inner pair of stamps, where zcta stamps.
             if set_recording is not None:
                 set_recording(0)
             for _ in range(ITERS):
                 (e0, r, e, e1), c = nb.like_zcta(s, fn)
-                res.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": c})
+                block.append({"kind": kind, "bytes": nbytes, "ideal": True, "e": (e0, e1), "i": (r, e), "c": c})
             for _ in range(ITERS):
                 e, inner, (c, slots) = nb.like_zcta_stamps(s, fn)
-                res.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True, "e": e, "si": inner, "c": c,
-                            "slots": slots})
+                block.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True, "e": e, "si": inner, "c": c,
+                              "slots": slots})
             if set_recording is not None:
                 set_recording(1)
             torch.cuda.synchronize()
-    for r in res:
-        e0, e1 = r.pop("e")
-        r["events_us"] = e0.elapsed_time(e1) * 1e3
-        # What zcta's two stamps (or, for the ideal tool, two records) add: for the
-        # stamps, the events' elapsed time less the stamps' own interval, which zcta's
-        # reading of the op includes.
-        c0, c2 = r.pop("c")
-        r["two_records_us"] = c0.elapsed_time(c2) * 1e3
-        if "slots" in r:
-            a, b = r.pop("slots")
-            r["stamps_between_us"] = (nb.stamp_value(b) - nb.stamp_value(a)) / 1e3
-            r["two_records_us"] -= r["stamps_between_us"]
-        if "i" in r:
-            i0, i1 = r.pop("i")
-            r["inner_us"] = i0.elapsed_time(i1) * 1e3
-        if "si" in r:
-            a, b = r.pop("si")
-            r["inner_us"] = (nb.stamp_value(b) - nb.stamp_value(a)) / 1e3
+            res += [settle(r, nb.stamp_value) for r in block]
     me.destroy()
     Path(out).write_text(json.dumps(res))
     dist.destroy_process_group()
+
+
+def settle(r, stamp_value):
+    """One measured row, after a synchronise: its events and stamps read into µs
+    (`stamp_value(slot)`: a stamp's GPU clock in ns). `events_us`: the program's window;
+    `two_records_us`: what two records (the events' ideal) or two stamps (zcta and the
+    stamps' ideal) add to it beyond what the inner marks read: for stamps, the events'
+    elapsed time around two stamps less the stamps' own interval, which a reading
+    between stamps includes; `inner_us`: an ideal tool's own reading."""
+    e0, e1 = r.pop("e")
+    r["events_us"] = e0.elapsed_time(e1) * 1e3
+    c0, c2 = r.pop("c")
+    r["two_records_us"] = c0.elapsed_time(c2) * 1e3
+    if "slots" in r:
+        a, b = r.pop("slots")
+        r["stamps_between_us"] = (stamp_value(b) - stamp_value(a)) / 1e3
+        r["two_records_us"] -= r["stamps_between_us"]
+    if "i" in r:
+        i0, i1 = r.pop("i")
+        r["inner_us"] = i0.elapsed_time(i1) * 1e3
+    if "si" in r:
+        a, b = r.pop("si")
+        r["inner_us"] = (stamp_value(b) - stamp_value(a)) / 1e3
+    return r
 
 
 def rows(run_dir, table, columns=None):

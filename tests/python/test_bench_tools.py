@@ -380,10 +380,24 @@ def test_the_gpu_checks_launch_zctas_own_stamp_kernel():
     assert "st.volatile.global.u64" in ptx, ptx
 
 
-def _accuracy_case(tmp_path, zcta_shift_us, stamps_ideal=True):
-    """A synthetic run of tests/gpu/events.py's accuracy part: per kind and size, 100
-    ops whose program's window is the op plus what two stamps add (4 us, of which the
-    stamps' own interval is 2 us), zcta's rows reading the op `zcta_shift_us` off."""
+
+class _Event:
+    """A CUDA event's stand-in: recorded at `t_us` on the GPU."""
+
+    def __init__(self, t_us):
+        self.t_us = t_us
+
+    def elapsed_time(self, end):
+        return (end.t_us - self.t_us) / 1e3  # ms, as torch.cuda.Event's
+
+
+def _accuracy_case(tmp_path, zcta_shift_us, events_ideal_shift_us=0.5, stamps_ideal=True):
+    """A synthetic run of tests/gpu/events.py's accuracy part, settled as the GPU run
+    settles it: per kind and size, 100 ops of `true` µs; the program's window holds the
+    op, its launch gaps and zcta's two stamps; the correction's events around two stamps
+    back to back read 6 µs, 2 µs of it the stamps' own interval; zcta's rows read the op
+    `zcta_shift_us` off. The events' ideal reads `events_ideal_shift_us` off, the
+    stamps' ideal reads what zcta should."""
     import random
 
     sys.path.insert(0, str(ROOT / "tests" / "gpu"))
@@ -392,25 +406,41 @@ def _accuracy_case(tmp_path, zcta_shift_us, stamps_ideal=True):
     finally:
         sys.path.pop(0)
     rnd = random.Random(7)
+    clock = {}
+
+    def stamps(a_ns, b_ns):
+        k = len(clock)
+        clock[k], clock[k + 1] = a_ns, b_ns
+        return k, k + 1
+
+    def two_stamps():
+        return (_Event(0.0), _Event(6.0)), stamps(10_000, 12_000)
+
     got, ops, op_id = [], [], 0
     for kind, op in [("sr", "Send"), ("a2a", "AlltoAll")]:
         for nbytes in events.SIZES:
             true_us = 4.0 + nbytes / (1 << 20)
             for _ in range(events.ITERS):
                 jitter = rnd.choice([0.0, 0.03, 0.06])
-                # The stamps' correction as the check now takes it: the events around
-                # two stamps (6 us) less the stamps' own interval (2 us).
-                got.append({"kind": kind, "bytes": nbytes, "events_us": true_us + 4.0 + jitter,
-                            "two_records_us": 6.0 - 2.0, "stamps_between_us": 2.0})
+                # E0 S1 op S2 E1: 4 us of gaps outside the stamps' reading.
+                c, slots = two_stamps()
+                got.append({"kind": kind, "bytes": nbytes, "e": (_Event(0.0), _Event(true_us + 4.0 + jitter)),
+                            "c": c, "slots": slots})
                 op_id += 1
                 ops.append({"op_id": op_id, "op": op, "bytes": nbytes, "timing": "timed", "gpu_ready_ns": 1_000,
                             "gpu_end_ns": 1_000 + round((true_us + zcta_shift_us) * 1e3)})
             for _ in range(events.ITERS):
-                got.append({"kind": kind, "bytes": nbytes, "ideal": True, "events_us": true_us + 2.6,
-                            "inner_us": true_us, "two_records_us": 2.6})
+                got.append({"kind": kind, "bytes": nbytes, "ideal": True,
+                            "e": (_Event(0.0), _Event(true_us + 2.6)),
+                            "i": (_Event(0.0), _Event(true_us + events_ideal_shift_us)),
+                            "c": (_Event(0.0), _Event(2.6))})
                 if stamps_ideal:
-                    got.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True, "events_us": true_us + 4.0,
-                                "inner_us": true_us, "two_records_us": 4.0})
+                    c, slots = two_stamps()
+                    got.append({"kind": kind, "bytes": nbytes, "ideal_stamps": True,
+                                "e": (_Event(0.0), _Event(true_us + 4.0)),
+                                "si": stamps(50_000, 50_000 + round(true_us * 1e3)), "c": c, "slots": slots})
+    got = [events.settle(r, clock.__getitem__) for r in got]
+    assert all(r["two_records_us"] == pytest.approx(4.0) for r in got if "ideal" not in r)
     (tmp_path / "acc" / "ops").mkdir(parents=True)
     pd.DataFrame(ops).to_parquet(tmp_path / "acc" / "ops" / "part-0.parquet")
     (tmp_path / "acc.json").write_text(json.dumps(got))
@@ -418,30 +448,77 @@ def _accuracy_case(tmp_path, zcta_shift_us, stamps_ideal=True):
 
 
 def test_gpu_accuracy_check_passes_matching_stamps_and_fails_an_offset(tmp_path, capsys):
-    """The accuracy check's arithmetic (tests/gpu/events.py check-accuracy), on synthetic
-    rows: zcta reading the op as the program's events do (less what two stamps add
-    beyond their own interval) passes every size; zcta 2 us short, as the check's old
-    correction made every op look, fails every size; files without the stamps' ideal
-    judge the means against the events' ideal."""
+    """The accuracy check (tests/gpu/events.py: settle, then check-accuracy) on
+    synthetic rows: zcta reading the op as the program's events do, less what two
+    stamps add beyond their own interval, passes every size though the events' ideal
+    reads 0.5 us off (the means are compared with the stamps' ideal); zcta 2 us short,
+    as the check's old correction made every op look, fails every size; 0.5 us off
+    fails the means condition alone; files without the stamps' ideal compare the
+    means with the events' ideal."""
     events, out, run = _accuracy_case(tmp_path / "a", 0.0)
     assert events.check_accuracy(out, run)
     text = capsys.readouterr().out
-    assert text.count("ok   accuracy") == 6 and "stamps' ideal" in text, text
+    assert text.count("ok   accuracy") == 6 and "stamps' ideal differ" in text, text
     events, out, run = _accuracy_case(tmp_path / "b", -2.0)
     assert not events.check_accuracy(out, run)
-    assert capsys.readouterr().out.count("FAIL accuracy") == 6
-    events, out, run = _accuracy_case(tmp_path / "c", 0.0, stamps_ideal=False)
+    text = capsys.readouterr().out
+    assert text.count("FAIL accuracy") == 6 and "within max(1 us, 2 %): 0/100" in text, text
+    events, out, run = _accuracy_case(tmp_path / "c", -0.5)
+    assert not events.check_accuracy(out, run)
+    text = capsys.readouterr().out
+    assert text.count("FAIL accuracy") == 6 and "within max(1 us, 2 %): 0/100" not in text, text
+    events, out, run = _accuracy_case(tmp_path / "d", 0.0, events_ideal_shift_us=0.0, stamps_ideal=False)
     assert events.check_accuracy(out, run)
     text = capsys.readouterr().out
     assert text.count("ok   accuracy") == 6 and "events' ideal differ" in text, text
 
 
-def test_stamp_slots_go_round_the_ring():
+def test_stamp_slots_go_round_the_ring_and_the_first_launch_sets_up(monkeypatch):
+    """examples/nccl_bench.py's stamps, against a stand-in libcuda: slots taken before
+    the first launch do not skip its set-up, the set-up keeps the ring's place, and
+    each launch passes its slot's device address."""
+    import ctypes
+
+    launched = []
+
+    class Cuda:
+        def cuModuleLoadData(self, mod, ptx):
+            mod._obj.value = 1
+            return 0
+
+        def cuModuleGetFunction(self, f, mod, name):
+            f._obj.value = 2
+            return 0
+
+        def cuMemHostAlloc(self, host, size, flags):
+            host._obj.value = 0x1000
+            return 0
+
+        def cuMemHostGetDevicePointer_v2(self, dev, host, flags):
+            dev._obj.value = 0x7000_0000
+            return 0
+
+        def cuLaunchKernel(self, f, *rest):
+            params = rest[-2]
+            launched.append(ctypes.c_uint64.from_address(params[0]).value)
+            return 0
+
+    class Stream:
+        cuda_stream = 0
+
     saved = dict(nb._stamper)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Cuda())
     try:
+        nb._stamper.clear()
         nb._stamper["next"] = nb.STAMP_SLOTS - 2
-        assert nb._take_slots() == (nb.STAMP_SLOTS - 2, nb.STAMP_SLOTS - 1)
+        slots = nb._take_slots()
+        assert slots == (nb.STAMP_SLOTS - 2, nb.STAMP_SLOTS - 1)
+        for k in slots:
+            nb.stamp(Stream(), k)
+        assert launched == [0x7000_0000 + 8 * k for k in slots]
         assert nb._take_slots() == (0, 1)
+        with pytest.raises(ValueError):
+            nb.stamp(Stream(), nb.STAMP_SLOTS)
     finally:
         nb._stamper.clear()
         nb._stamper.update(saved)
