@@ -449,6 +449,53 @@ fn a_slow_stream_does_not_hold_back_the_others() {
 }
 
 #[test]
+fn one_threads_slow_default_stream_does_not_hold_back_anothers() {
+    // The per-thread default stream has the same handle (2) on every thread: 3 s of
+    // work and one op on one thread's, then 40 ops on another thread's, idle one.
+    let run = Run::new("adv-slow-thread-stream");
+    run_driver(
+        &run,
+        &["slow_thread_stream", "3000", "40", "2000"],
+        &[("ZCTA_BUDGET", "all")],
+        LIMIT,
+    );
+    let (_, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 41);
+    let main_tid = ops.last().unwrap().req_u64("tid");
+    let idle: Vec<&Row> = ops.iter().filter(|o| o.req_u64("tid") == main_tid).collect();
+    assert_eq!(idle.len(), 40);
+    let untimed = idle.iter().filter(|o| o.is_null("gpu_end_ns")).count();
+    assert_eq!(
+        untimed, 0,
+        "ops on one thread's idle stream lost behind another thread's: {:?}",
+        t.by_timing
+    );
+    assert_eq!(t.timed_without_times, 1, "only the op behind 3 s of work");
+}
+
+#[test]
+fn a_capture_begun_on_the_stream_during_the_call() {
+    // The stand-in NCCL begins a capture on the op's stream inside the call (another
+    // thread of the program could): the op's end stamp must not go into the graph,
+    // and the stream's later ops are timed.
+    let run = Run::new("adv-capture-in-call");
+    let (_, stats) = run_driver(
+        &run,
+        &["capture_in_call", "10"],
+        &[("ZCTA_BUDGET", "all"), ("FAKE_NCCL_CAPTURE_IN_CALL", "1")],
+        LIMIT,
+    );
+    assert_eq!(stats["stamps_on_capturing"], 0, "{stats:?}");
+    let (p, ops, t) = counts_agree(&run);
+    assert_eq!(ops.len(), 11);
+    let first = ops.iter().min_by_key(|o| o.req_u64("op_id")).unwrap();
+    assert_eq!(first.str("timing"), Some("error"), "{first:?}");
+    assert_eq!(p.u64("timing_errors"), Some(1), "{p:?}");
+    assert_eq!(t.n("timed"), 10, "{:?}", t.by_timing);
+    assert_eq!(t.timed_without_times, 0, "{:?}", t.by_timing);
+}
+
+#[test]
 fn pause_and_resume_around_timed_ops() {
     // Each op takes 10 ms on the GPU (the paused ones too): the first ops' stamps
     // run while paused, all of them within the exit's wait.
@@ -550,11 +597,12 @@ fn budget_edge_values() {
             "{v}: {:?}",
             t.by_timing
         );
-        // Only a call the budget selected asks the driver about its stream; one left
-        // to the budget touches neither.
+        // Only a call the budget selected asks the driver about its stream (before its
+        // ready stamp, and a timed one again before its end stamp); one left to the
+        // budget touches neither.
         assert_eq!(
             stats["capture_queries"],
-            t.n("timed") + t.n("pool_empty"),
+            2 * t.n("timed") + t.n("pool_empty"),
             "{v}: {:?} {stats:?}",
             t.by_timing
         );

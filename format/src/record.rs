@@ -298,7 +298,8 @@ pub enum Timing {
     Captured,
     /// No event pair was free (the writer had not returned enough yet).
     PoolEmpty,
-    /// The driver refused a call (an unusual stream, an error), or the call failed.
+    /// The driver refused a call (an unusual stream, an error), the call failed, or
+    /// the stream began capturing during the call (no end stamp launched).
     Error,
     /// Its group's ops ran on more than one stream.
     Streams,

@@ -11,7 +11,8 @@
 //! per CUDA context that a communicator's creation ([`prepare`]) or the writer thread
 //! ([`Timer`]) fills; an op that finds the pool empty is not timed (counted, never
 //! waited for). Nothing is launched into a stream
-//! that is being captured into a CUDA graph. The writer reads the slots off the hot
+//! that is being captured into a CUDA graph (its capture is asked before each stamp
+//! of the pair). The writer reads the slots off the hot
 //! path (memory reads, no driver call) and puts their times on CLOCK_REALTIME through
 //! anchors: a stamp of its own, on a stream of its own, seen written within a few µs
 //! bracket of host time, renewed every [`ANCHOR_EVERY_NS`].
@@ -310,6 +311,9 @@ struct Flight {
     ctx: CtxKey,
     /// The stream it was recorded on (its later ops complete after it).
     stream: usize,
+    /// The thread whose per-thread default stream `stream` is (its handle is the same
+    /// on every thread: [`PER_THREAD_STREAM`]); 0 for any other stream.
+    thread: i32,
     pair: Pair,
     /// When the launching call started (picks the anchor nearest to it).
     call_ns: i64,
@@ -318,6 +322,17 @@ struct Flight {
     /// once its ready stamp, which may still be queued, has written its slot.
     keep: bool,
 }
+
+impl Flight {
+    /// The stream as the GPU knows it: the same handle is one stream per context
+    /// (the legacy stream too), and the per-thread default stream is one per thread.
+    fn lane(&self) -> (CtxKey, usize, i32) {
+        (self.ctx, self.stream, self.thread)
+    }
+}
+
+/// `CU_STREAM_PER_THREAD`: the calling thread's default stream, whichever thread.
+const PER_THREAD_STREAM: usize = 2;
 
 static FLIGHTS: OnceLock<Producer<Flight>> = OnceLock::new();
 
@@ -516,6 +531,11 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
         ext,
         ctx: b.pool.key(),
         stream: b.stream,
+        thread: if b.stream == PER_THREAD_STREAM {
+            crate::ffi::sys::gettid()
+        } else {
+            0
+        },
         pair: b.pair,
         call_ns: b.call_ns,
         keep: true,
@@ -542,7 +562,10 @@ pub fn end(b: Begun, rc: i32, ext: u64) -> Timing {
             Timing::Error
         };
     }
-    if b.pool.stamp(b.pair.end, b.stream).is_err() {
+    // The stream may have begun capturing during the call (the program's other thread
+    // began a capture on it): then nothing more is launched into it, and the op, which
+    // may or may not be in the graph, is not timed.
+    if cuda::capturing(b.stream) != Ok(false) || b.pool.stamp(b.pair.end, b.stream).is_err() {
         retire(f);
         ERRORS.fetch_add(1, Ordering::Relaxed);
         return Timing::Error;
@@ -779,11 +802,11 @@ impl Timer {
         // are not read now, so slots are read no more than needed; the ops of other
         // streams are (a stream far behind must not hold them back). Every op
         // kept goes to the back, so the order is kept.
-        let mut behind: Vec<usize> = Vec::new();
+        let mut behind: Vec<(CtxKey, usize, i32)> = Vec::new();
         let n = self.pending.len();
         for _ in 0..n {
             let Some(f) = self.pending.pop_front() else { break };
-            if behind.contains(&f.stream) {
+            if behind.contains(&f.lane()) {
                 self.pending.push_back(f);
                 continue;
             }
@@ -805,7 +828,7 @@ impl Timer {
                 if st.read(f.pair.ready).is_some() {
                     pool.give(f.pair);
                 } else if waiting {
-                    behind.push(f.stream);
+                    behind.push(f.lane());
                     self.pending.push_back(f);
                 }
                 continue;
@@ -813,7 +836,7 @@ impl Timer {
             // The end stamp runs after the ready one (same stream): both are written.
             let (Some(ready), Some(end)) = (st.read(f.pair.ready), st.read(f.pair.end)) else {
                 if waiting {
-                    behind.push(f.stream);
+                    behind.push(f.lane());
                     self.pending.push_back(f);
                 } else {
                     // Not given back: a stamp still queued on a stuck stream may write
