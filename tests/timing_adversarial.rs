@@ -3,7 +3,9 @@
 //! with stamps in flight, a driver that refuses every stamp launch or cannot make the
 //! stamp kernel or its slots, threads without a context, a capture on a blocking
 //! stream while another thread uses the legacy one, a drifting GPU clock, a GPU far
-//! behind at exit, pauses, budget edge values, wide groups and failing calls. In each:
+//! behind at exit, pauses, budget edge values, wide groups and failing calls, one
+//! thread's slow per-thread default stream beside another's, a capture begun on the
+//! op's stream during the call. In each:
 //! the program's behaviour is unchanged (exit status, stdout, nothing on stderr),
 //! every process ends within a bound, nothing is launched into a capturing stream, no
 //! row is lost, and the process row's counts agree with the ops rows.
