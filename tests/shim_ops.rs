@@ -898,6 +898,46 @@ fn communicators_from_a_reused_unique_id_stay_distinct() {
     }
 }
 
+/// Both ranks of a communicator created by one process (NCCL's "multiple devices per
+/// thread"), after calls NCCL refused: one comm_id for both ranks, the id's own hash
+/// for the first communicator (a refused call made nothing), and a second one from
+/// the same id distinct from it and again shared by both ranks.
+#[test]
+fn ranks_of_one_communicator_in_one_process_share_its_id() {
+    for refused in ["0", "2"] {
+        let run = Run::new("two-ranks");
+        let idf = run.scratch("id");
+        common::write_unique_id(&idf);
+        let out = run
+            .host(&["two_ranks", idf.to_str().unwrap(), refused])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+        let comms = run.rows("comms");
+        assert_eq!(comms.len(), 4, "{comms:?}");
+        let first = comm_id_of(&read_id(&idf));
+        let ids: BTreeSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
+        assert_eq!(ids.len(), 2, "refused {refused}: {comms:?}");
+        assert!(
+            ids.contains(&first),
+            "refused {refused}: the first keeps the id's own hash"
+        );
+        for cid in &ids {
+            let ranks: BTreeSet<i32> = comms
+                .iter()
+                .filter(|c| c.req_u64("comm_id") == *cid)
+                .map(|c| c.req_i32("rank"))
+                .collect();
+            assert_eq!(ranks, BTreeSet::from([0, 1]), "refused {refused}: {comms:?}");
+        }
+        for o in &run.rows("ops") {
+            assert!(ids.contains(&o.req_u64("comm_id")), "{o:?}");
+            assert_eq!(o.req_u64("seq"), 0, "{o:?}");
+        }
+    }
+}
+
 /// A group of more ops than one reservation of the queue takes (256 records) goes in
 /// pieces: every op's row is written, in order, with its sequence number, and the
 /// group's end row counts them all.

@@ -1115,9 +1115,12 @@ fn comm_init_in(
         protect(|| gpu::start(on));
     }
     // Derivation indices are taken before the call, on every rank, success or not,
-    // so that all ranks of the parent agree.
+    // so that all ranks of the parent agree (a split or shrink is collective over the
+    // parent). A creation from a unique id counts only once NCCL accepted it, per rank
+    // (one process may hold several ranks of one communicator).
+    let unique_rank = a.rank.unwrap_or(-1);
     let pre = protect(|| match a.rule {
-        IdRule::Unique(id) => (Some(unique_occurrence(id)), None),
+        IdRule::Unique(id) => (Some(unique_comm_id(id, unique_rank)), None),
         IdRule::Split { parent, color } => {
             let p = comms::get(parent, &h.comms);
             let pid = p.as_ref().and_then(|p| p.comm_id);
@@ -1158,6 +1161,9 @@ fn comm_init_in(
     protect(|| {
         let (comm_id, parent_id) = pre.unwrap_or((None, None));
         let ok = nccl::accepted(rc);
+        if let (IdRule::Unique(id), true) = (a.rule, ok) {
+            note_unique_creation(id, unique_rank);
+        }
         let made = if ok { created() } else { Vec::new() };
         let version = ffi::real::library_info().version;
         let mut first_ptr = None;
@@ -1225,20 +1231,27 @@ fn comm_init_in(
 
 /// The same ncclUniqueId can create several communicators: `NCCL_COMM_ID` makes
 /// `ncclGetUniqueId` return a fixed id, and programs re-create communicators from a
-/// saved id. The n-th creation from one id gets a distinct comm_id; creation is
-/// collective and ordered, so n agrees on every rank.
-fn unique_occurrence(h: u64) -> u64 {
-    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, u64>>> =
-        std::sync::LazyLock::new(Default::default);
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    let n = seen.entry(h).or_insert(0);
-    let id = if *n == 0 {
-        h
-    } else {
-        hash::StableHasher::new().u64(h).u64(*n).finish()
-    };
-    *n += 1;
-    id
+/// saved id. The n-th communicator a rank creates from one id gets a distinct
+/// comm_id; creation is collective and ordered, so n agrees on every rank. Counted per
+/// rank (one process may create several ranks of one communicator, NCCL's "multiple
+/// devices per thread") and only for creations NCCL accepted (a call it refused on
+/// one rank made nothing there).
+static UNIQUE_SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(u64, i32), u64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The comm_id of the next communicator `rank` creates from unique id `h`.
+fn unique_comm_id(h: u64, rank: i32) -> u64 {
+    let seen = UNIQUE_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    match seen.get(&(h, rank)).copied().unwrap_or(0) {
+        0 => h,
+        n => hash::StableHasher::new().u64(h).u64(n).finish(),
+    }
+}
+
+/// `rank` created a communicator from unique id `h` ([`unique_comm_id`]).
+fn note_unique_creation(h: u64, rank: i32) {
+    let mut seen = UNIQUE_SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    *seen.entry((h, rank)).or_insert(0) += 1;
 }
 
 /// An id for a communicator only this process can name (no unique id, or a parent

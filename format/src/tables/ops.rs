@@ -10,7 +10,7 @@ crate::define_table! {
     op: Utf8, required, default, "NCCL function without the `nccl` prefix: AllReduce, Broadcast, Bcast, Reduce, AllGather, ReduceScatter, AlltoAll, Gather, Scatter, Send, Recv" => |r, c| Some(r.op.name());
     rank: I32, nullable, default, "rank of this process in the communicator (NULL: communicator unknown, e.g. a NULL comm)" => |r, c| r.rank;
     nranks: I32, nullable, default, "number of ranks in the communicator" => |r, c| r.nranks;
-    comm_id: U64, nullable, default, "communicator id, identical on every rank of the communicator (hash of its ncclUniqueId(s); derived from the parent for split/shrunk ones); joins `comms`" => |r, c| r.comm_id;
+    comm_id: U64, nullable, default, "communicator id, identical on every rank of the communicator (hash of its ncclUniqueId(s), with n for the n-th communicator a rank creates from the same id; derived from the parent for split/shrunk ones); joins `comms`" => |r, c| r.comm_id;
     comm_ptr: U64, required, default, "address of the ncclComm_t in this process" => |r, c| Some(r.comm_ptr);
     seq: U64, nullable, delta, "collectives: 0-based index of this collective on the communicator, identical on every rank, so (comm_id, seq) joins one collective across ranks. Send/Recv: index among this rank's sends to (receives from) `peer` on the communicator, so a Send joins its Recv on (comm_id, seq, rank=Recv.peer, peer=Recv.rank). NULL when NCCL rejected the call, or when its group was not run (ncclGroupSimulateEnd, or a failed ncclGroupEnd)" => |r, c| r.seq;
     call_seq: U64, nullable, delta, "0-based index of this call among all calls on the communicator by this rank (local issue order); NULL when the communicator is unknown (e.g. a NULL comm)" => |r, c| r.call_seq;
