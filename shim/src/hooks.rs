@@ -53,6 +53,10 @@ struct Hot {
     pending: RefCell<Vec<OpRaw>>,
     /// What the open outermost group's ops with rows add up to.
     group_ops: GroupOps,
+    /// Communicators created inside the open outermost group whose records lack what
+    /// NCCL says only once it ran (rank, size, device): asked at its successful end, so
+    /// that the budget's key of their later ops is the same on every rank.
+    made_in_group: RefCell<Vec<usize>>,
     /// The open outermost group's ncclGroupStart (entry, return) when its row is to be
     /// written: it travels in the group's end record ([`CallRecord::group_start`]).
     opened: Cell<Option<(i64, i64)>>,
@@ -80,6 +84,7 @@ thread_local! {
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
             group_ops: GroupOps::new(),
+            made_in_group: RefCell::new(Vec::new()),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
             op_ids: Cell::new((0, 0)),
@@ -666,6 +671,7 @@ fn flush_group(
     if end_rc == Some(nccl::NCCL_SUCCESS) && comms::maybe_incomplete() {
         complete_comms(h, &ops);
     }
+    complete_made(h, end_rc == Some(nccl::NCCL_SUCCESS));
     let tid = tid(h);
     let mut n = 0;
     for r in ops.iter_mut() {
@@ -700,6 +706,23 @@ fn complete_comms(h: &Hot, ops: &[OpRaw]) {
     for r in ops.iter().filter(|r| nccl::accepted(r.result)) {
         let _ = known_comm(h, r.comm_ptr as usize, true);
     }
+}
+
+/// At the end of the outermost group: the communicators created inside it are asked
+/// what their records lack when it ran (`ran`: its ncclGroupEnd returned ncclSuccess,
+/// so NCCL has initialised them), and forgotten either way. One destroyed inside the
+/// group is no longer known and is not handed to NCCL ([`known_comm`]).
+#[cold]
+fn complete_made(h: &Hot, ran: bool) {
+    let Ok(mut made) = h.made_in_group.try_borrow_mut() else {
+        return;
+    };
+    if ran {
+        for &ptr in made.iter() {
+            let _ = known_comm(h, ptr, true);
+        }
+    }
+    made.clear();
 }
 
 /// The most records a group writes with one reservation of the queue (a quarter of
@@ -1187,6 +1210,12 @@ fn comm_init_in(
             let device = query.then(|| ffi::real::comm_device(ptr)).flatten().or(dev_hint);
             let st = Arc::new(CommState::new(Some(comm_id), rank, nranks, device));
             comms::insert(ptr, Arc::clone(&st));
+            if !st.is_complete()
+                && current_group(h).is_some()
+                && let Ok(mut m) = h.made_in_group.try_borrow_mut()
+            {
+                m.push(ptr);
+            }
             let (color, key) = match a.rule {
                 IdRule::Split { color, .. } => (Some(color), a.key),
                 _ => (None, None),
