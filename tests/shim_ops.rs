@@ -870,17 +870,29 @@ fn communicators_from_a_reused_unique_id_stay_distinct() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     }
+    let ids = two_communicators_of_two_ranks(&run, &idf, "two processes");
+    let ops = run.rows("ops");
+    assert_eq!(ops.len(), 4);
+    for o in &ops {
+        assert!(ids.contains(&o.req_u64("comm_id")));
+        assert_eq!(o.req_u64("seq"), 0, "each communicator starts at seq 0: {o:?}");
+    }
+}
+
+/// A run's comms rows hold two communicators made one after the other from the id in
+/// `idf`, each seen by ranks 0 and 1, the first with the id's own hash: their ids.
+fn two_communicators_of_two_ranks(run: &Run, idf: &std::path::Path, what: &str) -> BTreeSet<u64> {
     let comms = run.rows("comms");
-    assert_eq!(comms.len(), 4);
+    assert_eq!(comms.len(), 4, "{what}: {comms:?}");
     let ids: BTreeSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
     assert_eq!(
         ids.len(),
         2,
-        "two communicators, each seen by both ranks: {comms:?}"
+        "{what}: two communicators, each seen by both ranks: {comms:?}"
     );
     assert!(
-        ids.contains(&comm_id_of(&read_id(&idf))),
-        "the first keeps the id's own hash"
+        ids.contains(&comm_id_of(&read_id(idf))),
+        "{what}: the first keeps the id's own hash"
     );
     for cid in &ids {
         let ranks: BTreeSet<i32> = comms
@@ -888,14 +900,9 @@ fn communicators_from_a_reused_unique_id_stay_distinct() {
             .filter(|c| c.req_u64("comm_id") == *cid)
             .map(|c| c.req_i32("rank"))
             .collect();
-        assert_eq!(ranks, BTreeSet::from([0, 1]));
+        assert_eq!(ranks, BTreeSet::from([0, 1]), "{what}: {comms:?}");
     }
-    let ops = run.rows("ops");
-    assert_eq!(ops.len(), 4);
-    for o in &ops {
-        assert!(ids.contains(&o.req_u64("comm_id")));
-        assert_eq!(o.req_u64("seq"), 0, "each communicator starts at seq 0: {o:?}");
-    }
+    ids
 }
 
 /// Both ranks of a communicator created by one process (NCCL's "multiple devices per
@@ -914,23 +921,7 @@ fn ranks_of_one_communicator_in_one_process_share_its_id() {
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-        let comms = run.rows("comms");
-        assert_eq!(comms.len(), 4, "{comms:?}");
-        let first = comm_id_of(&read_id(&idf));
-        let ids: BTreeSet<u64> = comms.iter().map(|c| c.req_u64("comm_id")).collect();
-        assert_eq!(ids.len(), 2, "refused {refused}: {comms:?}");
-        assert!(
-            ids.contains(&first),
-            "refused {refused}: the first keeps the id's own hash"
-        );
-        for cid in &ids {
-            let ranks: BTreeSet<i32> = comms
-                .iter()
-                .filter(|c| c.req_u64("comm_id") == *cid)
-                .map(|c| c.req_i32("rank"))
-                .collect();
-            assert_eq!(ranks, BTreeSet::from([0, 1]), "refused {refused}: {comms:?}");
-        }
+        let ids = two_communicators_of_two_ranks(&run, &idf, &format!("refused {refused}"));
         for o in &run.rows("ops") {
             assert!(ids.contains(&o.req_u64("comm_id")), "{o:?}");
             assert_eq!(o.req_u64("seq"), 0, "{o:?}");
