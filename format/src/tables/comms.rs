@@ -7,8 +7,8 @@ crate::define_table! {
     pub struct CommsTable, CommsBuilder: "comms", row = CommRecord;
     comm_id: U64, required, default, "communicator id, identical on every rank (see `ops.comm_id`)" => |r, c| Some(r.comm_id);
     comm_ptr: U64, required, default, "address of the ncclComm_t in this process" => |r, c| Some(r.comm_ptr);
-    rank: I32, nullable, default, "this process's rank in it" => |r, c| r.rank;
-    nranks: I32, nullable, default, "number of ranks" => |r, c| r.nranks;
+    rank: I32, nullable, default, "this process's rank in it; NULL when the creating call did not say it and NCCL could not be asked then (a split or shrink inside a group, or of a non-blocking communicator: NCCL initialises it later); its ops rows carry it" => |r, c| r.rank;
+    nranks: I32, nullable, default, "number of ranks; NULL as rank is" => |r, c| r.nranks;
     device: I32, nullable, default, "CUDA device (ncclCommCuDevice)" => |r, c| r.device;
     parent_comm_id: U64, nullable, default, "CommSplit/CommShrink: the parent communicator" => |r, c| r.parent_comm_id;
     init: Utf8, required, default, "creating function: CommInitRank, CommInitRankConfig, CommInitRankScalable, CommInitAll, CommSplit, CommShrink" => |r, c| Some(r.init.name());
