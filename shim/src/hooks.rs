@@ -671,7 +671,9 @@ fn flush_group(
     if end_rc == Some(nccl::NCCL_SUCCESS) && comms::maybe_incomplete() {
         complete_comms(h, &ops);
     }
-    complete_made(h, end_rc == Some(nccl::NCCL_SUCCESS));
+    if h.made_in_group.try_borrow().is_ok_and(|m| !m.is_empty()) {
+        complete_made(h, end_rc == Some(nccl::NCCL_SUCCESS));
+    }
     let tid = tid(h);
     let mut n = 0;
     for r in ops.iter_mut() {
