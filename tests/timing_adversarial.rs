@@ -501,44 +501,51 @@ fn a_capture_begun_on_the_stream_during_the_call() {
 fn a_communicator_split_alone_in_a_group_keys_its_ops_by_comm_id_and_seq() {
     // A split made alone inside a group is initialised at the group's end, where NCCL
     // is asked its rank: the budget's key of its Send/Recv in the next group is then
-    // (comm_id, ranks, seq), the same on every rank, not this rank's op id.
-    let run = Run::new("adv-split-p2p");
-    let idf = run.scratch("id");
-    common::write_unique_id(&idf);
-    run_driver(
-        &run,
-        &["split_p2p", idf.to_str().unwrap(), "4000"],
-        &[("ZCTA_BUDGET", "5%"), ("FAKE_NCCL_SPLIT_NRANKS", "2")],
-        Duration::from_secs(30),
-    );
-    let (_, ops, _) = counts_agree(&run);
+    // (comm_id, ranks, seq), the same on every rank, not this rank's op id. Only a
+    // group timed above level 0 can show it; how many the level leaves depends on the
+    // machine's speed, so the run is repeated (at most 3 times) until one was judged.
     let mut judged = 0;
-    for rows in launching_calls(&ops).values() {
-        let o = rows[0];
-        if o.str("op") == Some("AllReduce") || o.str("timing") != Some("timed") {
-            continue;
-        }
-        let level = o.req_u64("timing_level") as u8;
-        let keys: Vec<u64> = rows
-            .iter()
-            .map(|r| {
-                assert_eq!(r.i32("rank"), Some(0), "{r:?}");
-                let (send, recv) = match r.req_str("op") {
-                    "Send" => (0, 1),
-                    _ => (1, 0),
-                };
-                zcta::budget::p2p_key(r.req_u64("comm_id"), send, recv, r.req_u64("seq"))
-            })
-            .collect();
-        assert!(
-            keys.iter().any(|&k| zcta::budget::selected(k, level)),
-            "a group timed at level {level} whose ops the budget did not select: {rows:?}"
+    for _ in 0..3 {
+        let run = Run::new("adv-split-p2p");
+        let idf = run.scratch("id");
+        common::write_unique_id(&idf);
+        run_driver(
+            &run,
+            &["split_p2p", idf.to_str().unwrap(), "4000"],
+            &[("ZCTA_BUDGET", "5%"), ("FAKE_NCCL_SPLIT_NRANKS", "2")],
+            Duration::from_secs(30),
         );
-        judged += u64::from(level > 0);
+        let (_, ops, _) = counts_agree(&run);
+        for rows in launching_calls(&ops).values() {
+            let o = rows[0];
+            if o.str("op") == Some("AllReduce") || o.str("timing") != Some("timed") {
+                continue;
+            }
+            let level = o.req_u64("timing_level") as u8;
+            let keys: Vec<u64> = rows
+                .iter()
+                .map(|r| {
+                    assert_eq!(r.i32("rank"), Some(0), "{r:?}");
+                    let (send, recv) = match r.req_str("op") {
+                        "Send" => (0, 1),
+                        _ => (1, 0),
+                    };
+                    zcta::budget::p2p_key(r.req_u64("comm_id"), send, recv, r.req_u64("seq"))
+                })
+                .collect();
+            assert!(
+                keys.iter().any(|&k| zcta::budget::selected(k, level)),
+                "a group timed at level {level} whose ops the budget did not select: {rows:?}"
+            );
+            judged += u64::from(level > 0);
+        }
+        if judged > 0 {
+            break;
+        }
     }
     assert!(
         judged > 0,
-        "no group timed above level 0: the check judged nothing"
+        "no group timed above level 0 in 3 runs: the check judged nothing"
     );
 }
 
