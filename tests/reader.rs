@@ -113,6 +113,23 @@ fn truncated_file_is_skipped_and_the_rest_reads() {
 }
 
 #[test]
+fn a_file_whose_name_is_not_utf8_is_read() {
+    use std::os::unix::ffi::OsStrExt;
+    let run = recorded("non-utf8");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let odd = ops_dir.join(std::ffi::OsStr::from_bytes(b"h\xff-p1-00000.parquet"));
+    std::fs::rename(&good, &odd).unwrap();
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22, "{:?}", d.skipped);
+    assert_eq!(d.files, vec![odd]);
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    let out = zcta_cli(&["summary", run.dir().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(text(&out.stdout).contains("22 rows"), "{}", text(&out.stdout));
+}
+
+#[test]
 fn empty_and_garbage_files_are_skipped() {
     let run = recorded("garbage");
     let ops_dir = run.dir().join("ops");

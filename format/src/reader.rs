@@ -168,10 +168,13 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
         ..Listing::default()
     };
     for p in all {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if is_log_name(name) {
+        // Classified by a lossy reading of the name: a name that is not UTF-8 (a host
+        // name in another encoding) still ends in `.parquet` or `.wal`, and its file is
+        // read, not left out unseen.
+        let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        if is_log_name(&name) {
             l.logs.push(p);
-        } else if is_parquet_name(name) {
+        } else if is_parquet_name(&name) {
             l.parquet.push(p);
         }
     }
@@ -221,8 +224,8 @@ pub fn shared_pids(run_dir: &Path) -> Result<Vec<SharedPid>, ReadError> {
     for table in tables::ALL_TABLES {
         let l = list_files(run_dir, table)?;
         for p in l.parquet.iter().chain(&l.logs) {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let stem = name.strip_prefix('_').unwrap_or(name);
+            let name = p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+            let stem = name.strip_prefix('_').unwrap_or(&name);
             let stem = stem
                 .strip_suffix(".parquet")
                 .or_else(|| stem.strip_suffix(".wal"))
