@@ -725,13 +725,34 @@ fn phases_replaces_only_its_own_table() {
     assert_eq!(names_in(&run), ["ops", "phases", "process"]);
     std::fs::remove_file(&notes).unwrap();
 
-    // A Parquet file named like the table's but not zcta's is not the table's either.
-    let foreign = phases.join("phases-00009.parquet");
-    std::fs::write(&foreign, b"PAR1 someone else's PAR1").unwrap();
+    // A Parquet file named like the table's but not zcta's is not the table's either,
+    // nor are a log or a temporary file that only have the table's names.
+    for (name, bytes) in [
+        ("phases-00009.parquet", &b"PAR1 someone else's PAR1"[..]),
+        ("_phases-00007.wal", &b"my notes"[..]),
+        ("_phases-00008.parquet.tmp", &b"PAR1 half of someone's"[..]),
+    ] {
+        let foreign = phases.join(name);
+        std::fs::write(&foreign, bytes).unwrap();
+        let o = zcta_in(t.path(), &["phases", run_s]);
+        let err = text(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{name}: {err}");
+        assert!(err.contains(&foreign.display().to_string()), "{name}: {err}");
+        assert_eq!(std::fs::read(&foreign).unwrap(), bytes, "{name}");
+        std::fs::remove_file(&foreign).unwrap();
+    }
+    // A log of the phases table's columns (what zcta's writer leaves when it is
+    // stopped) is the table's: replaced with it.
+    let log = phases.join("_phases-00007.wal");
+    {
+        let schema = zcta::tables::schema_of("phases").unwrap();
+        let f = std::fs::File::create(&log).unwrap();
+        let mut w = arrow_ipc::writer::StreamWriter::try_new(f, &schema).unwrap();
+        w.finish().unwrap();
+    }
     let o = zcta_in(t.path(), &["phases", run_s]);
-    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(foreign.exists());
-    std::fs::remove_file(&foreign).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!log.exists(), "the table's own log goes with it");
 
     // A link where the table goes: kept, and its target untouched.
     let elsewhere = t.path().join("elsewhere");

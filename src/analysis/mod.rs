@@ -704,8 +704,10 @@ fn write_phases_into(run: &mut Run, base: &std::path::Path) -> Result<u64, Write
 
 /// Whether `name` is one of the files zcta's phases table is made of: its Parquet
 /// files (`phases-NNNNN.parquet`, whose footer must also say table `phases`), and the
-/// write-ahead logs and temporary files beside them (`_phases-NNNNN.wal`,
-/// `_phases-NNNNN.parquet.tmp`).
+/// write-ahead logs and temporary files beside them (`_phases-NNNNN.wal`: an Arrow
+/// stream of the phases table's columns; `_phases-NNNNN.parquet.tmp`: a complete
+/// Parquet file of table `phases`). A file that only has such a name is not proven
+/// zcta's, and is neither replaced nor removed.
 fn is_own_phases_file(path: &std::path::Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
@@ -716,15 +718,29 @@ fn is_own_phases_file(path: &std::path::Path) -> bool {
         return false;
     }
     if let Some(n) = name.strip_prefix("_phases-") {
-        return n
-            .strip_suffix(".wal")
-            .or_else(|| n.strip_suffix(".parquet.tmp"))
-            .is_some_and(segment);
+        if n.strip_suffix(".wal").is_some_and(segment) {
+            return is_phases_log(path);
+        }
+        return n.strip_suffix(".parquet.tmp").is_some_and(segment)
+            && crate::reader::parquet_table(path).as_deref() == Some("phases");
     }
     name.strip_prefix("phases-")
         .and_then(|n| n.strip_suffix(".parquet"))
         .is_some_and(segment)
         && crate::reader::parquet_table(path).as_deref() == Some("phases")
+}
+
+/// Whether the regular file at `path` is an Arrow stream whose schema has the phases
+/// table's columns (how zcta's writer logs a phases segment).
+fn is_phases_log(path: &std::path::Path) -> bool {
+    let Some(want) = crate::tables::schema_of("phases") else {
+        return false;
+    };
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    arrow_ipc::reader::StreamReader::try_new(std::io::BufReader::new(f), None)
+        .is_ok_and(|r| r.schema().fields() == want.fields())
 }
 
 /// `Ok(false)`: no `dir` yet; `Ok(true)`: a directory holding only files of zcta's
