@@ -83,6 +83,20 @@ pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
         .unwrap_or_else(|_| Err("corrupt log (the decoder rejected it)".into()))
 }
 
+/// The schema an IPC stream log starts with; `None` for a file that cannot be opened
+/// or does not start with one (the decoder's panics on damaged input caught, as in
+/// [`read_log`]).
+pub fn log_schema(path: &Path) -> Option<arrow_schema::SchemaRef> {
+    std::panic::catch_unwind(|| {
+        let f = File::open(path).ok()?;
+        StreamReader::try_new(BufReader::new(f), None)
+            .ok()
+            .map(|r| r.schema())
+    })
+    .ok()
+    .flatten()
+}
+
 /// Counts the bytes the decoder consumed.
 struct Counted<R> {
     inner: R,

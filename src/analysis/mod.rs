@@ -733,14 +733,13 @@ fn is_own_phases_file(path: &std::path::Path) -> bool {
 /// Whether the regular file at `path` is an Arrow stream whose schema has the phases
 /// table's columns (how zcta's writer logs a phases segment).
 fn is_phases_log(path: &std::path::Path) -> bool {
-    let Some(want) = crate::tables::schema_of("phases") else {
-        return false;
-    };
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    arrow_ipc::reader::StreamReader::try_new(std::io::BufReader::new(f), None)
-        .is_ok_and(|r| r.schema().fields() == want.fields())
+    match (
+        crate::recover::log_schema(path),
+        crate::tables::schema_of("phases"),
+    ) {
+        (Some(got), Some(want)) => got.fields() == want.fields(),
+        _ => false,
+    }
 }
 
 /// `Ok(false)`: no `dir` yet; `Ok(true)`: a directory holding only files of zcta's
