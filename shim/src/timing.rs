@@ -323,10 +323,12 @@ struct Flight {
     keep: bool,
 }
 
+/// A stream as the GPU knows it: the same handle is one stream per context (the
+/// legacy stream too), and the per-thread default stream is one per thread.
+type Lane = (CtxKey, usize, i32);
+
 impl Flight {
-    /// The stream as the GPU knows it: the same handle is one stream per context
-    /// (the legacy stream too), and the per-thread default stream is one per thread.
-    fn lane(&self) -> (CtxKey, usize, i32) {
+    fn lane(&self) -> Lane {
         (self.ctx, self.stream, self.thread)
     }
 }
@@ -802,7 +804,7 @@ impl Timer {
         // are not read now, so slots are read no more than needed; the ops of other
         // streams are (a stream far behind must not hold them back). Every op
         // kept goes to the back, so the order is kept.
-        let mut behind: Vec<(CtxKey, usize, i32)> = Vec::new();
+        let mut behind: Vec<Lane> = Vec::new();
         let n = self.pending.len();
         for _ in 0..n {
             let Some(f) = self.pending.pop_front() else { break };
