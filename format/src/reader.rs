@@ -13,6 +13,46 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::tables;
 
+/// Runs `f`, a read of a file that may be damaged, and catches a panic of the decoder
+/// in it (the parquet and Arrow IPC crates panic on some corrupt input instead of
+/// returning an error) as `Err`, *quietly*: the default panic message (and, with
+/// `RUST_BACKTRACE` set, a backtrace) is not printed, since the caller reports the file
+/// as skipped, with the reason, itself.
+///
+/// A process-wide panic hook is installed on the first call; it stays silent only for
+/// panics on a thread while it runs such a read (a thread-local depth), and hands
+/// every other panic, of any thread, to the hook that was in place before.
+pub fn guarded<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> std::thread::Result<R> {
+    use std::cell::Cell;
+    thread_local! {
+        /// Guarded reads running on this thread (nested ones count).
+        static GUARDED: Cell<u32> = const { Cell::new(0) };
+    }
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let earlier = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            // `try_with`: a panic while the thread's locals are torn down is not ours.
+            if GUARDED.try_with(Cell::get).unwrap_or(0) == 0 {
+                earlier(info);
+            }
+        }));
+    });
+    /// Leaves the guarded read, however `f` ends.
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            GUARDED.with(|g| g.set(g.get().saturating_sub(1)));
+        }
+    }
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let _leave = Leave;
+    std::panic::catch_unwind(f)
+}
+
+/// Why a file is skipped when the parquet crate panicked on it (caught by [`guarded`]).
+const DECODER_PANICKED: &str = "corrupt Parquet metadata (the decoder rejected it)";
+
 /// A file that was not read, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -382,20 +422,16 @@ pub fn stream_file(
             .build()
             .map_err(|e| format!("cannot read: {e}"))
     };
-    let mut reader = std::panic::catch_unwind(open)
-        .unwrap_or_else(|_| Err("corrupt Parquet metadata (the decoder rejected it)".into()))?;
+    let mut reader = guarded(open).unwrap_or_else(|_| Err(DECODER_PANICKED.into()))?;
     Ok(std::iter::from_fn(move || {
-        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())).unwrap_or_else(
-            |_| {
-                Some(Err(arrow_schema::ArrowError::ParquetError(
-                    "decoder panicked".into(),
-                )))
-            },
-        )?;
-        Some(
-            next.map_err(|e| format!("corrupt data: {e}"))
-                .and_then(|b| align(&b, &want)),
-        )
+        match guarded(std::panic::AssertUnwindSafe(|| reader.next())) {
+            Err(_) => Some(Err(DECODER_PANICKED.into())),
+            Ok(next) => Some(
+                next?
+                    .map_err(|e| format!("corrupt data: {e}"))
+                    .and_then(|b| align(&b, &want)),
+            ),
+        }
     }))
 }
 
@@ -409,7 +445,7 @@ pub fn parquet_table(path: &Path) -> Option<String> {
     let file = File::open(path).ok()?;
     // The parquet crate can panic on a corrupt footer (as `file_batches` notes): such a
     // file is not a table's.
-    let meta = std::panic::catch_unwind(|| {
+    let meta = guarded(|| {
         parquet::file::metadata::ParquetMetaDataReader::new()
             .parse_and_finish(&file)
             .ok()
@@ -460,7 +496,6 @@ fn file_batches(
     path: &Path,
     schema: &SchemaRef,
 ) -> Result<impl Iterator<Item = Result<RecordBatch, String>> + use<>, String> {
-    const PANICKED: &str = "corrupt Parquet metadata (the decoder rejected it)";
     let open = || -> Result<_, String> {
         let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -469,15 +504,15 @@ fn file_batches(
         let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
         Ok((version, reader))
     };
-    let (version, mut reader) = std::panic::catch_unwind(open).unwrap_or_else(|_| Err(PANICKED.into()))?;
+    let (version, mut reader) = guarded(open).unwrap_or_else(|_| Err(DECODER_PANICKED.into()))?;
     let schema = Arc::clone(schema);
     let mut failed = false;
     Ok(std::iter::from_fn(move || {
         if failed {
             return None;
         }
-        let b = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())) {
-            Err(_) => Err(PANICKED.to_owned()),
+        let b = match guarded(std::panic::AssertUnwindSafe(|| reader.next())) {
+            Err(_) => Err(DECODER_PANICKED.to_owned()),
             Ok(None) => return None,
             Ok(Some(Err(e))) => Err(format!("corrupt data: {e}")),
             Ok(Some(Ok(b))) => align(&b, &schema).map_err(|e| format!("schema version {version}: {e}")),

@@ -79,7 +79,7 @@ impl RecoverReport {
 /// or that holds bytes after it but no complete batch, is an `Err` saying so: its
 /// contents are unknown, so it must be kept.
 pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
-    std::panic::catch_unwind(|| read_log_inner(path))
+    crate::reader::guarded(|| read_log_inner(path))
         .unwrap_or_else(|_| Err("corrupt log (the decoder rejected it)".into()))
 }
 
@@ -87,7 +87,7 @@ pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
 /// or does not start with one (the decoder's panics on damaged input caught, as in
 /// [`read_log`]).
 pub fn log_schema(path: &Path) -> Option<arrow_schema::SchemaRef> {
-    std::panic::catch_unwind(|| {
+    crate::reader::guarded(|| {
         let f = File::open(path).ok()?;
         StreamReader::try_new(BufReader::new(f), None)
             .ok()
@@ -326,7 +326,7 @@ fn rows_of_process(run_dir: &Path, table: &str, prefix: &str) -> u64 {
 /// Rows of a Parquet file according to its footer; `Err` when the footer does not decode.
 fn parquet_rows(path: &Path) -> Result<u64, String> {
     let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let rows = std::panic::catch_unwind(|| {
+    let rows = crate::reader::guarded(|| {
         parquet::file::reader::SerializedFileReader::new(file)
             .map(|r| {
                 parquet::file::reader::FileReader::metadata(&r)
