@@ -75,6 +75,9 @@ ap.add_argument("--measures", default=",".join(MEASURES))
 ap.add_argument("--ab", action="store_true")
 ap.add_argument("--ab-blocks", type=int, default=10)
 ap.add_argument("--ab-block-ms", type=float, default=100.0)
+ap.add_argument("--isolate", action="store_true",
+                help="after the warm-up, keep this (the measuring) thread alone on one CPU core "
+                     "and the process's other threads on the other cores (bench/affinity.py)")
 args = ap.parse_args()
 
 dev = torch.device("cuda", 0)
@@ -203,6 +206,13 @@ wanted = [m for m in args.measures.split(",") if m and work[m][0] is not None]
 # the A/B's block length.
 train_steps(10)
 item_s = {m: per_item(work[m][0], max(work[m][1] // 10, 2)) for m in wanted}
+placement = None
+if args.isolate:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import affinity  # noqa: E402
+
+    placement = affinity.isolate_this_thread()
+    print(args.config, args.round, "placement:", placement, file=sys.stderr)
 
 prof = contextlib.nullcontext()
 if args.config.rstrip("23456789") == "profiler":
@@ -293,6 +303,7 @@ out.mkdir(parents=True, exist_ok=True)
 (out / f"{args.config}-{args.round}.json").write_text(
     json.dumps({"config": args.config, "round": args.round, "reps": res,
                 "median": {m: statistics.median(v) for m, v in res.items()}, "threads": thr,
+                "placement": placement,
                 **({"paused": paused,
                     "ab": {m: statistics.median(a / b for a, b in zip(res[m], paused[m])) for m in wanted},
                     "ab_pairs": {m: statistics.median(pairs[m]) for m in wanted},

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# What "always on" costs, on ONE GPU: plain, zcta's default (CUDA events under the
+# What "always on" costs, on ONE GPU: plain, zcta's default (GPU stamps under the
 # budget), zcta's deep mode (ZCTA_GPU=deep: CUPTI's records too) and torch.profiler,
 # one process per configuration, ROUNDS rounds, the order rotated every round
 # (bench/always_on.py says what each process measures). Prints the table last.
 #   bash bench/always_on.sh [SHIM_DIR (default .carry)]     logs and JSON under $OUT
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
-# noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process A/B against paused
-# recording in zcta's configurations; the same blocks, an A/A, in the others; AB_BLOCK_MS:
-# each block's least length, 100 by default), PIN (a CPU list for taskset, e.g. 2-5),
-# SHIM2 … SHIM9 (other builds' directories: a zcta configuration named with a trailing
-# digit N, e.g. default2, runs build SHIMN, so builds are compared in one run).
+# noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process
+# A/B against paused recording in zcta's configurations; the same blocks, an A/A, in
+# the others; AB_BLOCK_MS: each block's least length, 100 by default), PIN (a CPU list
+# for taskset, e.g. 2-5), ISOLATE=1 (after the warm-up, the measuring thread alone on
+# one core of PIN's CPUs and the process's other threads on the rest:
+# bench/affinity.py), SHIM2 … SHIM9 (other builds' directories: a zcta configuration
+# named with a trailing digit N, e.g. default2, runs build SHIMN, so builds are
+# compared in one run).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin1=$(cd "${1:-$root/.carry}" && pwd)
@@ -32,11 +35,13 @@ for ((r = 0; r < rounds; r++)); do
     ab=()
     # Every process runs the same blocks (plain and torch.profiler an A/A).
     [ "${AB:-0}" = 1 ] && ab=(--ab ${AB_BLOCK_MS:+--ab-block-ms "$AB_BLOCK_MS"})
+    iso=()
+    [ "${ISOLATE:-0}" = 1 ] && iso=(--isolate)
     pin=()
     [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
     timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
       python3 "$root/bench/always_on.py" --config "$c" --round "$r" --out "$out/json" \
-      --reps "${REPS:-7}" ${measures:+--measures "$measures"} "${ab[@]}" >>"$out/always_on.log" 2>&1 ||
+      --reps "${REPS:-7}" ${measures:+--measures "$measures"} "${ab[@]}" "${iso[@]}" >>"$out/always_on.log" 2>&1 ||
       echo "round $r $c failed (see $out/always_on.log)"
   done
 done

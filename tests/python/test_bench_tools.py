@@ -522,3 +522,52 @@ def test_stamp_slots_go_round_the_ring_and_the_first_launch_sets_up(monkeypatch)
     finally:
         nb._stamper.clear()
         nb._stamper.update(saved)
+
+
+def test_isolating_the_measuring_thread_keeps_it_off_the_others_cores(tmp_path):
+    """bench/affinity.py: core siblings read from sysfs (ranges and lists), the plan
+    (the lowest allowed CPU for the measuring thread, every CPU of another core for the
+    rest, none when no other core is allowed), and its application in a process: the
+    calling thread ends on the planned CPU and a thread started before it on the rest."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import affinity
+
+    for cpu, text in ((0, "0,8"), (1, "1-2"), (3, "3\n")):
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(text)
+    sib = lambda c: affinity.core_siblings(c, tmp_path)  # noqa: E731
+    assert (sib(0), sib(1), sib(3), sib(5)) == ({0, 8}, {1, 2}, {3}, {5})
+    assert affinity.plan({8, 0, 1, 2, 3}, sib) == (0, {1, 2, 3})
+    assert affinity.plan({1, 2}, sib) is None
+    assert affinity.plan({0, 8}, sib) is None
+    assert affinity.plan({3, 5}, sib) == (3, {5})
+    assert affinity.plan(set(), sib) is None
+
+    allowed = sorted(os.sched_getaffinity(0))
+    script = f"""
+import json, os, sys, threading, time
+sys.path.insert(0, {str(ROOT / "bench")!r})
+import affinity
+ready, stop, seen = threading.Event(), threading.Event(), {{}}
+def other():
+    seen["tid"] = threading.get_native_id()
+    ready.set()
+    stop.wait()
+t = threading.Thread(target=other)
+t.start()
+ready.wait()
+# sysfs of its own (no CPU shares a core) so that the plan does not depend on the box.
+got = affinity.isolate_this_thread({str(tmp_path / "none")!r})
+print(json.dumps({{"got": got, "me": sorted(os.sched_getaffinity(0)),
+                   "other": sorted(os.sched_getaffinity(seen["tid"]))}}))
+stop.set()
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                    text=True).stdout)
+    if len(allowed) < 2:
+        assert out["got"]["isolated"] is False and out["me"] == allowed
+        return
+    assert out["got"]["isolated"] is True and out["got"]["threads_moved"] >= 1
+    assert out["me"] == [allowed[0]]
+    assert out["other"] == allowed[1:] == out["got"]["others"]
