@@ -694,13 +694,14 @@ fn nccl_view(s: &Summary) -> anyhow::Result<()> {
 
 /// What the processes could not write (`process.records_dropped`).
 fn dropped_view(s: &Summary) -> anyhow::Result<()> {
-    let (mut total, mut known, mut unknown, mut with) = (0u64, 0usize, 0usize, 0usize);
+    // The total in u128: the counts come from the files (a damaged one may hold any u64).
+    let (mut total, mut known, mut unknown, mut with) = (0u128, 0usize, 0usize, 0usize);
     for d in s.processes.iter().map(|p| p.records_dropped) {
         match d {
             None => unknown += 1,
             Some(d) => {
                 known += 1;
-                total += d;
+                total += u128::from(d);
                 with += usize::from(d > 0);
             }
         }

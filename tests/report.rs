@@ -842,3 +842,180 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
     // Events-mode ops have a GPU time too: their time on the stream.
     assert!(g["gpu_median_us"].as_f64().is_some(), "{g}");
 }
+
+/// Rows whose times are the ends of i64, or past 2116 (a corrupt or hostile file),
+/// are left out of every figure and their file named with how many (exit 1), never
+/// wrapped or a panic (the tests run a debug build, which panics on overflow); a
+/// message of 2^64 − 1 bytes is summed exactly. The figures of the other rows are
+/// those of the run without the bad ones.
+#[test]
+fn times_out_of_range_are_left_out_and_named_never_wrapped() {
+    use zcta::record::{ProxyKind, ProxyRecord};
+    use zcta::tables::ProxyTable;
+    let t = tempfile::tempdir().unwrap();
+    let (clean, dir) = (t.path().join("clean"), t.path().join("extreme"));
+    golden(&clean);
+    golden(&dir);
+    // Two more processes on a communicator of their own, 6 Broadcasts each: rank 0's
+    // first four have a time at an end of i64 or just past 2116, the last two of both
+    // ranks carry 2^64 − 1 bytes.
+    let pair = [
+        Rank {
+            host: "hostA",
+            pid: 300,
+            rank: 0,
+            skew: 0,
+        },
+        Rank {
+            host: "hostA",
+            pid: 301,
+            rank: 1,
+            skew: 0,
+        },
+    ];
+    for r in &pair {
+        let (prefix, ctx) = r.files();
+        let mut w = DatasetWriter::<OpsTable>::new(&dir, &prefix, SinkPolicy::default());
+        for k in 0..6u64 {
+            let t0 = 3_000_000_000_000 + k as i64 * 1_000 * US;
+            let t = [t0, t0 + 2 * US, t0 + 10 * US, t0 + 50 * US];
+            let mut row = op(r, k + 1, OpKind::Broadcast, k, 1024, t, 0x55);
+            row.rec.comm_id = Some(0xBAD);
+            row.rec.nranks = Some(2);
+            row.rec.root = Some(0);
+            let g = row.gpu.as_mut().unwrap();
+            match (r.rank, k) {
+                (0, 0) => (row.rec.api_start_ns, row.rec.api_end_ns) = (i64::MIN, i64::MAX),
+                (0, 1) => (g.gpu_start_ns, g.gpu_end_ns) = (Some(i64::MIN), Some(i64::MAX)),
+                (0, 2) => (g.launch_ns, g.gpu_ready_ns) = (Some(i64::MAX), Some(i64::MIN)),
+                (0, 3) => g.gpu_end_ns = Some(1 << 62),
+                (_, 4 | 5) => row.rec.bytes = Some(u64::MAX),
+                _ => {}
+            }
+            w.append(&row, &ctx).unwrap();
+        }
+        w.close().unwrap();
+    }
+    // And one proxy step of rank 0 from the beginning of time to its end.
+    let (prefix, ctx) = pair[0].files();
+    let mut w = DatasetWriter::<ProxyTable>::new(&dir, &prefix, SinkPolicy::default());
+    let step = ProxyRecord::new(
+        ProxyKind::Step,
+        Some(5),
+        Some(1),
+        Some(0),
+        i64::MIN,
+        Some(i64::MAX),
+        300,
+    );
+    w.append(&step, &ctx).unwrap();
+    w.close().unwrap();
+    let ops_file = dir.join("ops").join("hostA-r0-p300-00000.parquet");
+    let proxy_file = dir.join("proxy").join("hostA-r0-p300-00000.parquet");
+    assert!(ops_file.is_file() && proxy_file.is_file());
+    let named = |err: &str, file: &Path, what: &str| {
+        err.lines().any(|l| {
+            l.starts_with(&format!(
+                "zcta: skipped {}: {what} left out: a time outside",
+                file.display()
+            ))
+        })
+    };
+    let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
+    let trace = t.path().join("trace.json");
+    let tr = trace.to_str().unwrap();
+    let mut outs = Vec::new();
+    for args in [
+        vec!["summary", d],
+        vec!["report", d, "--format", "json"],
+        vec!["diff", c, d, "--format", "json"],
+        vec!["export", "--perfetto", d, "-o", tr],
+        vec!["phases", d],
+    ] {
+        let (code, out, err) = zcta(&args);
+        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
+        assert!(!err.contains("panicked at"), "{what}");
+        assert!(named(&err, &ops_file, "4 ops rows"), "{what}");
+        if args[0] == "export" {
+            assert!(named(&err, &proxy_file, "1 proxy row"), "{what}");
+        }
+        assert!(err.lines().all(|l| l.starts_with("zcta: ")), "{what}");
+        assert_eq!(code, 1, "{what}");
+        outs.push(out);
+    }
+
+    // summary: the other rows' figures; the bytes summed exactly.
+    let (_, clean_summary, _) = zcta(&["summary", c]);
+    let calls = |s: &str, rank: &str, op: &str| {
+        s.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.len() == 5 && w[0] == rank && w[1] == op)
+            .map(|w| w[2..].join(" "))
+    };
+    let s = &outs[0];
+    for rank in ["0", "1", "2", "3"] {
+        for op in ["AllReduce", "AlltoAll"] {
+            assert_eq!(calls(s, rank, op), calls(&clean_summary, rank, op), "{s}");
+            assert!(calls(s, rank, op).is_some(), "{s}");
+        }
+    }
+    let max = u128::from(u64::MAX);
+    assert_eq!(
+        calls(s, "0", "Broadcast"),
+        Some(format!("2 {} 0", 2 * max)),
+        "{s}"
+    );
+    assert_eq!(
+        calls(s, "1", "Broadcast"),
+        Some(format!("6 {} 0", 2 * max + 4 * 1024)),
+        "{s}"
+    );
+
+    // report: the golden groups as they are without the extra rows; 8 Broadcasts.
+    let j: serde_json::Value = serde_json::from_str(&outs[1]).unwrap();
+    let jc = json(&clean);
+    for op in ["AllReduce", "AlltoAll"] {
+        assert_eq!(group(&j, op), group(&jc, op));
+    }
+    let bcast: Vec<&serde_json::Value> = j["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["op"] == "Broadcast")
+        .collect();
+    let n: u64 = bcast.iter().map(|g| g["count"].as_u64().unwrap()).sum();
+    assert_eq!(n, 8, "{bcast:?}");
+    for g in &bcast {
+        for k in ["p50_us", "p99_us", "gpu_median_us", "busbw_gbs"] {
+            assert!(
+                g[k].as_f64()
+                    .is_some_and(|v| v.is_finite() && (0.0..1e15).contains(&v)),
+                "{k}: {g}"
+            );
+        }
+    }
+
+    // diff: nothing changed in the golden ops.
+    let j: serde_json::Value = serde_json::from_str(&outs[2]).unwrap();
+    for r in j["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["op"] != "Broadcast")
+    {
+        let total = &r["changes"][0];
+        assert_eq!(total["what"], "total", "{r}");
+        assert_eq!(total["median_a_us"], total["median_b_us"], "{r}");
+    }
+
+    // export: every timestamp within the run (about 2000 s long), none wrapped.
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let ts: Vec<f64> = events.iter().filter_map(|e| e["ts"].as_f64()).collect();
+    assert_eq!(
+        ts.len(),
+        4 * 70 + 8,
+        "one per ops row kept, none of the proxy step"
+    );
+    assert!(ts.iter().all(|&t| (0.0..=2.1e9).contains(&t)), "{ts:?}");
+}

@@ -45,10 +45,14 @@ impl PairSamples {
         first.sort_unstable();
         for (i, &(h1, e1)) in first.iter().enumerate() {
             for &(h2, e2) in &first[i + 1..] {
+                // Times from a corrupt file may lie the whole i64 range apart.
+                let Some(d) = e2.checked_sub(e1) else {
+                    continue;
+                };
                 let (seen, v) = self.pairs.entry((h1, h2)).or_default();
                 *seen += 1;
                 if v.len() < KEEP {
-                    v.push(e2 - e1);
+                    v.push(d);
                 } else {
                     // Reservoir sampling, deterministic.
                     self.rng = self
@@ -57,7 +61,7 @@ impl PairSamples {
                         .wrapping_add(1442695040888963407);
                     let j = (self.rng >> 11) % *seen;
                     if (j as usize) < KEEP {
-                        v[j as usize] = e2 - e1;
+                        v[j as usize] = d;
                     }
                 }
             }
@@ -89,13 +93,25 @@ impl PairSamples {
                 let Some((seen, d)) = self.pairs.get(&key) else {
                     continue;
                 };
-                let mut d: Vec<i64> = d.iter().map(|x| x * sign).collect();
+                // Checked: differences from a corrupt file may be the ends of i64, and
+                // offsets chained through several hosts add up; a host whose offset
+                // would overflow stays unknown.
+                let mut d: Vec<i64> = d.iter().filter_map(|x| x.checked_mul(sign)).collect();
+                if d.is_empty() {
+                    continue;
+                }
                 let m = median(&mut d);
-                let mut dev: Vec<i64> = d.iter().map(|x| (x - m).abs()).collect();
+                let mut dev: Vec<i64> = d
+                    .iter()
+                    .map(|x| i64::try_from(x.abs_diff(m)).unwrap_or(i64::MAX))
+                    .collect();
                 let mad = median(&mut dev);
+                let Some(offset_ns) = base.offset_ns.checked_add(m) else {
+                    continue;
+                };
                 out[h] = Some(HostClock {
-                    offset_ns: base.offset_ns + m,
-                    uncertainty_ns: base.uncertainty_ns + mad,
+                    offset_ns,
+                    uncertainty_ns: base.uncertainty_ns.saturating_add(mad),
                     samples: *seen as usize,
                 });
                 frontier.push(h);
@@ -157,6 +173,19 @@ mod tests {
         }
         assert_eq!(est[2].unwrap().samples, 100);
         assert_eq!(est[3], None);
+    }
+
+    /// Completion times at the ends of i64 (a corrupt file) overflow nothing: their
+    /// difference is left out, and a host whose offset chained through another would
+    /// overflow stays unknown.
+    #[test]
+    fn extreme_times_overflow_nothing() {
+        let est = estimate(&[vec![(0, i64::MIN), (1, i64::MAX)]], 2);
+        assert_eq!(est[1], None);
+        let half = i64::MAX / 2 + 1;
+        let est = estimate(&[vec![(0, 0), (1, half)], vec![(1, 0), (2, half)]], 3);
+        assert_eq!(est[1].map(|c| c.offset_ns), Some(half));
+        assert_eq!(est[2], None);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use arrow_array::RecordBatch;
 use serde_json::json;
 
 use super::report::size_label;
@@ -22,7 +23,10 @@ pub struct ExportStats {
 }
 
 crate::read_view! {
-    struct OpsCols of ops { host, pid, rank, op, api_start_ns, api_end_ns, seq, bytes, op_id, engine, gpu_start_ns, gpu_end_ns }
+    struct OpsCols of ops {
+        host, pid, rank, op, api_start_ns, api_end_ns, seq, bytes, op_id, engine, gpu_start_ns, gpu_end_ns,
+        launch_ns, gpu_ready_ns,
+    }
 }
 
 crate::read_view! {
@@ -37,20 +41,99 @@ const TID_API: i64 = 1;
 const TID_PROXY: i64 = 2;
 const TID_GPU: i64 = 100;
 
-/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors).
-pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
-    let ops = reader::read_table(run_dir, "ops")?;
-    let gpu = reader::read_table(run_dir, "gpu")?;
-    let proxy = reader::read_table(run_dir, "proxy")?;
-    let mut stats = ExportStats::default();
-    for t in [&ops, &gpu, &proxy] {
-        stats.skipped.extend(t.skipped.iter().cloned());
+/// The batches of every file of `table` read, each with its file; its skipped files are
+/// added to `skipped`.
+fn read_files(
+    run_dir: &Path,
+    table: &str,
+    skipped: &mut Vec<Skipped>,
+) -> Result<Vec<(PathBuf, Vec<RecordBatch>)>, ReadError> {
+    let (data, files) = reader::fold_table(run_dir, table, Vec::new, |v, b| v.push(b.clone()))?;
+    skipped.extend(data.skipped);
+    Ok(data
+        .files
+        .into_iter()
+        .zip(files.into_iter().map(|f| f.1))
+        .collect())
+}
+
+/// The rows of `files` whose `times` ([`super::times_in_range`]) are in range, as
+/// (view of a batch, row); each file with rows left out is added to `skipped`.
+fn rows_in_range<'a, V>(
+    files: &'a [(PathBuf, Vec<RecordBatch>)],
+    what: &str,
+    skipped: &mut Vec<Skipped>,
+    view: impl Fn(&'a RecordBatch) -> Option<V>,
+    times: impl Fn(&V, usize) -> Vec<Option<i64>>,
+    rows: impl Fn(&V) -> usize,
+) -> Vec<(V, Vec<usize>)> {
+    let mut out = Vec::new();
+    for (path, batches) in files {
+        let mut left_out = 0;
+        for v in batches.iter().filter_map(&view) {
+            let keep: Vec<usize> = (0..rows(&v))
+                .filter(|&r| {
+                    let ok = super::times_in_range(&times(&v, r));
+                    left_out += u64::from(!ok);
+                    ok
+                })
+                .collect();
+            out.push((v, keep));
+        }
+        if left_out > 0 {
+            skipped.push(super::out_of_range(path.clone(), left_out, what));
+        }
     }
+    out
+}
+
+/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors). Rows with a
+/// time out of range ([`super::MAX_TIME_NS`]) are left out, and their files listed in
+/// [`ExportStats::skipped`].
+pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
+    let mut stats = ExportStats::default();
+    let ops = read_files(run_dir, "ops", &mut stats.skipped)?;
+    let gpu = read_files(run_dir, "gpu", &mut stats.skipped)?;
+    let proxy = read_files(run_dir, "proxy", &mut stats.skipped)?;
+    let ops = rows_in_range(
+        &ops,
+        "ops",
+        &mut stats.skipped,
+        OpsCols::of,
+        |v, r| {
+            vec![
+                Some(v.api_start_ns.value(r)),
+                Some(v.api_end_ns.value(r)),
+                v.gpu_start_ns.get(r),
+                v.gpu_end_ns.get(r),
+                // Not drawn, but a row is out of range by the same rule everywhere.
+                v.launch_ns.get(r),
+                v.gpu_ready_ns.get(r),
+            ]
+        },
+        |v| v.rows,
+    );
+    let gpu = rows_in_range(
+        &gpu,
+        "gpu",
+        &mut stats.skipped,
+        GpuCols::of,
+        |v, r| vec![Some(v.start_ns.value(r)), Some(v.end_ns.value(r))],
+        |v| v.rows,
+    );
+    let proxy = rows_in_range(
+        &proxy,
+        "proxy",
+        &mut stats.skipped,
+        ProxyCols::of,
+        |v, r| vec![Some(v.start_ns.value(r)), v.stop_ns.get(r)],
+        |v| v.rows,
+    );
     // Processes (host, pid) -> (trace pid, rank); earliest timestamp.
     let mut procs: BTreeMap<(String, i32), (i64, Option<i32>)> = BTreeMap::new();
     let mut t0 = i64::MAX;
-    for v in ops.batches.iter().filter_map(OpsCols::of) {
-        for r in 0..v.rows {
+    for (v, rows) in &ops {
+        for &r in rows {
             t0 = t0.min(v.api_start_ns.value(r));
             let n = procs.len() as i64 + 1;
             let e = procs
@@ -61,6 +144,7 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
             }
         }
     }
+    // Every time is in range, and t0 one of them (when there is a process to draw).
     let ts = |ns: i64| (ns - t0) as f64 / 1e3;
     let io = |e: std::io::Error| ReadError::Io {
         path: out_path.to_owned(),
@@ -95,8 +179,8 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     stats.processes = procs.len();
     let tp_of = |h: &str, p: i32| procs.get(&(h.to_owned(), p)).map(|x| x.0);
     // Ops on the API track.
-    for v in ops.batches.iter().filter_map(OpsCols::of) {
-        for r in 0..v.rows {
+    for (v, rows) in &ops {
+        for &r in rows {
             let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };
@@ -124,8 +208,8 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
     }
     // GPU work per stream.
     let mut streams: BTreeMap<(i64, u32), i64> = BTreeMap::new();
-    for v in gpu.batches.iter().filter_map(GpuCols::of) {
-        for r in 0..v.rows {
+    for (v, rows) in &gpu {
+        for &r in rows {
             let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };
@@ -165,8 +249,8 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
         }
     }
     // Proxy events.
-    for v in proxy.batches.iter().filter_map(ProxyCols::of) {
-        for r in 0..v.rows {
+    for (v, rows) in &proxy {
+        for &r in rows {
             let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
                 continue;
             };

@@ -155,6 +155,31 @@ pub struct Run {
     pub shared_pids: Vec<reader::SharedPid>,
 }
 
+/// The end of the times a row of a run can hold: ns since the UNIX epoch up to 2^62
+/// (the year 2116). Every `*_ns` value the analysis combines must lie in
+/// `[0, MAX_TIME_NS)`: a value outside it is corrupt or foreign (the ends of i64 in a
+/// damaged file), and the difference of two such times, or one less a difference,
+/// would overflow. A row holding one is left out and named ([`out_of_range`]).
+pub const MAX_TIME_NS: i64 = 1 << 62;
+
+/// Whether every time present in `times` lies in `[0, MAX_TIME_NS)`.
+pub fn times_in_range(times: &[Option<i64>]) -> bool {
+    times.iter().flatten().all(|t| (0..MAX_TIME_NS).contains(t))
+}
+
+/// The note for a file of which `rows` rows were left out for a time out of range
+/// (`what`: "ops", "gpu", ...): listed with the skipped files, so the command names it
+/// and exits 1.
+pub fn out_of_range(path: PathBuf, rows: u64, what: &str) -> Skipped {
+    Skipped {
+        path,
+        reason: format!(
+            "{} left out: a time outside 1970..2116 (not in [0, 2^62) ns since the epoch: a corrupt or foreign value); its other rows were used",
+            plural(rows, &format!("{what} row"), &format!("{what} rows"))
+        ),
+    }
+}
+
 /// "1 process", "2 processes": `n` with the word that fits it.
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -461,14 +486,18 @@ pub fn scan_ops(
             let mut last: Option<i64> = None;
             let grouped = complete || members.len() > 1 || op_key(&members[0]).is_some();
             if complete && members.len() > 1 && members[0].peer.is_none() && host_spread.len() < 100_000 {
+                // Checked: a host's clock offset is a difference of its times, chained
+                // through other hosts' (times themselves are in range: scan.rs).
                 let calls: Vec<i64> = members
                     .iter()
-                    .filter_map(|o| Some(o.api_start - offset(o.host)?))
+                    .filter_map(|o| o.api_start.checked_sub(offset(o.host)?))
                     .collect();
                 if calls.len() == members.len() {
                     let (lo, hi) = (calls.iter().min(), calls.iter().max());
-                    if let (Some(lo), Some(hi)) = (lo, hi) {
-                        host_spread.push(hi - lo);
+                    if let (Some(lo), Some(hi)) = (lo, hi)
+                        && let Some(spread) = hi.checked_sub(*lo)
+                    {
+                        host_spread.push(spread);
                     }
                 }
             }
@@ -478,7 +507,7 @@ pub fn scan_ops(
             if complete {
                 let starts: Vec<(i64, i32)> = members
                     .iter()
-                    .filter_map(|o| Some((o.gpu_begin()? - offset(o.host)?, o.rank?)))
+                    .filter_map(|o| Some((o.gpu_begin()?.checked_sub(offset(o.host)?)?, o.rank?)))
                     .collect();
                 if !starts.is_empty() && starts.len() < members.len() && !local {
                     stats.gpu_on_some_ranks += 1;
@@ -497,8 +526,10 @@ pub fn scan_ops(
                         if latest > earliest {
                             let r = e.1.entry(last_rank).or_default();
                             r.0 += 1;
-                            if r.1.len() < 100_000 {
-                                r.1.push(latest - earliest);
+                            if r.1.len() < 100_000
+                                && let Some(wait) = latest.checked_sub(earliest)
+                            {
+                                r.1.push(wait);
                             }
                         }
                     }
@@ -516,7 +547,7 @@ pub fn scan_ops(
                 }
             }
             for o in members {
-                let last_start = last.and_then(|l| offset(o.host).map(|off| l + off));
+                let last_start = last.and_then(|l| l.checked_add(offset(o.host)?));
                 let p = phases_of(
                     o,
                     last_start,

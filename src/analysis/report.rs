@@ -117,7 +117,8 @@ fn dropped_finding(run: &Run) -> Option<Finding> {
     if dropped.is_empty() {
         return None;
     }
-    let total: u64 = dropped.iter().map(|d| d.1).sum();
+    // In u128: the counts come from the files (a damaged one may hold any u64).
+    let total: u128 = dropped.iter().map(|d| u128::from(d.1)).sum();
     let per: Vec<String> = dropped
         .iter()
         .take(8)
@@ -227,9 +228,9 @@ impl Quant {
         if self.hist.is_empty() {
             let mut v = self.exact.clone();
             v.sort_unstable();
-            let mut seen = 0;
+            let mut seen: u64 = 0;
             for (x, w) in v {
-                seen += w;
+                seen = seen.saturating_add(w);
                 if seen > rank {
                     return Some(x as f64);
                 }
@@ -241,7 +242,7 @@ impl Quant {
         }
         let mut seen = self.zero;
         for (i, &c) in self.hist.iter().enumerate() {
-            seen += c;
+            seen = seen.saturating_add(c);
             if seen > rank {
                 return Some(1.01f64.powf(i as f64 + 0.5));
             }
@@ -261,15 +262,18 @@ impl Quant {
     }
 }
 
+/// One group's aggregates. The sums are wide enough not to overflow: a window is at
+/// most 2^53 ns ([`super::phases::MAX_WINDOW_NS`]) and stands for at most 2^32 ops, a
+/// message at most 2^64 bytes.
 #[derive(Default)]
 struct Acc {
     count: u64,
-    sums: [i64; N_PHASES],
+    sums: [i128; N_PHASES],
     any: [bool; N_PHASES],
-    total: i64,
+    total: i128,
     windows: Quant,
     gpu: Quant,
-    bytes_gpu: u64,
+    bytes_gpu: u128,
     nranks: i32,
 }
 
@@ -370,16 +374,16 @@ impl Builder {
             g.gpu.push_weighted(d, weight);
             g.bytes_gpu = g
                 .bytes_gpu
-                .saturating_add(o.bytes.unwrap_or(0).saturating_mul(weight));
+                .saturating_add(u128::from(o.bytes.unwrap_or(0)) * u128::from(weight));
         }
         if let Some(w) = p.window {
-            // Saturating: a sum of many windows each standing for up to 2^16 ops.
-            let k_w = weight as i64;
+            // In i128: a sum of many windows each standing for up to 2^32 ops.
+            let k_w = i128::from(weight);
             g.windows.push_weighted(w, weight);
-            g.total = g.total.saturating_add(w.saturating_mul(k_w));
+            g.total = g.total.saturating_add(i128::from(w) * k_w);
             for (k, v) in p.values().iter().enumerate() {
                 if let Some(v) = v {
-                    g.sums[k] = g.sums[k].saturating_add(v.saturating_mul(k_w));
+                    g.sums[k] = g.sums[k].saturating_add(i128::from(*v) * k_w);
                     g.any[k] = true;
                 }
             }
@@ -576,7 +580,11 @@ impl Builder {
             .filter_map(|p| p.gpu_sampling.as_deref())
             .collect();
         if !sampled.is_empty() {
-            let outside: u64 = run.procs.iter().filter_map(|p| p.ops_unsampled).sum();
+            let outside: u128 = run
+                .procs
+                .iter()
+                .filter_map(|p| p.ops_unsampled.map(u128::from))
+                .sum();
             let apart = match (stats.host_spread_ns, stats.gpu_on_some_ranks) {
                 (Some(s), n) if n > 0 => format!(
                     "; the ranks' hosts called each collective a median {:.1} ms apart, so {n} operations were sampled on only some of their ranks (no barrier for them)",
@@ -603,7 +611,11 @@ impl Builder {
                 fix: "process.gpu_timing says why no op was timed with stamps; with them on, ZCTA_BUDGET=all times every op (its cost: docs/PERFORMANCE.md)".into(),
             });
         }
-        let captured: u64 = run.procs.iter().filter_map(|p| p.ops_graph_captured).sum();
+        let captured: u128 = run
+            .procs
+            .iter()
+            .filter_map(|p| p.ops_graph_captured.map(u128::from))
+            .sum();
         if captured > 0 {
             out.push(Finding {
                 title: "Ops captured into CUDA graphs: GPU side not measured".into(),

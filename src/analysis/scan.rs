@@ -69,6 +69,8 @@ struct Stream {
     /// Last op and engine names seen (consecutive rows mostly repeat them).
     last_op: (String, &'static str),
     last_engine: (String, &'static str),
+    /// Rows of the current file left out: a time out of range ([`super::MAX_TIME_NS`]).
+    out_of_range: u64,
 }
 
 /// A fast hasher for the join's integer keys (SipHash showed up at 8 % of a scan).
@@ -119,9 +121,9 @@ impl Stream {
                             path: path.clone(),
                             reason: format!("{reason} (rows before it were used)"),
                         });
-                        self.cur = None;
+                        self.end_file(skipped);
                     }
-                    None => self.cur = None,
+                    None => self.end_file(skipped),
                 }
             }
             let Some(path) = self.files.pop_front() else {
@@ -134,13 +136,37 @@ impl Stream {
         }
     }
 
-    /// API start of the next row (loading the next batch when needed).
+    /// Leaves the current file, naming the rows of it that were left out.
+    fn end_file(&mut self, skipped: &mut Vec<Skipped>) {
+        if let Some((path, _)) = self.cur.take()
+            && self.out_of_range > 0
+        {
+            skipped.push(super::out_of_range(path, self.out_of_range, "ops"));
+        }
+        self.out_of_range = 0;
+    }
+
+    /// API start of the next row (loading the next batch when needed). Rows with a
+    /// time out of range are passed over (and counted).
     fn peek_time(&mut self, skipped: &mut Vec<Skipped>) -> Option<i64> {
         loop {
             if let Some(c) = &self.batch
                 && self.row < c.rows
             {
-                return Some(c.api_start_ns.value(self.row));
+                let r = self.row;
+                if super::times_in_range(&[
+                    Some(c.api_start_ns.value(r)),
+                    Some(c.api_end_ns.value(r)),
+                    c.launch_ns.get(r),
+                    c.gpu_ready_ns.get(r),
+                    c.gpu_start_ns.get(r),
+                    c.gpu_end_ns.get(r),
+                ]) {
+                    return Some(c.api_start_ns.value(r));
+                }
+                self.row += 1;
+                self.out_of_range += 1;
+                continue;
             }
             if !self.next_batch(skipped) {
                 return None;
@@ -279,6 +305,7 @@ fn stream_of(files: Vec<PathBuf>) -> Stream {
         last_host: None,
         last_op: (String::new(), "unknown"),
         last_engine: (String::new(), "unknown"),
+        out_of_range: 0,
     }
 }
 

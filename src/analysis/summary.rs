@@ -60,7 +60,9 @@ pub struct GpuSide {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Calls {
     pub calls: u64,
-    pub bytes: u64,
+    /// In u128: a call's `bytes` may be near 2^64 (a refused call with a huge count),
+    /// and the sum stays exact.
+    pub bytes: u128,
     pub errors: u64,
 }
 
@@ -89,8 +91,8 @@ crate::read_view! {
 
 crate::read_view! {
     struct OpsCols of ops {
-        host, pid, op_id, op, rank, bytes, result, timing, engine, launch_ns, gpu_ready_ns,
-        gpu_start_ns, gpu_end_ns,
+        host, pid, op_id, op, rank, bytes, result, timing, engine, api_start_ns, api_end_ns,
+        launch_ns, gpu_ready_ns, gpu_start_ns, gpu_end_ns,
     }
 }
 
@@ -108,6 +110,8 @@ struct OpsAcc {
     cover: BTreeMap<String, NcclCover>,
     gpu: BTreeMap<String, (GpuSide, Vec<i64>, Vec<i64>)>,
     calls: BTreeMap<(Option<i32>, String), Calls>,
+    /// Rows left out: a time out of range ([`super::MAX_TIME_NS`]).
+    out_of_range: u64,
 }
 
 impl OpsAcc {
@@ -131,13 +135,20 @@ impl OpsAcc {
         for (k, c) in o.calls {
             let e = self.calls.entry(k).or_default();
             e.calls += c.calls;
-            e.bytes += c.bytes;
+            e.bytes = e.bytes.saturating_add(c.bytes);
             e.errors += c.errors;
         }
     }
 
     fn add(&mut self, v: &OpsCols, hosts: &HashMap<String, usize>, seen: &HashSet<(usize, i32, u64)>) {
         for i in 0..v.rows {
+            let (start, launch) = (v.gpu_start_ns.get(i), v.launch_ns.get(i));
+            let (ready, end) = (v.gpu_ready_ns.get(i), v.gpu_end_ns.get(i));
+            let (api_start, api_end) = (v.api_start_ns.value(i), v.api_end_ns.value(i));
+            if !super::times_in_range(&[Some(api_start), Some(api_end), start, launch, ready, end]) {
+                self.out_of_range += 1;
+                continue;
+            }
             let op = v.op.value(i);
             let e = self.cover.entry(op.to_owned()).or_default();
             e.ops += 1;
@@ -151,19 +162,19 @@ impl OpsAcc {
             g.ops += 1;
             let eng = v.engine.get(i).unwrap_or("not measured");
             *g.engines.entry(eng.to_owned()).or_default() += 1;
-            let (start, launch) = (v.gpu_start_ns.get(i), v.launch_ns.get(i));
-            let begin = super::phases::gpu_begin(start, v.gpu_ready_ns.get(i), launch);
-            if let (Some(b), Some(end)) = (begin, v.gpu_end_ns.get(i)) {
+            // The times are in range: their differences do not overflow.
+            let begin = super::phases::gpu_begin(start, ready, launch);
+            if let (Some(b), Some(end)) = (begin, end) {
                 g.measured += 1;
-                dur.push(end.saturating_sub(b));
+                dur.push(end - b);
             }
             if let (Some(s), Some(l)) = (start, launch) {
-                queue.push(s.saturating_sub(l));
+                queue.push(s - l);
             }
 
             let c = self.calls.entry((v.rank.get(i), op.to_owned())).or_default();
             c.calls += 1;
-            c.bytes += v.bytes.get(i).unwrap_or(0);
+            c.bytes = c.bytes.saturating_add(u128::from(v.bytes.get(i).unwrap_or(0)));
             c.errors += u64::from(v.result.value(i) != 0);
         }
     }
@@ -229,9 +240,14 @@ pub fn summarize(run: &Path) -> Result<Summary, ReadError> {
                     a.add(&v, &hosts, &seen);
                 }
             })
-            .map(|(d, f)| {
+            .map(|(mut d, f)| {
                 let n = rows(&f);
-                for (_, a) in f {
+                // `f` holds the files read, in the order of `d.files`.
+                for (path, (_, mut a)) in d.files.iter().zip(f) {
+                    let left_out = std::mem::take(&mut a.out_of_range);
+                    if left_out > 0 {
+                        d.skipped.push(super::out_of_range(path.clone(), left_out, "ops"));
+                    }
                     ops.merge(a);
                 }
                 (d, n)
