@@ -548,12 +548,9 @@ fn network_waits_are_the_proxy_phase() {
     );
 }
 
-/// A run directory from schema version 1 (no GPU columns): reported, GPU phases not
-/// measured.
-#[test]
-fn an_older_schema_is_read_with_gpu_not_measured() {
+/// Rewrites the ops files of `dir` as schema version 1 wrote them: no GPU columns.
+fn to_schema_1(dir: &Path) {
     use std::sync::Arc;
-    let (_t, dir) = run_dir();
     let gpu_cols = [
         "launch_ns",
         "gpu_start_ns",
@@ -595,6 +592,14 @@ fn an_older_schema_is_read_with_gpu_not_measured() {
         }
         w.close().unwrap();
     }
+}
+
+/// A run directory from schema version 1 (no GPU columns): reported, GPU phases not
+/// measured.
+#[test]
+fn an_older_schema_is_read_with_gpu_not_measured() {
+    let (_t, dir) = run_dir();
+    to_schema_1(&dir);
     let j = json(&dir);
     let ar = group(&j, "AllReduce");
     assert_eq!(
@@ -1018,4 +1023,69 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
         "one per ops row kept, none of the proxy step"
     );
     assert!(ts.iter().all(|&t| (0.0..=2.1e9).contains(&t)), "{ts:?}");
+}
+
+/// `zcta diff` of a schema-1 run (no GPU side) with a schema-2 one: what run A did not
+/// measure is n/m (null in JSON), never 0, and has no change, no interval and no
+/// impact; the row is shown, not dropped.
+#[test]
+fn diff_says_not_measured_where_a_run_did_not_measure() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    golden(&a);
+    to_schema_1(&a);
+    golden(&b);
+    // B without its process rows: no profiler plugin known, so proxy and transfer are
+    // not told apart and B's unresolved time is measured and not 0 (A's, with no
+    // window, is not measured: before, it showed as 0.0).
+    std::fs::remove_dir_all(b.join("process")).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let (code, out, err) = zcta(&["diff", a, b, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{j}");
+    for r in rows {
+        let changes = r["changes"].as_array().unwrap();
+        assert_eq!(changes[0]["what"], "total", "{r}");
+        assert!(changes[0]["median_b_us"].as_f64().is_some_and(|v| v > 0.0), "{r}");
+        // B measured its phases: each is there, with A's side not measured.
+        for what in ["init", "queue", "sync", "unresolved"] {
+            assert!(changes.iter().any(|c| c["what"] == what), "{what}: {r}");
+        }
+        for c in changes {
+            assert!(c["median_a_us"].is_null(), "{c}");
+            assert!(c["ci95_us"].is_null() && c["significant"].is_null(), "{c}");
+        }
+        assert!(r["impact_us"].is_null(), "{r}");
+    }
+    let (code, out, err) = zcta(&["diff", a, b]);
+    assert_eq!(code, 0, "{err}");
+    // After "A ...", "B ..." and the header, up to the blank line: one line per change,
+    // "[op size n_A n_B impact] what A_us B_us B-A [CI]".
+    let what: Vec<&str> = std::iter::once("total")
+        .chain(zcta::analysis::phases::PHASES)
+        .collect();
+    let lines: Vec<&str> = out.lines().skip(3).take_while(|l| !l.is_empty()).collect();
+    assert_eq!(lines.iter().filter(|l| l.contains(" total ")).count(), 2, "{out}");
+    for l in lines {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let i = w
+            .iter()
+            .position(|x| what.contains(x))
+            .unwrap_or_else(|| panic!("{l}"));
+        assert_eq!((w[i + 1], w[i + 3]), ("n/m", "n/m"), "A and B-A: {l}");
+        assert!(w[i + 2].parse::<f64>().is_ok(), "B: {l}");
+        if w[i] == "total" {
+            assert_eq!(w[i - 1], "n/m", "impact: {l}");
+        }
+    }
+    // Two schema-1 runs: each row still shown, its total not measured on either side.
+    let (code, out, err) = zcta(&["diff", a, a]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("AlltoAll") && l.contains("total") && l.matches("n/m").count() == 4),
+        "{out}"
+    );
 }

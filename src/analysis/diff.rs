@@ -1,7 +1,8 @@
 //! `zcta diff RUN_A RUN_B`: per (op, message-size bucket), how each phase and the
 //! end-to-end time changed from A to B, with a 95 % bootstrap confidence interval of
 //! the change in medians, sorted by the change's impact on total time; and which ops
-//! changed data path.
+//! changed data path. A quantity one run did not measure is `None` there (`n/m` in
+//! the table, `null` in JSON), never 0, and has no change.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,12 +23,22 @@ const RESAMPLES: usize = 400;
 pub struct Change {
     /// "total" or a phase name.
     pub what: String,
-    pub median_a_us: f64,
-    pub median_b_us: f64,
-    /// 95 % bootstrap interval of `median_b - median_a` (µs).
-    pub ci_us: (f64, f64),
-    /// The interval excludes 0.
+    /// Median in A (µs); `None`: not measured for any op of the group in A.
+    pub median_a_us: Option<f64>,
+    /// Median in B (µs); `None`: not measured in B.
+    pub median_b_us: Option<f64>,
+    /// 95 % bootstrap interval of `median_b - median_a` (µs); `None` unless both runs
+    /// measured it.
+    pub ci_us: Option<(f64, f64)>,
+    /// The interval excludes 0 (false without one).
     pub significant: bool,
+}
+
+impl Change {
+    /// `median_b - median_a` (µs), when both runs measured it.
+    pub fn delta_us(&self) -> Option<f64> {
+        Some(self.median_b_us? - self.median_a_us?)
+    }
 }
 
 /// One (op, size bucket) present in both runs.
@@ -38,9 +49,10 @@ pub struct Row {
     pub count_a: u64,
     pub count_b: u64,
     /// Change of the summed end-to-end time if B's ops had taken A's median:
-    /// `(median_b - median_a) * count_b`, µs.
-    pub impact_us: f64,
-    /// "total" first, then each measured phase.
+    /// `(median_b - median_a) * count_b`, µs; `None` when either run did not measure
+    /// the end-to-end time.
+    pub impact_us: Option<f64>,
+    /// "total" first (always), then each phase measured in A or B.
     pub changes: Vec<Change>,
     /// Dominant engine in A and in B (they differ when the path changed).
     pub engine_a: String,
@@ -70,8 +82,11 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
         }
         let e = out.entry((o.op, size_bucket(o.bytes.unwrap_or(0)))).or_default();
         let mut v = [None; N_PHASES + 1];
-        v[0] = p.window;
-        v[1..].copy_from_slice(&p.values());
+        // Without a window no phase is measured (`unresolved`, 0 there, included).
+        if p.window.is_some() {
+            v[0] = p.window;
+            v[1..].copy_from_slice(&p.values());
+        }
         e.0 += 1;
         if e.1.len() < MAX_SAMPLES {
             e.1.push(v);
@@ -151,23 +166,30 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
         for (i, what) in std::iter::once("total").chain(PHASES).enumerate() {
             let a: Vec<i64> = va.iter().filter_map(|v| v[i]).collect();
             let b: Vec<i64> = vb.iter().filter_map(|v| v[i]).collect();
-            if a.is_empty() || b.is_empty() || (what == "unresolved" && a.iter().chain(&b).all(|&x| x == 0)) {
+            // A phase measured in neither run is left out (the total never is); so is
+            // an unresolved time that is 0 wherever measured.
+            let neither = a.is_empty() && b.is_empty() && what != "total";
+            if neither || (what == "unresolved" && a.iter().chain(&b).all(|&x| x == 0)) {
                 continue;
             }
-            let (ma_, mb_) = (median(&mut a.clone()), median(&mut b.clone()));
-            let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
+            let med = |v: &[i64]| (!v.is_empty()).then(|| median(&mut v.to_vec()) / 1e3);
+            let ci = (!a.is_empty() && !b.is_empty()).then(|| {
+                let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
+                (ci.0 / 1e3, ci.1 / 1e3)
+            });
             changes.push(Change {
                 what: what.into(),
-                median_a_us: ma_ / 1e3,
-                median_b_us: mb_ / 1e3,
-                ci_us: (ci.0 / 1e3, ci.1 / 1e3),
-                significant: ci.0 > 0.0 || ci.1 < 0.0,
+                median_a_us: med(&a),
+                median_b_us: med(&b),
+                ci_us: ci,
+                significant: ci.is_some_and(|ci| ci.0 > 0.0 || ci.1 < 0.0),
             });
         }
         let impact_us = changes
             .first()
             .filter(|c| c.what == "total")
-            .map_or(0.0, |c| (c.median_b_us - c.median_a_us) * *nb as f64);
+            .and_then(Change::delta_us)
+            .map(|d| d * *nb as f64);
         out.rows.push(Row {
             op: k.0.to_owned(),
             bucket: k.1,
@@ -184,8 +206,9 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
             out.only_b.push(format!("{} {}", k.0, bucket_label(k.1)));
         }
     }
-    out.rows
-        .sort_by(|x, y| y.impact_us.abs().total_cmp(&x.impact_us.abs()));
+    // Rows without an impact (not measured in a run) last.
+    let key = |r: &Row| r.impact_us.map_or(-1.0, f64::abs);
+    out.rows.sort_by(|x, y| key(y).total_cmp(&key(x)));
     Ok(out)
 }
 
@@ -197,6 +220,7 @@ pub fn render_text(d: &Diff) -> String {
         "{:<14} {:>13} {:>7} {:>7} {:>12}  {:<10} {:>10} {:>10} {:>24}  path",
         "op", "size bucket", "n A", "n B", "impact ms", "", "A us", "B us", "B-A us (95% CI)"
     );
+    let us = |v: Option<f64>| v.map_or_else(|| "n/m".to_string(), |v| format!("{v:.1}"));
     for r in &d.rows {
         let path = if r.engine_a == r.engine_b {
             r.engine_a.clone()
@@ -206,33 +230,37 @@ pub fn render_text(d: &Diff) -> String {
         for (i, c) in r.changes.iter().enumerate() {
             let head = if i == 0 {
                 format!(
-                    "{:<14} {:>13} {:>7} {:>7} {:>12.3}",
+                    "{:<14} {:>13} {:>7} {:>7} {:>12}",
                     r.op,
                     bucket_label(r.bucket),
                     r.count_a,
                     r.count_b,
-                    r.impact_us / 1e3
+                    r.impact_us
+                        .map_or_else(|| "n/m".to_string(), |v| format!("{:.3}", v / 1e3))
                 )
             } else {
                 format!("{:<14} {:>13} {:>7} {:>7} {:>12}", "", "", "", "", "")
             };
-            let mark = if c.significant { "*" } else { " " };
+            let change = match (c.delta_us(), c.ci_us) {
+                (Some(delta), Some(ci)) => {
+                    let mark = if c.significant { "*" } else { " " };
+                    format!("{delta:>+9.1} [{:+.1}, {:+.1}]{mark}", ci.0, ci.1)
+                }
+                _ => format!("{:>9}", "n/m"),
+            };
             let _ = writeln!(
                 s,
-                "{head}  {:<10} {:>10.1} {:>10.1} {:>+9.1} [{:+.1}, {:+.1}]{mark}  {}",
+                "{head}  {:<10} {:>10} {:>10} {change}  {}",
                 c.what,
-                c.median_a_us,
-                c.median_b_us,
-                c.median_b_us - c.median_a_us,
-                c.ci_us.0,
-                c.ci_us.1,
+                us(c.median_a_us),
+                us(c.median_b_us),
                 if i == 0 { path.as_str() } else { "" }
             );
         }
     }
     let _ = writeln!(
         s,
-        "\n(medians; * = the 95 % bootstrap interval of the change excludes 0; impact = change of the median end-to-end time × ops in B; sorted by |impact|)"
+        "\n(medians; * = the 95 % bootstrap interval of the change excludes 0; impact = change of the median end-to-end time × ops in B; sorted by |impact|; n/m = not measured in that run, so no change)"
     );
     for o in &d.only_a {
         let _ = writeln!(s, "only in A: {o}");
@@ -252,7 +280,9 @@ pub fn render_json(d: &Diff) -> Value {
             "path_changed": r.engine_a != r.engine_b,
             "changes": r.changes.iter().map(|c| json!({
                 "what": c.what, "median_a_us": c.median_a_us, "median_b_us": c.median_b_us,
-                "ci95_us": [c.ci_us.0, c.ci_us.1], "significant": c.significant,
+                "ci95_us": c.ci_us.map(|ci| [ci.0, ci.1]),
+                // Unknown (null) when a run did not measure it.
+                "significant": c.ci_us.map(|_| c.significant),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "only_a": d.only_a,
