@@ -7,51 +7,317 @@
     za.compare("runs/a", "runs/b")           # medians side by side
 
 The per-op phases come from `zcta phases RUN` (the phase model lives in one place,
-the zcta CLI; docs/phases.md). Files of older schema versions read with the missing
-columns as NULL; leftovers of killed processes (`_*.wal`, `_*.tmp`) are skipped.
+the zcta CLI; docs/phases.md). Files are taken as zcta takes them (format/src/reader.rs):
+the regular files (and links to regular files) named `*.parquet` in a table's directory
+and its sub-directories; files of older schema versions read with the missing columns as
+NULL; leftovers of killed processes (`_*.wal`, `_*.tmp`) are not read (pending logs are
+named: `zcta recover RUN` turns them into Parquet). A file zcta would not use — not
+Parquet, truncated, not written by zcta, of a newer schema version, of another table (its
+`zcta.table`), or with a column of another type, a required column missing or NULL — is
+skipped whole with a warning (`ZctaWarning`) naming it and why, as are links that cannot
+be followed or lead to directories; the rest is read. `Run.skipped` lists them.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
+import stat
+import warnings
 from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ._schema import COLUMNS, SCHEMA_VERSION
+
 TABLES = ("ops", "gpu", "calls", "comms", "nccl_ops", "proxy", "nccl_comms", "process", "phases")
 PHASES = ("init", "queue", "sync", "barrier", "transfer", "memcpy", "proxy", "unresolved")
+SCHEMA_VERSION_KEY = b"zcta.schema_version"
+TABLE_KEY = b"zcta.table"
 
 
-def _files(run: pathlib.Path, table: str) -> list[pathlib.Path]:
-    d = run / table
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.glob("*.parquet") if not p.name.startswith(("_", ".")))
+class ZctaWarning(UserWarning):
+    """A file or directory of a run that was not read, and why (or rows not yet in
+    Parquet: pending write-ahead logs)."""
+
+
+# Every time, not once per place in the code: loading the same bad run twice must say so
+# twice. Appended: a filter the user set (`-W error`, "ignore") still comes first.
+warnings.filterwarnings("always", category=ZctaWarning, append=True)
+
+
+def _warn(msg: str) -> None:
+    """Warns as the caller's line outside this package (the user's `load(...)`)."""
+    import sys
+
+    here, level, f = os.path.dirname(__file__), 2, sys._getframe(1)
+    while f.f_back is not None and os.path.dirname(f.f_code.co_filename) == here:
+        f, level = f.f_back, level + 1
+    warnings.warn(f"zcta_analysis: {msg}", ZctaWarning, stacklevel=level)
+
+
+def _is_parquet_name(name: str) -> bool:
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
+
+
+def _is_log_name(name: str) -> bool:
+    return name.startswith("_") and name.endswith(".wal")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+@dataclass
+class _Listing:
+    parquet: list = field(default_factory=list)
+    logs: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (path, reason)
+
+
+def _list_files(run: pathlib.Path, table: str) -> _Listing:
+    """A table's files as zcta's reader lists them (format/src/reader.rs `walk`): the
+    regular files and links to regular files under RUN/TABLE, sub-directories included.
+    A link to a directory is not followed (a link to `.` would list every file again);
+    it, and a link that cannot be followed (a loop, a dangling link) or an entry that is
+    no regular file (FIFO, socket, device) with a table file's name, are skipped with
+    the reason. Unlike zcta, a table's directory (or one below it) that cannot be listed
+    is named and the rest of the run still read."""
+    top = run / table
+    listing = _Listing()
+    files = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except FileNotFoundError as e:
+            if d == top and not os.path.lexists(top):
+                continue  # the run has no such table
+            listing.skipped.append((d, f"a symbolic link that cannot be followed: {_why(e)}"))
+            continue
+        except NotADirectoryError:
+            listing.skipped.append((d, f"not a directory: no {table} files read from it"))
+            continue
+        except OSError as e:  # a link loop (ELOOP), no permission, ...
+            listing.skipped.append((d, f"cannot be listed: {_why(e)}"))
+            continue
+        for ent in entries:
+            p = pathlib.Path(ent.path)
+            name = ent.name
+            named = _is_parquet_name(name) or _is_log_name(name)
+            try:
+                if ent.is_dir(follow_symlinks=False):
+                    stack.append(p)
+                    continue
+                if ent.is_file(follow_symlinks=False):
+                    files.append(p)
+                    continue
+                link = ent.is_symlink()
+                mode = os.lstat(p).st_mode
+            except OSError as e:
+                if named:
+                    listing.skipped.append((p, f"cannot be looked at: {_why(e)}"))
+                continue
+            if link:
+                try:
+                    mode = os.stat(p).st_mode
+                except OSError as e:
+                    reason = f"a symbolic link that cannot be followed: {_why(e)}"
+                else:
+                    if stat.S_ISREG(mode):
+                        files.append(p)
+                        continue
+                    if stat.S_ISDIR(mode):
+                        listing.skipped.append((p, "a symbolic link to a directory: not followed"))
+                        continue
+                    reason = f"a symbolic link to {_kind(mode)}: not opened"
+            else:
+                reason = f"{_kind(mode)}: not opened"
+            if named:
+                listing.skipped.append((p, reason))
+    for p in sorted(files):
+        if _is_log_name(p.name):
+            listing.logs.append(p)
+        elif _is_parquet_name(p.name):
+            listing.parquet.append(p)
+    listing.skipped.sort()
+    return listing
+
+
+def _open(path: pathlib.Path):
+    """A binary file object of a regular file; never blocks on a FIFO (one may have
+    replaced the file since it was listed). Opened by descriptor, so a name that is not
+    UTF-8 (a host name in another encoding) opens too."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{_kind(st.st_mode)}: not opened")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _version(kv: dict) -> tuple[int | None, str | None]:
+    """The file's schema version, or why the file is not used (reader.rs `check_version`)."""
+    v = kv.get(SCHEMA_VERSION_KEY)
+    if v is None:
+        return None, "no zcta.schema_version in the file metadata: not written by zcta"
+    try:
+        s = v.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, f"bad schema version {v!r}"
+    if not re.fullmatch(r"\+?[0-9]+", s) or int(s) >= 1 << 32:
+        return None, f"bad schema version {s!r}"
+    n = int(s)
+    if n > SCHEMA_VERSION:
+        return None, f"written with schema version {n}, newer than this zcta_analysis's {SCHEMA_VERSION}; upgrade zcta_analysis"
+    return n, None
+
+
+def _footer_problem(pf: pq.ParquetFile, table: str) -> str | None:
+    """Why a file of `table` is not used, from its footer alone (None: it is, as far as
+    the footer tells)."""
+    kv = pf.metadata.metadata or {}
+    version, why = _version(kv)
+    if why:
+        return why
+    own = kv.get(TABLE_KEY)
+    if own is not None and own != table.encode():
+        return f"a file of table {own.decode('utf-8', 'replace')!r} (its zcta.table), not of {table}"
+    schema = pf.schema_arrow
+    names = schema.names
+    for name, typ, nullable in COLUMNS[table]:
+        if name not in names:
+            if not nullable:
+                return f"schema version {version}: required column {name} is missing"
+            continue
+        have = schema.field(names.index(name)).type
+        if have != pa.type_for_alias(typ):
+            return f"schema version {version}: column {name} has type {have}, expected {typ}"
+    return None
+
+
+def _required_nulls(t: pa.Table, table: str) -> str | None:
+    for name, _, nullable in COLUMNS[table]:
+        if not nullable and name in t.column_names and t.column(t.column_names.index(name)).null_count:
+            return f"required column {name} holds NULLs"
+    return None
+
+
+def _read_file(path: pathlib.Path, table: str) -> tuple[pa.Table | None, str | None]:
+    """One file of `table`, every known column in the schema's order and type (NULL
+    where an older file lacks a nullable one), then the file's other columns; or None
+    and why it is skipped."""
+    try:
+        fh = _open(path)
+    except OSError as e:
+        return None, f"cannot open: {_why(e)}"
+    with fh:
+        try:
+            pf = pq.ParquetFile(fh)
+            why = _footer_problem(pf, table)
+        except Exception as e:  # truncated, not Parquet, a corrupt footer or Arrow schema
+            return None, f"not a readable Parquet file (truncated or corrupt?): {e}"
+        if why:
+            return None, why
+        try:
+            t = pf.read()
+        except Exception as e:
+            return None, f"corrupt data: {e}"
+    why = _required_nulls(t, table)
+    if why:
+        return None, why
+    names = t.column_names
+    cols, fields, seen = [], [], set()
+    for name, typ, _ in COLUMNS[table]:
+        seen.add(name)
+        ty = pa.type_for_alias(typ)
+        fields.append(pa.field(name, ty))
+        cols.append(t.column(names.index(name)) if name in names else pa.chunked_array([pa.nulls(t.num_rows, ty)]))
+    for i, f in enumerate(t.schema):
+        if f.name in seen:  # a known column (its first instance is used) or a repeated name
+            if names.index(f.name) != i:
+                _warn(f"{path}: column {f.name} appears more than once: the first is read")
+            continue
+        seen.add(f.name)
+        fields.append(pa.field(f.name, f.type))
+        cols.append(t.column(i))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields)), None
+
+
+def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
+    """Rows not in Parquet yet: write-ahead logs of processes killed or still running."""
+    if logs:
+        n = len(logs)
+        _warn(
+            f"{run / table}: {n} write-ahead log{'s' if n > 1 else ''} pending (a process was killed or still "
+            f"runs; {logs[0].name}{', ...' if n > 1 else ''}): their rows are not read; "
+            f"`zcta recover {run}` turns them into Parquet"
+        )
+
+
+def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
+    """A table's usable files concatenated (None: none), the (path, reason) of each one
+    skipped, and its pending logs; warns of each."""
+    if table not in COLUMNS:
+        raise ValueError(f"unknown table {table!r} (known: {', '.join(TABLES)})")
+    listing = _list_files(run, table)
+    skipped = list(listing.skipped)
+    parts = []
+    extra: dict[str, tuple[pa.DataType, pathlib.Path]] = {}
+    for f in listing.parquet:
+        t, why = _read_file(f, table)
+        if t is None:
+            skipped.append((f, why))
+            continue
+        # A column zcta does not know (written by a newer one) is kept; where files
+        # disagree on its type, the first file's type stands and the others' are left out.
+        for name in t.column_names[len(COLUMNS[table]):]:
+            ty = t.schema.field(name).type
+            first = extra.setdefault(name, (ty, f))
+            if first[0] != ty:
+                _warn(f"{f}: column {name} has type {ty}, not {first[0]} as in {first[1]}: left out of this file's rows")
+                t = t.drop_columns([name])
+        parts.append(t)
+    for p, why in skipped:
+        _warn(f"skipped {p}: {why}")
+    _say_pending(run, table, listing.logs)
+    if not parts:
+        return None, skipped, listing.logs
+    return pa.concat_tables(parts, promote_options="default"), skipped, listing.logs
 
 
 def read_table(run_dir, table: str) -> pd.DataFrame:
     """One table of a run as a DataFrame (empty when the run has none). Files written
-    with different schema versions are unified by column name."""
-    run = pathlib.Path(run_dir)
-    parts = []
-    for f in _files(run, table):
-        try:
-            parts.append(pq.read_table(f))
-        except Exception as e:  # a corrupt or truncated file: say which, keep the rest
-            import warnings
-
-            warnings.warn(f"zcta_analysis: skipped {f}: {e}")
-    if not parts:
-        return pd.DataFrame()
-    t = pa.concat_tables(parts, promote_options="default")
-    return t.to_pandas()
+    with older schema versions read with the columns they lack as NULL; files that
+    cannot be used are skipped with a warning naming them (see the module's help)."""
+    t, _, _ = _read(pathlib.Path(run_dir), table)
+    return pd.DataFrame() if t is None else t.to_pandas()
 
 
 @dataclass
 class Run:
-    """The tables of one run directory."""
+    """The tables of one run directory; `skipped`: (path, reason) of each file or
+    directory of those tables that was not read."""
 
     path: pathlib.Path
     ops: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -60,29 +326,107 @@ class Run:
     comms: pd.DataFrame = field(default_factory=pd.DataFrame)
     process: pd.DataFrame = field(default_factory=pd.DataFrame)
     phases: pd.DataFrame = field(default_factory=pd.DataFrame)
+    skipped: list = field(default_factory=list)
+
+
+def _check_run(run: pathlib.Path) -> None:
+    try:
+        st = os.stat(run)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{run}: no such run directory") from None
+    except OSError as e:
+        raise OSError(f"{run}: {_why(e)}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(f"{run}: not a directory")
 
 
 def load(run_dir) -> Run:
     """Reads a run directory (see `Run`)."""
     run = pathlib.Path(run_dir)
-    if not run.is_dir():
-        raise FileNotFoundError(f"{run}: no such run directory")
-    return Run(run, *(read_table(run, t) for t in ("ops", "gpu", "proxy", "comms", "process", "phases")))
+    _check_run(run)
+    dfs, skipped = [], []
+    for t in ("ops", "gpu", "proxy", "comms", "process", "phases"):
+        tbl, sk, _ = _read(run, t)
+        dfs.append(pd.DataFrame() if tbl is None else tbl.to_pandas())
+        skipped += sk
+    return Run(run, *dfs, skipped=skipped)
+
+
+def _duckdb_path(p: pathlib.Path) -> str | None:
+    """The path as DuckDB's read_parquet takes it, or None where it cannot: a name that
+    is not UTF-8, or one with a glob character (DuckDB would expand `*`, `?`, `[`)."""
+    s = str(p)
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if any(c in s for c in "*?[]\\"):
+        return None
+    return "'" + s.replace("'", "''") + "'"
 
 
 def connect(run_dir):
-    """An in-process DuckDB connection with one view per table the run has."""
+    """An in-process DuckDB connection with one view per table the run has, over the
+    files `load` would read (a file it would skip is left out with the same warning;
+    only footers are checked here: a file whose data turns out corrupt fails the query
+    that reads it). A file DuckDB cannot open by name (not UTF-8, glob characters) is
+    read into memory."""
     import duckdb
 
     run = pathlib.Path(run_dir)
-    if not run.is_dir():
-        raise FileNotFoundError(f"{run}: no such run directory")
+    _check_run(run)
     con = duckdb.connect()
     for t in TABLES:
-        if _files(run, t):
-            glob = str(run / t / "*.parquet").replace("'", "''")
-            con.execute(f"create view {t} as select * from read_parquet('{glob}', union_by_name = true)")
+        listing = _list_files(run, t)
+        skipped = list(listing.skipped)
+        by_name, in_memory = [], []
+        for f in listing.parquet:
+            q = _duckdb_path(f)
+            if q is None:
+                tbl, why = _read_file(f, t)
+                if tbl is None:
+                    skipped.append((f, why))
+                else:
+                    in_memory.append(tbl)
+                continue
+            try:
+                with _open(f) as fh:
+                    try:
+                        pf = pq.ParquetFile(fh)
+                        why = _footer_problem(pf, t) or _required_nulls_in_stats(pf, t)
+                    except Exception as e:
+                        why = f"not a readable Parquet file (truncated or corrupt?): {e}"
+            except OSError as e:
+                why = f"cannot open: {_why(e)}"
+            if why:
+                skipped.append((f, why))
+            else:
+                by_name.append(q)
+        for p, why in sorted(skipped):
+            _warn(f"skipped {p}: {why}")
+        _say_pending(run, t, listing.logs)
+        parts = []
+        if by_name:
+            parts.append(f"select * from read_parquet([{', '.join(by_name)}], union_by_name = true)")
+        if in_memory:
+            con.register(f"_zcta_{t}_in_memory", pa.concat_tables(in_memory, promote_options="default"))
+            parts.append(f"select * from _zcta_{t}_in_memory")
+        if parts:
+            con.execute(f"create view {t} as " + " union all by name ".join(parts))
     return con
+
+
+def _required_nulls_in_stats(pf: pq.ParquetFile, table: str) -> str | None:
+    """A required column that the footer's statistics say holds NULLs."""
+    required = {name for name, _, nullable in COLUMNS[table] if not nullable}
+    md = pf.metadata
+    for rg in range(md.num_row_groups):
+        g = md.row_group(rg)
+        for c in range(g.num_columns):
+            col = g.column(c)
+            if col.path_in_schema in required and col.is_stats_set and col.statistics.has_null_count and col.statistics.null_count:
+                return f"required column {col.path_in_schema} holds NULLs"
+    return None
 
 
 def size_bucket(b: pd.Series) -> pd.Series:
