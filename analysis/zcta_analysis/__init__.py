@@ -499,6 +499,7 @@ def breakdown(run: Run | str) -> pd.DataFrame:
     ph["size"] = size_bucket(ph["bytes"])
     ph["engine"] = ph["engine"].fillna("not measured")
     rows = []
+    columns = ["op", "size", "engine", "count", "rows", "p50_us", *PHASES]
     for (op, size, engine), g in ph.groupby(["op", "size", "engine"]):
         total = (g.window_ns * g.w).sum()
         row = {
@@ -513,7 +514,7 @@ def breakdown(run: Run | str) -> pd.DataFrame:
             col = g[f"{p}_ns"]
             row[p] = (col.astype("float64") * g.w).sum() / total if col.notna().any() and total > 0 else float("nan")
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def compare(run_a, run_b) -> pd.DataFrame:

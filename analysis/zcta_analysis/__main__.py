@@ -1,9 +1,42 @@
-"""python -m zcta_analysis plot RUN [RUN2] -o out.png [--link-peak-gbps 450]"""
+"""python -m zcta_analysis plot RUN [RUN2] -o out.png [--link-peak-gbps 450]
+
+Exit status: 0 plotted; 2 bad arguments or input (a missing or unreadable run, no
+phases table, an output that cannot be written), said in one line on stderr; 1 an
+unexpected error, also in one line (ZCTA_ANALYSIS_TRACEBACK=1 shows the traceback).
+Files of a run that are skipped are named on stderr, one line each."""
 
 import argparse
+import math
+import os
 import sys
+import warnings
 
+from . import ZctaWarning
 from .plot import plot
+
+
+def _positive(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of GB/s, not {v!r}")
+    return x
+
+
+def _nonempty(v: str) -> str:
+    if not v:
+        raise argparse.ArgumentTypeError("an empty path")
+    return v
+
+
+def _show(message, category, filename, lineno, file=None, line=None, _orig=warnings.showwarning):
+    """The package's own warnings as the one line they are; others as Python shows them."""
+    if issubclass(category, ZctaWarning):
+        print(message, file=sys.stderr)
+    else:
+        _orig(message, category, filename, lineno, file, line)
 
 
 def main(argv=None) -> int:
@@ -13,17 +46,24 @@ def main(argv=None) -> int:
         "plot",
         help="phase shares per (op, size) and bus bandwidth vs size; needs `zcta phases RUN` first",
     )
-    p.add_argument("runs", nargs="+", help="one or two run directories (each with `zcta phases` written)")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--link-peak-gbps", type=float, default=450.0)
+    p.add_argument("runs", nargs="+", type=_nonempty, help="one or two run directories (each with `zcta phases` written)")
+    p.add_argument("-o", "--output", required=True, type=_nonempty)
+    p.add_argument("--link-peak-gbps", type=_positive, default=450.0)
     a = ap.parse_args(argv)
     if len(a.runs) > 2:
-        ap.error("at most two runs")
-    try:
-        print(plot(a.runs, a.output, a.link_peak_gbps))
-    except (FileNotFoundError, ValueError) as e:
-        print(f"zcta_analysis: {e}", file=sys.stderr)
-        return 2
+        p.error("at most two runs")
+    with warnings.catch_warnings():
+        warnings.showwarning = _show
+        try:
+            print(plot(a.runs, a.output, a.link_peak_gbps))
+        except (OSError, ValueError) as e:
+            print(f"zcta_analysis: {e}", file=sys.stderr)
+            return 2
+        except Exception as e:  # a bug: one line all the same
+            if os.environ.get("ZCTA_ANALYSIS_TRACEBACK"):
+                raise
+            print(f"zcta_analysis: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

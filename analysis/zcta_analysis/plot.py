@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
-from . import PHASES, breakdown, load, stream_time_ns
+from . import PHASES, _warn, breakdown, load, stream_time_ns
 
 BUSBW = {"AllReduce": lambda n: 2 * (n - 1) / n}
 for _op in ("AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"):
@@ -75,14 +75,43 @@ def busbw_points(ops):
     return pd.DataFrame(rows, columns=["op", "bytes", "busbw"])
 
 
+def _output(out, fig_type) -> tuple[pathlib.Path, str]:
+    """Where the figure goes and in what format, checked before any work: a name
+    without a suffix gets `.png` (as matplotlib would add it: the path returned is the
+    file written); a suffix matplotlib cannot write, a directory, or a folder that does
+    not exist is a ValueError."""
+    path = pathlib.Path(out)
+    if path.is_dir():
+        raise ValueError(f"{out}: is a directory (-o names the image file to write)")
+    fmt = path.suffix[1:].lower()
+    if not fmt:
+        fmt, path = "png", path.with_name(path.name + ".png")
+    supported = fig_type().canvas.get_supported_filetypes()
+    if fmt not in supported:
+        raise ValueError(f"{out}: cannot write .{fmt} images (formats: {', '.join(sorted(supported))})")
+    parent = path.parent
+    if not parent.is_dir():
+        raise ValueError(f"{out}: no such directory {parent}")
+    return path, fmt
+
+
 def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Path:
+    """Draws `runs` (one or two run directories) to `out`; returns the path written."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.figure
     import matplotlib.pyplot as plt
 
+    if not (link_peak_gbps > 0 and link_peak_gbps != float("inf")):
+        raise ValueError(f"link peak {link_peak_gbps} GB/s: must be a positive number")
+    path, fmt = _output(out, matplotlib.figure.Figure)
     loaded = [load(r) for r in runs]
     tables = [breakdown(r) for r in loaded]  # says which `zcta phases` is missing
+    for r, t in zip(loaded, tables):
+        if t.empty:
+            _warn(f"{r.path}: no op with a measured end-to-end time (phases.window_ns is NULL in every row: "
+                  "the GPU side was not measured): no phase bars for it")
     n = len(loaded)
     fig, axes = plt.subplots(2 + n, 1, figsize=(13, 6 + 4.5 * (1 + n)), gridspec_kw={"height_ratios": [1.2, 1.3] + [0.8] * n})
     ax1, ax2 = axes[0], axes[1]
@@ -144,8 +173,7 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
     for ri, r in enumerate(loaded):
         skew_heatmap(r, axes[2 + ri], fig, _run_tag(ri, runs))
     fig.tight_layout()
-    path = pathlib.Path(out)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=fmt)
     plt.close(fig)
     return path
 
