@@ -270,6 +270,11 @@ fn summary_of_a_good_run() {
 /// first row group has a negative compressed size: a damaged (or hostile) footer that
 /// still decodes. The data pages are the original ones.
 fn with_negative_chunk_size(good: &Path, out: &Path) {
+    with_negative_chunk_size_in(good, out, 0);
+}
+
+/// The same, in row group `at` of `good`.
+fn with_negative_chunk_size_in(good: &Path, out: &Path, at: usize) {
     use parquet::file::metadata::{ParquetMetaDataReader, ParquetMetaDataWriter};
     let bytes = std::fs::read(good).unwrap();
     let md = ParquetMetaDataReader::new()
@@ -277,7 +282,7 @@ fn with_negative_chunk_size(good: &Path, out: &Path) {
         .unwrap();
     let mut b = md.into_builder();
     let mut rgs = b.take_row_groups();
-    let rg = rgs.remove(0);
+    let rg = rgs.remove(at);
     let mut cols = rg.columns().to_vec();
     cols[0] = cols[0]
         .clone()
@@ -286,7 +291,7 @@ fn with_negative_chunk_size(good: &Path, out: &Path) {
         .build()
         .unwrap();
     let rg = rg.into_builder().set_column_metadata(cols).build().unwrap();
-    rgs.insert(0, rg);
+    rgs.insert(at, rg);
     let md = b.set_row_groups(rgs).build();
     let n = bytes.len();
     let footer_len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
@@ -360,6 +365,88 @@ fn damaged_footer_is_skipped_not_a_panic() {
         assert!(err.lines().all(|l| l.starts_with("zcta: ")), "{what}");
         assert_eq!(out.status.code(), Some(1), "{what}");
     }
+}
+
+/// A file whose reading breaks off says how many of its rows went into the figures:
+/// none where its first row group is damaged, the batches read before the damage where
+/// its second is (a batch of 65,536 rows of the first row group; the next batch spans
+/// into the damaged one).
+#[test]
+fn a_file_that_breaks_off_says_how_many_of_its_rows_were_used() {
+    let run = recorded("breaks-off");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let rows = zcta::reader::read_file(&good, &zcta::tables::schema_of("ops").unwrap()).unwrap();
+    let n: usize = rows.iter().map(|b| b.num_rows()).sum();
+    // The same rows again and again, in two row groups (the first larger than a read
+    // batch of 65,536 rows), as another process's file.
+    let copies = 65_536 / n + 1;
+    let two = run.scratch("two-groups.parquet");
+    {
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&File::open(&good).unwrap())
+            .unwrap();
+        let kv = meta.file_metadata().key_value_metadata().cloned();
+        let props = WriterProperties::builder().set_key_value_metadata(kv).build();
+        let schema = rows[0].schema();
+        let mut w = ArrowWriter::try_new(File::create(&two).unwrap(), schema, Some(props)).unwrap();
+        for copies in [copies, 1] {
+            for _ in 0..copies {
+                for b in &rows {
+                    w.write(b).unwrap();
+                }
+            }
+            w.flush().unwrap();
+        }
+        w.close().unwrap();
+    }
+    let first = ops_dir.join("zz-first-p8-00000.parquet");
+    let second = ops_dir.join("zz-second-p9-00000.parquet");
+    with_negative_chunk_size_in(&two, &first, 0);
+    with_negative_chunk_size_in(&two, &second, 1);
+    let dir = run.dir();
+    for cmd in ["report", "phases", "summary"] {
+        let out = zcta_cli(&[cmd, dir.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        let what = format!("zcta {cmd} exited {:?}, stderr:\n{err}", out.status.code());
+        let line = |p: &Path| {
+            let head = format!("zcta: skipped {}: ", p.display());
+            err.lines().find(|l| l.starts_with(&head)).map(str::to_owned)
+        };
+        let first_line = line(&first).unwrap_or_else(|| panic!("{what}"));
+        let second_line = line(&second).unwrap_or_else(|| panic!("{what}"));
+        assert!(!err.contains("rows before it were used"), "{what}");
+        if cmd == "summary" {
+            // summary reads whole files: a damaged one is left out entirely.
+            assert!(
+                !first_line.contains("were used") && !second_line.contains("were used"),
+                "{what}"
+            );
+        } else {
+            assert!(first_line.ends_with("(none of its rows were used)"), "{what}");
+            assert!(
+                second_line.ends_with("(its first 65536 rows were used)"),
+                "{what}"
+            );
+        }
+        assert_eq!(out.status.code(), Some(1), "{what}");
+    }
+    let d = zcta::reader::for_each_batch(&dir, "ops", &["op_id"], |_| {}).unwrap();
+    let why: Vec<_> = d
+        .skipped
+        .iter()
+        .map(|s| (s.path.clone(), s.reason.clone()))
+        .collect();
+    assert!(
+        why.iter()
+            .any(|(p, r)| *p == second && r.ends_with("(its first 65536 rows were used)")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter()
+            .any(|(p, r)| *p == first && r.ends_with("(none of its rows were used)")),
+        "{why:?}"
+    );
 }
 
 /// Write-ahead logs damaged anywhere never make `recover` panic.

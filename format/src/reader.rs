@@ -53,6 +53,16 @@ pub fn guarded<R>(f: impl FnOnce() -> R + std::panic::UnwindSafe) -> std::thread
 /// Why a file is skipped when the parquet crate panicked on it (caught by [`guarded`]).
 const DECODER_PANICKED: &str = "corrupt Parquet metadata (the decoder rejected it)";
 
+/// Why a file whose reading broke off is skipped: `reason`, and how many of its rows
+/// (`used`, those read before the damage) went into the figures anyway.
+pub fn broken_after(reason: &str, used: usize) -> String {
+    match used {
+        0 => format!("{reason} (none of its rows were used)"),
+        1 => format!("{reason} (its first row was used)"),
+        n => format!("{reason} (its first {n} rows were used)"),
+    }
+}
+
 /// A file that was not read, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Skipped {
@@ -366,9 +376,13 @@ pub fn for_each_batch(
         match stream_file(&path, &schema, columns, 64 * 1024) {
             Ok(batches) => {
                 let mut broke = None;
+                let mut used = 0usize;
                 for b in batches {
                     match b {
-                        Ok(b) => f(&b),
+                        Ok(b) => {
+                            used += b.num_rows();
+                            f(&b);
+                        }
                         Err(reason) => {
                             broke = Some(reason);
                             break;
@@ -379,7 +393,7 @@ pub fn for_each_batch(
                     None => data.files.push(path),
                     Some(reason) => data.skipped.push(Skipped {
                         path,
-                        reason: format!("{reason} (rows before it were used)"),
+                        reason: broken_after(&reason, used),
                     }),
                 }
             }

@@ -71,6 +71,8 @@ struct Stream {
     last_engine: (String, &'static str),
     /// Rows of the current file left out: a time out of range ([`super::MAX_TIME_NS`]).
     out_of_range: u64,
+    /// Rows of the current file read so far (said when the file breaks off).
+    used: usize,
 }
 
 /// A fast hasher for the join's integer keys (SipHash showed up at 8 % of a scan).
@@ -112,6 +114,7 @@ impl Stream {
                         }
                         // Aligned to the projection: every column is there.
                         let Some(cols) = OpsRead::of(&b) else { continue };
+                        self.used += b.num_rows();
                         self.batch = Some(cols);
                         self.row = 0;
                         return true;
@@ -119,7 +122,7 @@ impl Stream {
                     Some(Err(reason)) => {
                         skipped.push(Skipped {
                             path: path.clone(),
-                            reason: format!("{reason} (rows before it were used)"),
+                            reason: reader::broken_after(&reason, self.used),
                         });
                         self.end_file(skipped);
                     }
@@ -144,6 +147,7 @@ impl Stream {
             skipped.push(super::out_of_range(path, self.out_of_range, "ops"));
         }
         self.out_of_range = 0;
+        self.used = 0;
     }
 
     /// API start of the next row (loading the next batch when needed). Rows with a
@@ -306,6 +310,7 @@ fn stream_of(files: Vec<PathBuf>) -> Stream {
         last_op: (String::new(), "unknown"),
         last_engine: (String::new(), "unknown"),
         out_of_range: 0,
+        used: 0,
     }
 }
 
