@@ -138,17 +138,24 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    # Its ops files are zcta's (a real one's columns and metadata, with these rows' values):
+    # zcta_analysis, like zcta, skips a file zcta did not write.
+    real = pq.read_table(sorted((run / "ops").glob("*.parquet"))[0])
     for rnd, durs in ((0, [10_000, 20_000, 90_000]), (1, [40_000, 40_000, 50_000])):
         d = runs / f"nokinds-{rnd}" / "ops"
         d.mkdir(parents=True)
         # Round 1's job timed accuracy from t=500: its call at t=1000 is left out.
         late = [(1_000, 10_000_000)] if rnd == 1 else []
-        pq.write_table(pa.table({"op": ["AllReduce"] * (3 + len(late)) + ["AlltoAll"],
-                                 "bytes": [8] * (3 + len(late)) + [1 << 10],
-                                 "api_start_ns": [0, 0, 0] + [t for t, _ in late] + [0],
-                                 "api_end_ns": durs + [e for _, e in late] + [5_000],
-                                 "rank": [0, 1, 0] + [0] * len(late) + [0]}),
-                       d / "x.parquet")
+        cols = {"op": ["AllReduce"] * (3 + len(late)) + ["AlltoAll"],
+                "bytes": [8] * (3 + len(late)) + [1 << 10],
+                "api_start_ns": [0, 0, 0] + [t for t, _ in late] + [0],
+                "api_end_ns": durs + [e for _, e in late] + [5_000],
+                "rank": [0, 1, 0] + [0] * len(late) + [0]}
+        t = real.slice(0, len(cols["op"]))
+        for name, values in cols.items():
+            i = t.column_names.index(name)
+            t = t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+        pq.write_table(t, d / "x.parquet")
     (res / "nokinds-1.json").write_text(json.dumps(
         {"config": "nokinds", "round": 1, "world": 2, "medians": {}, "reps": {},
          "accuracy": [{"op": "AllReduce", "bytes": 8, "event_us": [], "loop_us": 1.0}], "accuracy_start_ns": 500}))
