@@ -149,6 +149,77 @@ fn empty_and_garbage_files_are_skipped() {
     assert_eq!(skipped, ["empty.parquet", "text.parquet"]);
 }
 
+/// Another table's file in a table's directory (a `process` file copied into `ops/`)
+/// is skipped by the table its footer names, once, by every reader and command, even
+/// where its columns would fit: a `calls` file rewritten with the ops columns it has.
+#[test]
+fn another_tables_file_is_skipped_by_its_name() {
+    let run = recorded("wrong-table");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let process = only_file(&run.dir().join("process"));
+    let wrong = ops_dir.join("zz-process-p3-00000.parquet");
+    std::fs::copy(&process, &wrong).unwrap();
+    // An ops file's columns, under the footer of table `calls`.
+    let rows = zcta::reader::read_file(&good, &zcta::tables::schema_of("ops").unwrap()).unwrap();
+    let disguised = ops_dir.join("zz-calls-p4-00000.parquet");
+    {
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&File::open(&good).unwrap())
+            .unwrap();
+        let kv: Vec<KeyValue> = meta
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .map(|k| match k.key.as_str() {
+                "zcta.table" => KeyValue::new(k.key.clone(), "calls".to_string()),
+                _ => k.clone(),
+            })
+            .collect();
+        let props = WriterProperties::builder()
+            .set_key_value_metadata(Some(kv))
+            .build();
+        let mut w =
+            ArrowWriter::try_new(File::create(&disguised).unwrap(), rows[0].schema(), Some(props)).unwrap();
+        for b in &rows {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let d = read_table(&run.dir(), "ops").unwrap();
+    assert_eq!(d.num_rows(), 22);
+    let why = |d: &[zcta::reader::Skipped], p: &Path| {
+        let r: Vec<_> = d
+            .iter()
+            .filter(|s| s.path == p)
+            .map(|s| s.reason.clone())
+            .collect();
+        assert_eq!(r.len(), 1, "{p:?}: {r:?}");
+        r[0].clone()
+    };
+    assert_eq!(
+        why(&d.skipped, &wrong),
+        "a file of table `process` (its zcta.table), not of `ops`"
+    );
+    assert_eq!(
+        why(&d.skipped, &disguised),
+        "a file of table `calls` (its zcta.table), not of `ops`"
+    );
+    let s = zcta::reader::for_each_batch(&run.dir(), "ops", &["op_id"], |_| {}).unwrap();
+    assert_eq!(s.skipped.len(), 2, "{:?}", s.skipped);
+    for cmd in ["summary", "report", "phases"] {
+        let out = zcta_cli(&[cmd, run.dir().to_str().unwrap()]);
+        let err = text(&out.stderr);
+        let what = format!("zcta {cmd} exited {:?}, stderr:\n{err}", out.status.code());
+        for p in [&wrong, &disguised] {
+            let head = format!("zcta: skipped {}: a file of table `", p.display());
+            assert_eq!(err.lines().filter(|l| l.starts_with(&head)).count(), 1, "{what}");
+        }
+        assert_eq!(out.status.code(), Some(1), "{what}");
+    }
+}
+
 #[test]
 fn newer_schema_version_is_refused() {
     let run = recorded("newer");

@@ -424,7 +424,9 @@ pub fn stream_file(
         let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-        check_version(builder.metadata().file_metadata().key_value_metadata())?;
+        let kv = builder.metadata().file_metadata().key_value_metadata();
+        check_version(kv)?;
+        check_table(kv, schema)?;
         let file_schema = builder.parquet_schema();
         let idx: Vec<usize> = (0..file_schema.num_columns())
             .filter(|&i| columns.contains(&file_schema.column(i).name()))
@@ -495,6 +497,28 @@ fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<
     Ok(version)
 }
 
+/// A file that names its table ([`crate::TABLE_KEY`]) must name the one being read
+/// (`schema`'s): a `process` file copied into `ops/` is another table's rows, whatever
+/// columns they share. Files that name none (other writers) are judged by their columns.
+fn check_table(
+    kv: Option<&Vec<parquet::file::metadata::KeyValue>>,
+    schema: &SchemaRef,
+) -> Result<(), String> {
+    let Some(want) = schema.metadata().get(crate::TABLE_KEY) else {
+        return Ok(());
+    };
+    let got = kv
+        .and_then(|kv| kv.iter().find(|k| k.key == crate::TABLE_KEY))
+        .and_then(|k| k.value.as_deref());
+    match got {
+        Some(got) if got != want => Err(format!(
+            "a file of table `{got}` (its {}), not of `{want}`",
+            crate::TABLE_KEY
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Reads one Parquet file; `Err` is the human reason it was skipped.
 ///
 /// The parquet crate can panic on some corrupt footers (e.g. a negative column-chunk
@@ -514,7 +538,9 @@ fn file_batches(
         let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-        let version = check_version(builder.metadata().file_metadata().key_value_metadata())?;
+        let kv = builder.metadata().file_metadata().key_value_metadata();
+        let version = check_version(kv)?;
+        check_table(kv, schema)?;
         let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
         Ok((version, reader))
     };
