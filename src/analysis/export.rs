@@ -100,17 +100,9 @@ pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<
         "ops",
         &mut stats.skipped,
         OpsCols::of,
-        |v, r| {
-            vec![
-                Some(v.api_start_ns.value(r)),
-                Some(v.api_end_ns.value(r)),
-                v.gpu_start_ns.get(r),
-                v.gpu_end_ns.get(r),
-                // Not drawn, but a row is out of range by the same rule everywhere.
-                v.launch_ns.get(r),
-                v.gpu_ready_ns.get(r),
-            ]
-        },
+        // launch and ready are not drawn, but a row is out of range by the same rule
+        // everywhere.
+        |v, r| super::ops_times!(v, r).to_vec(),
         |v| v.rows,
     );
     let gpu = rows_in_range(

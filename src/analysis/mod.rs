@@ -162,6 +162,23 @@ pub struct Run {
 /// would overflow. A row holding one is left out and named ([`out_of_range`]).
 pub const MAX_TIME_NS: i64 = 1 << 62;
 
+/// The times of ops row `r` of a column view `c` (any view with the ops table's time
+/// columns) that [`times_in_range`] judges: one list, so that a row is out of range by
+/// the same rule in every command.
+macro_rules! ops_times {
+    ($c:expr, $r:expr) => {
+        [
+            Some($c.api_start_ns.value($r)),
+            Some($c.api_end_ns.value($r)),
+            $c.launch_ns.get($r),
+            $c.gpu_ready_ns.get($r),
+            $c.gpu_start_ns.get($r),
+            $c.gpu_end_ns.get($r),
+        ]
+    };
+}
+pub(crate) use ops_times;
+
 /// Whether every time present in `times` lies in `[0, MAX_TIME_NS)`.
 pub fn times_in_range(times: &[Option<i64>]) -> bool {
     times.iter().flatten().all(|t| (0..MAX_TIME_NS).contains(t))

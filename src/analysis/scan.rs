@@ -158,14 +158,7 @@ impl Stream {
                 && self.row < c.rows
             {
                 let r = self.row;
-                if super::times_in_range(&[
-                    Some(c.api_start_ns.value(r)),
-                    Some(c.api_end_ns.value(r)),
-                    c.launch_ns.get(r),
-                    c.gpu_ready_ns.get(r),
-                    c.gpu_start_ns.get(r),
-                    c.gpu_end_ns.get(r),
-                ]) {
+                if super::times_in_range(&super::ops_times!(c, r)) {
                     return Some(c.api_start_ns.value(r));
                 }
                 self.row += 1;

@@ -142,13 +142,12 @@ impl OpsAcc {
 
     fn add(&mut self, v: &OpsCols, hosts: &HashMap<String, usize>, seen: &HashSet<(usize, i32, u64)>) {
         for i in 0..v.rows {
-            let (start, launch) = (v.gpu_start_ns.get(i), v.launch_ns.get(i));
-            let (ready, end) = (v.gpu_ready_ns.get(i), v.gpu_end_ns.get(i));
-            let (api_start, api_end) = (v.api_start_ns.value(i), v.api_end_ns.value(i));
-            if !super::times_in_range(&[Some(api_start), Some(api_end), start, launch, ready, end]) {
+            if !super::times_in_range(&super::ops_times!(v, i)) {
                 self.out_of_range += 1;
                 continue;
             }
+            let (start, launch) = (v.gpu_start_ns.get(i), v.launch_ns.get(i));
+            let (ready, end) = (v.gpu_ready_ns.get(i), v.gpu_end_ns.get(i));
             let op = v.op.value(i);
             let e = self.cover.entry(op.to_owned()).or_default();
             e.ops += 1;
