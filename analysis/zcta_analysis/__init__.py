@@ -16,6 +16,13 @@ Parquet, truncated, not written by zcta, of a newer schema version, of another t
 `zcta.table`), or with a column of another type, a required column missing or NULL — is
 skipped whole with a warning (`ZctaWarning`) naming it and why, as are links that cannot
 be followed or lead to directories; the rest is read. `Run.skipped` lists them.
+
+Integer columns come as pandas' nullable integer dtypes of their Arrow type (`Int64`,
+`UInt64`, `Int32`, `UInt32`, ...; NULL is `pd.NA`, and a comparison with it is `pd.NA`),
+whether or not they hold NULLs: a time in ns since the epoch (~1.8e18) or a u64 id is
+beyond float64's 2^53, where pandas' default for an integer column holding NULLs
+(float64) would round it to a multiple of 256 and make two ids that differ in their low
+bits equal. (DuckDB's `.df()` gives a nullable dtype where a result's column holds NULLs.)
 """
 
 from __future__ import annotations
@@ -264,6 +271,26 @@ def _read_file(path: pathlib.Path, table: str) -> tuple[pa.Table | None, str | N
     return pa.Table.from_arrays(cols, schema=pa.schema(fields)), None
 
 
+# Arrow integer types -> pandas' nullable integer dtypes: exact values, NULL as pd.NA.
+_PANDAS_INTS = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.uint8(): pd.UInt8Dtype(),
+    pa.uint16(): pd.UInt16Dtype(),
+    pa.uint32(): pd.UInt32Dtype(),
+    pa.uint64(): pd.UInt64Dtype(),
+}
+
+
+def _to_pandas(t: pa.Table) -> pd.DataFrame:
+    """A table as a DataFrame whose integer columns keep their exact values (a nullable
+    integer dtype whether or not the column holds NULLs), other columns as pyarrow
+    converts them."""
+    return t.to_pandas(types_mapper=_PANDAS_INTS.get)
+
+
 def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
     """Rows not in Parquet yet: write-ahead logs of processes killed or still running."""
     if logs:
@@ -309,9 +336,10 @@ def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
 def read_table(run_dir, table: str) -> pd.DataFrame:
     """One table of a run as a DataFrame (empty when the run has none). Files written
     with older schema versions read with the columns they lack as NULL; files that
-    cannot be used are skipped with a warning naming them (see the module's help)."""
+    cannot be used are skipped with a warning naming them (see the module's help).
+    Integer columns are nullable integer dtypes (`Int64`, `UInt64`, ...): exact."""
     t, _, _ = _read(pathlib.Path(run_dir), table)
-    return pd.DataFrame() if t is None else t.to_pandas()
+    return pd.DataFrame() if t is None else _to_pandas(t)
 
 
 @dataclass
@@ -341,13 +369,13 @@ def _check_run(run: pathlib.Path) -> None:
 
 
 def load(run_dir) -> Run:
-    """Reads a run directory (see `Run`)."""
+    """Reads a run directory (see `Run`); integer columns as in `read_table`."""
     run = pathlib.Path(run_dir)
     _check_run(run)
     dfs, skipped = [], []
     for t in ("ops", "gpu", "proxy", "comms", "process", "phases"):
         tbl, sk, _ = _read(run, t)
-        dfs.append(pd.DataFrame() if tbl is None else tbl.to_pandas())
+        dfs.append(pd.DataFrame() if tbl is None else _to_pandas(tbl))
         skipped += sk
     return Run(run, *dfs, skipped=skipped)
 
@@ -437,16 +465,43 @@ def size_bucket(b: pd.Series) -> pd.Series:
     return (2 ** np.floor(np.log2(v))).astype("int64")
 
 
+def _ints(s: pd.Series) -> pd.Series:
+    """A column of integers and NULLs that pandas holds as objects (a column assigned
+    None, rows built by hand) as exact nullable integers; any other column as it is."""
+    if s.dtype != object:
+        return s
+    try:
+        return s.astype("Int64")
+    except (TypeError, ValueError):  # not integers: left to pandas as they are
+        return s
+
+
+def _stream_start(ops: pd.DataFrame) -> pd.Series:
+    """When each op could start on its stream: `gpu_ready_ns`, or NCCL's `launch_ns`
+    where that is later; NULL where `gpu_ready_ns` is. Elementwise on the columns'
+    own (integer) values: never through float64."""
+    ready = _ints(ops.gpu_ready_ns)
+    if "launch_ns" not in ops:
+        return ready
+    launch = _ints(ops.launch_ns)
+    later = (launch > ready).fillna(False).astype(bool)  # NULL on either side: ready stands
+    return ready.mask(later, launch)
+
+
 def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
     """Each op's time on its stream (docs/phases.md), ns: from when the stream was free
     for it, or NCCL's launch if later (when known), to its GPU end — for an op timed
     with CUDA events, their elapsed time. NaN where `gpu_ready_ns` is unknown (not
-    timed, or files from before it existed)."""
+    timed, or files from before it existed). float64, subtracted on the exact integer
+    times first (a duration is exact in float64; a time since the epoch is not)."""
+    nan = pd.Series(float("nan"), index=ops.index)
     if "gpu_ready_ns" not in ops:
-        return pd.Series(float("nan"), index=ops.index)
-    known = ops.gpu_ready_ns.notna() & ops.gpu_end_ns.notna()
-    start = ops[["gpu_ready_ns", "launch_ns"]].max(axis=1, skipna=True)
-    return (ops.gpu_end_ns - start).where(known)
+        return nan
+    known = (ops.gpu_ready_ns.notna() & ops.gpu_end_ns.notna()).astype(bool)
+    if not known.any():
+        return nan
+    dur = _ints(ops.gpu_end_ns) - _stream_start(ops)
+    return dur.where(known).astype("float64")
 
 
 def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
@@ -470,8 +525,10 @@ def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
     key = ["host", "pid", "op_id"]
     o = ops[key + ["timing", "timing_level", "gpu_source"]].drop_duplicates(key)
     m = ph[key].merge(o, on=key, how="left")
-    # "events": files written before GPU stamps replaced CUDA events.
-    timed = (m.timing == "timed") & m.gpu_source.isin(["stamps", "events"]) & m.timing_level.notna()
+    # "events": files written before GPU stamps replaced CUDA events. Plain bools: a
+    # comparison with a NULL string or integer gives pd.NA in pandas' nullable dtypes.
+    timed = ((m.timing == "timed") & m.gpu_source.isin(["stamps", "events"]) & m.timing_level.notna()).fillna(False)
+    timed = timed.astype(bool)
     level = m.timing_level.where(timed, 0).fillna(0).astype("int64").clip(upper=32)
     return pd.Series((2**level).to_numpy(), index=ph.index, dtype="int64")
 
@@ -527,7 +584,7 @@ def compare(run_a, run_b) -> pd.DataFrame:
         ph = _all_phases(r.phases[r.phases.window_ns.notna()])
         ph["size"] = size_bucket(ph["bytes"])
         cols = ["window_ns"] + [f"{p}_ns" for p in PHASES]
-        m = ph.groupby(["op", "size"])[cols].median() / 1e3
+        m = ph.groupby(["op", "size"])[cols].median().astype("float64") / 1e3  # NaN: not measured
         m.columns = [f"{c[:-3]}_{name}_us" for c in cols]
         out.append(m)
     j = out[0].join(out[1], how="inner")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
-from . import PHASES, _warn, breakdown, load, stream_time_ns
+from . import PHASES, _ints, _stream_start, _warn, breakdown, load, stream_time_ns
 
 BUSBW = {"AllReduce": lambda n: 2 * (n - 1) / n}
 for _op in ("AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"):
@@ -47,11 +47,16 @@ def _run_tag(i: int, runs: list[str]) -> str:
     return f"run {RUN_NAMES[i]} ({name})" if len(runs) > 1 else f"run {name}"
 
 
+def _true(cond):
+    """A condition as plain bools, NULL (pd.NA, from a nullable column) as False."""
+    return cond.fillna(False).astype(bool)
+
+
 def _local(ops):
     """Local ops: a Send/Recv of a rank to itself, or a one-rank communicator (copies
     within one GPU, not link traffic)."""
-    self_p2p = ops.op.isin(["Send", "Recv"]) & ops.peer.notna() & (ops.peer == ops["rank"])
-    return self_p2p | (ops.nranks == 1)
+    self_p2p = ops.op.isin(["Send", "Recv"]) & ops.peer.notna() & _true(ops.peer == ops["rank"])
+    return _true(self_p2p | _true(ops.nranks == 1))
 
 
 def busbw_points(ops):
@@ -61,16 +66,17 @@ def busbw_points(ops):
 
     if ops.empty or "gpu_end_ns" not in ops:
         return pd.DataFrame(columns=["op", "bytes", "busbw"])
-    g = ops[(ops.result == 0) & ops.bytes.notna() & ~_local(ops)].copy()
+    g = ops[_true(ops.result == 0) & ops.bytes.notna() & ~_local(ops)].copy()
     dur = stream_time_ns(g)
     if "gpu_start_ns" in g:  # deep mode without gpu_ready_ns: the kernels' span
-        dur = dur.fillna(g.gpu_end_ns - g.gpu_start_ns)
+        # Subtracted on the exact integers, then float64 (NaN: not measured).
+        dur = dur.fillna((_ints(g.gpu_end_ns) - _ints(g.gpu_start_ns)).astype("float64"))
     g["dur"] = dur
     g = g[g.dur > 0]
     rows = []
     for (op, b), d in g.groupby(["op", "bytes"]):
         n = d.nranks.max()
-        f = BUSBW.get(op, lambda n: 1.0)(n if n == n and n > 0 else 1)
+        f = BUSBW.get(op, lambda n: 1.0)(n if pd.notna(n) and n > 0 else 1)
         rows.append({"op": op, "bytes": int(b), "busbw": b / d.dur.median() * f})
     return pd.DataFrame(rows, columns=["op", "bytes", "busbw"])
 
@@ -185,14 +191,14 @@ def skew_heatmap(r, ax, fig, run_tag: str = "") -> None:
     ops = r.ops
     begin = None
     if not ops.empty and "gpu_start_ns" in ops:
-        begin = ops.gpu_start_ns
+        begin = _ints(ops.gpu_start_ns)
         if "gpu_ready_ns" in ops:  # when the stream was free (CUDA events), else the kernel
-            begin = begin.fillna(ops[["gpu_ready_ns", "launch_ns"]].max(axis=1, skipna=True).where(ops.gpu_ready_ns.notna()))
+            begin = begin.fillna(_stream_start(ops))
     if begin is None:
         c = ops.iloc[0:0]
     else:
         ops = ops.assign(begin=begin)
-        c = ops[~ops.op.isin(["Send", "Recv"]) & ops.seq.notna() & ops.begin.notna() & ops.comm_id.notna() & (ops.nranks > 1)]
+        c = ops[~ops.op.isin(["Send", "Recv"]) & ops.seq.notna() & ops.begin.notna() & ops.comm_id.notna() & _true(ops.nranks > 1)]
     if c.empty:
         ax.set_axis_off()
         ax.set_title(f"{prefix}no collective with GPU times on several ranks: no arrival skew to show", fontsize=9)
@@ -200,7 +206,8 @@ def skew_heatmap(r, ax, fig, run_tag: str = "") -> None:
     comm = c.comm_id.value_counts().idxmax()
     c = c[c.comm_id == comm]
     m = c.pivot_table(index="rank", columns="seq", values="begin", aggfunc="min")
-    m = (m - m.min(axis=0)) / 1e3
+    # Subtracted on the exact integer times, then µs as float64 (NaN: no begin).
+    m = (m - m.min(axis=0)).astype("float64") / 1e3
     import numpy as np
 
     vmax = float(np.nanpercentile(m.values, 99)) or None  # one outlier must not hide the rest

@@ -99,7 +99,10 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     run = run_job(host, runs, "zcta-0", ranks=2, iters=10, cupti=True,
                   extra_env={"HOST_CUDA": cuda, "ZCTA_BUDGET": "all"})
     subprocess.run([ZCTA, "phases", run], check=True, capture_output=True)
-    ops = pd.read_parquet(run / "ops")
+    # Nullable integer dtypes, as zcta_analysis reads them for the report: pandas' default
+    # for an integer column holding NULLs (gpu_ready_ns where the event pool ran empty) is
+    # float64, which holds these ns-since-epoch times to 256 ns only.
+    ops = pd.read_parquet(run / "ops", dtype_backend="numpy_nullable")
     mine = ops[(ops["rank"] == 0) & (ops.op == "AllReduce")].sort_values("api_start_ns")
     size = int(mine.bytes.iloc[0])
     mine = mine[mine.bytes == size]
@@ -112,7 +115,7 @@ def test_gpu_bench_report_tables(host, tmp_path):  # noqa: F811
     zcta_us = ((mine.gpu_end_ns - mine[["gpu_ready_ns", "launch_ns"]].max(axis=1)).where(
         mine.gpu_ready_ns.notna(), span) / 1e3).tolist()[3:]
     # The analysis package's helper says the same, and NaN where readiness is unknown.
-    got = (stream_time_ns(mine).fillna(span).iloc[3:] / 1e3).tolist()
+    got = (stream_time_ns(mine).fillna(span.astype("float64")).iloc[3:] / 1e3).tolist()
     assert got == zcta_us
     assert stream_time_ns(mine.assign(gpu_ready_ns=None)).isna().all()
     assert stream_time_ns(mine.drop(columns="gpu_ready_ns")).isna().all()
