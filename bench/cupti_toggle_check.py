@@ -65,16 +65,22 @@ def child(mode):
 
 
 def check(shim, mode, pause_cupti):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
-    from zcta_analysis import read_table
-
     out = tempfile.mkdtemp(prefix="zcta-toggle-")
     env = dict(os.environ, LD_PRELOAD=shim, ZCTA_OUT=out, ZCTA_RUN_ID="t", ZCTA_PAUSE_CUPTI=pause_cupti)
     if mode == "windows":
         env["ZCTA_SAMPLE"] = "50ms/200ms"
     subprocess.run([sys.executable, __file__, "--child", mode], env=env, check=True)
+    return verdict(f"{out}/t", mode, pause_cupti)
 
-    ops, gpu, proc = (read_table(f"{out}/t", t) for t in ("ops", "gpu", "process"))
+
+def verdict(run, mode, pause_cupti):
+    """Prints one run's line; True when every measured op has its one kernel of its own
+    and no GPU record was dropped or shared (a NULL process.gpu_inconsistent fails)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    import pandas as pd
+    from zcta_analysis import read_table
+
+    ops, gpu, proc = (read_table(run, t) for t in ("ops", "gpu", "process"))
     recorded = ops[(ops.op == "Send") & (ops.bytes >= 1 << 20) & ops.engine.notna()]
     kern = gpu[gpu.kind == "kernel"]
     # A 64 MiB send/recv to self takes tens of microseconds on an H200; an 8 B one a few.
@@ -86,7 +92,8 @@ def check(shim, mode, pause_cupti):
     p = proc.iloc[0]
     print(f"{mode:8} ZCTA_PAUSE_CUPTI={pause_cupti} measured ops {len(recorded):5}  with one kernel {one:5}  too short to be theirs {short:5}  "
           f"dropped as naming a later call {p.gpu_inconsistent:5}  correlation ids shared by kernels {shared:4}")
-    return short == 0 and p.gpu_inconsistent == 0 and shared == 0 and one == len(recorded)
+    return (short == 0 and pd.notna(p.gpu_inconsistent) and p.gpu_inconsistent == 0 and shared == 0
+            and one == len(recorded))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def stream_us(ops):
     """The op's time on its stream (docs/phases.md), µs: from when the stream was free
     for it (or its launch call, if later) to its GPU end; the kernel span without
     gpu_ready_ns (older runs, or the event kinds off)."""
-    return stream_time_ns(ops).fillna(ops.gpu_end_ns - ops.gpu_start_ns) / 1e3
+    return stream_time_ns(ops).fillna((ops.gpu_end_ns - ops.gpu_start_ns).astype("float64")) / 1e3
 
 
 zj = next((j for j in jobs if j["config"] == "zcta" and j["accuracy"]), None)
@@ -132,7 +132,7 @@ if zj is not None and len(ops):
     for a in zj["accuracy"]:
         rows = mine[(mine.op == a["op"]) & (mine.bytes == a["bytes"])]
         timed = rows.iloc[3:3 + len(a["event_us"])]  # after time_op's 3 warm-up calls
-        kspan = ((timed.gpu_end_ns - timed.gpu_start_ns) / 1e3).tolist()
+        kspan = ((timed.gpu_end_ns - timed.gpu_start_ns).astype("float64") / 1e3).tolist()
         z = stream_us(timed).tolist()
         ev = a["event_us"][:len(z)]
         if not z:

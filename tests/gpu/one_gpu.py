@@ -107,6 +107,10 @@ failed = False
 
 def check(ok, msg):
     global failed
+    try:
+        ok = bool(ok)
+    except TypeError:  # pd.NA: a NULL where a value is required fails
+        ok = False
     print(("PASS  " if ok else "FAIL  ") + msg)
     failed |= not ok
 
@@ -158,7 +162,7 @@ def full_detail(shim_dir, summary):
     check(len(sends) > 1000 and len(with_gpu) == len(sends), f"default: {len(with_gpu)} of {len(sends)} groups have GPU times")
     check((sends.engine == "sm_kernel").all() and (sends.kernel == "ncclDevKernel_SendRecv").all(),
           f"default: engines {dict(sends.engine.value_counts())}, kernels {dict(sends.kernel.value_counts())}")
-    check((sends.n_kernels == 1).all(), f"default: one kernel per group ({dict(sends.n_kernels.value_counts())})")
+    check((sends.n_kernels == 1).fillna(False).all(), f"default: one kernel per group ({dict(sends.n_kernels.value_counts())})")
     # Each group's kernel is its own: every kernel row names one group, once.
     kern = gpu[gpu.kind == "kernel"]
     check(kern.group_id.notna().all() and not kern.group_id.duplicated().any() and len(kern) == len(sends),
@@ -168,7 +172,7 @@ def full_detail(shim_dir, summary):
     r = sends[ready]
     # Ready is an event time put on CLOCK_REALTIME through the anchors, start CUPTI's:
     # the two agree within the anchors' error bound.
-    slack = int(p.gpu_clock_error_ns) if p.gpu_clock_error_ns == p.gpu_clock_error_ns else 0
+    slack = int(p.gpu_clock_error_ns) if pd.notna(p.gpu_clock_error_ns) else 0
     early = r[r.gpu_ready_ns > r.gpu_start_ns + slack]
     worst = int((early.gpu_ready_ns - early.gpu_start_ns).max()) if len(early) else 0
     check(early.empty, f"default: gpu_ready_ns <= gpu_start_ns + the anchors' error ({slack} ns) everywhere "
@@ -186,7 +190,7 @@ def full_detail(shim_dir, summary):
     errs = []
     for (label, t), (_, o), z in zip(timed, rows.iterrows(), stream_time_ns(rows)):
         want = SIZES[label.split(":")[1]]
-        if o["bytes"] != want:
+        if pd.isna(o["bytes"]) or o["bytes"] != want:
             check(False, f"timed op order: {label} matched a {o['bytes']}-byte op")
             break
         errs.append((label, t, z, z - t, abs(z - t) <= max(0.05 * t, 5000), o.gpu_end_ns - o.gpu_start_ns - t))
@@ -208,6 +212,7 @@ def full_detail(shim_dir, summary):
 
 def sampled(shim_dir, summary):
     """Sampling windows: measured ops keep their GPU side, the others are counted."""
+    import pandas as pd
     from zcta_analysis import read_table
 
     run, _ = record("sampled", shim_dir, {"ZCTA_SAMPLE": "50ms/250ms", **READY})
@@ -224,7 +229,8 @@ def sampled(shim_dir, summary):
     # stamps), at most every op without a CUPTI span.
     untimed = sends[sends.gpu_start_ns.isna() & (sends.timing != "timed")]
     lo, hi = 2 * len(untimed), int(ops.gpu_start_ns.isna().sum())
-    check(lo <= int(p.ops_unsampled) <= hi, f"sampled: ops_unsampled {p.ops_unsampled} within [{lo}, {hi}]")
+    check(pd.notna(p.ops_unsampled) and lo <= int(p.ops_unsampled) <= hi,
+          f"sampled: ops_unsampled {p.ops_unsampled} within [{lo}, {hi}]")
     check(p.gpu_inconsistent == 0, f"sampled: gpu_inconsistent {p.gpu_inconsistent}")
     rk = measured.gpu_ready_ns.notna()
     print(f"INFO  sampled: gpu_ready_ns known for {int(rk.sum())} of {len(measured)} measured groups")
@@ -236,6 +242,7 @@ def graph(shim_dir, summary):
     """Send/recv groups captured into a CUDA graph: written as captured, their GPU side
     not measured (the graph's launches run their kernels under the graph launch's
     correlation, which zcta does not join to ops), never as "no GPU work"."""
+    import pandas as pd
     from zcta_analysis import read_table
 
     run, _ = record("graph", shim_dir, {})
@@ -250,7 +257,8 @@ def graph(shim_dir, summary):
     check((cap.graph_captured == True).all() and cap.engine.isna().all() and cap.gpu_start_ns.isna().all(),  # noqa: E712
           f"graph: captured groups: graph_captured {dict(cap.graph_captured.value_counts(dropna=False))}, "
           f"engines {dict(cap.engine.value_counts(dropna=False))} (NULL: not measured)")
-    check(p.ops_graph_captured == 20 and p.ops_without_gpu == 0,
+    check(pd.notna(p.ops_graph_captured) and pd.notna(p.ops_without_gpu)
+          and p.ops_graph_captured == 20 and p.ops_without_gpu == 0,
           f"graph: process.ops_graph_captured {p.ops_graph_captured}, ops_without_gpu {p.ops_without_gpu}")
     launches = gpu[gpu.attribution == "graph_launch"] if len(gpu) else gpu
     check(len(launches) == 200 and (launches.graph_id.fillna(0) != 0).all()

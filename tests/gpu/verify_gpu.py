@@ -21,6 +21,10 @@ failed = False
 
 def check(ok, msg):
     global failed
+    try:
+        ok = bool(ok)
+    except TypeError:  # pd.NA: a NULL where a value is required fails
+        ok = False
     print(("PASS  " if ok else "FAIL  ") + msg)
     failed |= not ok
 
@@ -61,7 +65,7 @@ elif sampled:
     check(0 < len(measured) < len(ok_ops), f"sampled ({desc}): {len(measured)} of {len(ok_ops)} ops measured")
     check(int(proc.ops_unsampled.sum()) == int(ops.engine.isna().sum()),
           f"process.ops_unsampled {int(proc.ops_unsampled.sum())} = ops with engine NULL {int(ops.engine.isna().sum())}")
-    check((proc.ops_without_gpu == 0).all(), f"no sampled op without its GPU side: {list(proc.ops_without_gpu)}")
+    check((proc.ops_without_gpu == 0).fillna(False).all(), f"no sampled op without its GPU side: {list(proc.ops_without_gpu)}")
     # An ungrouped op is sampled by its own call's start; a grouped one by its group's
     # ncclGroupEnd (not in the ops table), so only ungrouped ones are checked.
     alone = measured[measured.group_id.isna()]
@@ -113,7 +117,7 @@ elif mode == "ce":
         s, n = engine_share([op], "copy_engine")
         check(s >= 0.99, f"ce: {op} engine copy_engine on {s:.1%} of {n} ops")
     ce = measured[measured.engine == "copy_engine"]
-    check(len(ce) and (ce.n_kernels == 0).all() and (ce.n_memcpy >= 2).all(),
+    check(len(ce) and (ce.n_kernels == 0).fillna(False).all() and (ce.n_memcpy >= 2).fillna(False).all(),
           "ce: copy-engine ops launch no kernel and at least 2 copies")
 elif mode == "proxy":
     s, n = engine_share(["AlltoAll"], "proxy_memcpy", 16 << 20)

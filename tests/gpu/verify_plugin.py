@@ -36,7 +36,7 @@ if mode == "kernelch":
     check("KernelCh rows with GPU timers for every collective", len(coll_ops) > 0 and len(cov) == len(coll_ops)
           and kc.gpu_timer_start.notna().all() and kc.gpu_timer_stop.notna().all(), f"{len(cov)} of {len(coll_ops)}")
     if len(kc):
-        d = (kc.gpu_timer_stop.astype("int64") - kc.gpu_timer_start.astype("int64")) / 1e3
+        d = (kc.gpu_timer_stop.astype("Int64") - kc.gpu_timer_start.astype("Int64")) / 1e3
         print(f"INFO  plugin/kernelch: {len(kc)} KernelCh rows, GPU channel time p50 {d.median():.1f} us")
     sys.exit(0 if ok else 1)
 if mode == "user":
@@ -70,7 +70,7 @@ if mode == "default":
           f"{len(pops)} ProxyOp, {len(steps)} ProxyStep")
 else:
     # A Send/Recv to oneself is a local copy: no network, so no proxy work.
-    net_ops = ops[~(ops.op.isin(["Send", "Recv"]) & (ops.peer == ops["rank"]))]
+    net_ops = ops[~(ops.op.isin(["Send", "Recv"]) & (ops.peer == ops["rank"]).fillna(False))]
     covered = net_ops.merge(pops[key].drop_duplicates(), on=key, how="inner") if len(pops) else ops.iloc[:0]
     check("every op that crosses the network has ProxyOp rows", len(net_ops) > 0 and len(covered) == len(net_ops),
           f"{len(covered)} of {len(net_ops)} ({len(ops) - len(net_ops)} self Send/Recv excluded)")
@@ -81,7 +81,7 @@ else:
         dur = steps.stop_ns - steps.start_ns
         state_cols = [c for c in steps.columns if c.endswith("_wait_ns")]
         some_state = steps[state_cols].notna().any(axis=1)
-        check("step times are non-zero and states recorded", (dur > 0).all() and some_state.all(),
+        check("step times are non-zero and states recorded", (dur > 0).fillna(False).all() and some_state.all(),
               f"median step {dur.median() / 1e3:.1f} us; states seen: "
               f"{ {c: int(steps[c].notna().sum()) for c in state_cols} }")
     print(f"INFO  plugin/{mode}: {len(pops)} ProxyOp, {len(steps)} ProxyStep, "

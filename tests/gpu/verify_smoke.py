@@ -40,7 +40,7 @@ def main() -> int:
     check("one process row per rank, none from the launcher", len(proc) == world,
           f"{len(proc)} rows: {proc[['pid', 'rank_env', 'end_reason']].to_dict('records') if len(proc) else ''}")
     check("every process ended cleanly", len(proc) > 0 and (proc.end_reason == "exit").all()
-          and (proc.records_dropped == 0).all(), proc[["end_reason", "records_dropped"]].to_dict("records") if len(proc) else "")
+          and (proc.records_dropped == 0).fillna(False).all(), proc[["end_reason", "records_dropped"]].to_dict("records") if len(proc) else "")
     check("no pending write-ahead logs", not glob.glob(os.path.join(run, "*", "_*.wal")))
     check("all results ncclSuccess", len(ops) > 0 and (ops.result == 0).all())
 
@@ -75,7 +75,7 @@ def main() -> int:
         r = p2p[p2p.op == "Recv"][["comm_id", "seq", "rank", "peer", "bytes"]]
         j = s.merge(r, left_on=["comm_id", "seq", "rank", "peer"], right_on=["comm_id", "seq", "peer", "rank"], suffixes=("_s", "_r"))
         check("every Send joins its Recv on (comm_id, seq, rank<->peer) with equal bytes",
-              len(j) == len(s) == len(r) and bool((j.bytes_s == j.bytes_r).all()), f"{len(j)} of {len(s)} sends matched")
+              len(j) == len(s) == len(r) and bool((j.bytes_s == j.bytes_r).fillna(False).all()), f"{len(j)} of {len(s)} sends matched")
     check("comms rows for every rank, same comm_id on all ranks",
           len(comms) > 0 and comms.groupby("comm_id")["rank"].nunique().max() == world,
           comms[["comm_id", "rank", "nranks", "device", "init"]].to_dict("records") if len(comms) else "")
