@@ -13,7 +13,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::tables;
 
-/// Runs `f`, a read of a file that may be damaged, and catches a panic of the decoder
+/// Runs `f`, a read of a file that may be damaged (or another call into code that may
+/// panic on input it never expected: `zcta doctor`'s NVML query), and catches a panic
 /// in it (the parquet and Arrow IPC crates panic on some corrupt input instead of
 /// returning an error) as `Err`, *quietly*: the default panic message (and, with
 /// `RUST_BACKTRACE` set, a backtrace) is not printed, since the caller reports the file

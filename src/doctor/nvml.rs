@@ -19,10 +19,11 @@ pub struct RealNvml;
 
 impl NvmlSource for RealNvml {
     fn query(&self) -> NvmlOutcome {
-        // nvml-wrapper returns errors rather than panicking; catch_unwind is a belt
-        // for an unexpected enum value or symbol layout in a driver we never saw.
+        // nvml-wrapper returns errors rather than panicking; the guard is a belt for an
+        // unexpected enum value or symbol layout in a driver we never saw, caught
+        // quietly: the report says the query failed, no panic message is printed.
         bounded(NVML_LIMIT, || {
-            std::panic::catch_unwind(query)
+            crate::reader::guarded(query)
                 .unwrap_or_else(|_| NvmlOutcome::Failed("NVML query panicked".into()))
         })
     }
