@@ -581,3 +581,22 @@ stop.set()
     assert out["got"]["isolated"] is True and out["got"]["threads_moved"] >= 1
     assert out["me"] == [allowed[0]]
     assert out["other"] == allowed[1:] == out["got"]["others"]
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+def test_callgrind_group_counts_the_shims_instructions_per_group(tmp_path):
+    """bench/callgrind_group.sh: per send/recv group, the program alone executes some
+    instructions, the shim loaded but disabled more, recording more still (the counts
+    are deterministic; docs/PERFORMANCE.md keeps them per build)."""
+    so = ROOT / "target" / "release" / "libzcta_prof.so"
+    if not so.exists():
+        pytest.skip("needs the release shim (cargo build --release)")
+    env = dict(os.environ, FX=str(tmp_path / "fx"), N1="200", N2="1200", MODES="alone disabled nomask",
+               TMPDIR=str(tmp_path))
+    r = subprocess.run(["bash", str(ROOT / "bench" / "callgrind_group.sh"), str(so)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split() for line in r.stdout.splitlines()[1:])
+    assert set(got) == {"alone", "disabled", "nomask"}, r.stdout
+    alone, disabled, nomask = (int(got[m]) for m in ("alone", "disabled", "nomask"))
+    assert 0 < alone < disabled < nomask, r.stdout
