@@ -22,7 +22,24 @@ Integer columns come as pandas' nullable integer dtypes of their Arrow type (`In
 whether or not they hold NULLs: a time in ns since the epoch (~1.8e18) or a u64 id is
 beyond float64's 2^53, where pandas' default for an integer column holding NULLs
 (float64) would round it to a multiple of 256 and make two ids that differ in their low
-bits equal. (DuckDB's `.df()` gives a nullable dtype where a result's column holds NULLs.)
+bits equal. Boolean columns (`graph_captured`, ...) come as pandas' `boolean` dtype
+(NULL is `pd.NA`) the same way, with or without NULLs: never `object` in one run and
+`bool` in another. (DuckDB's `.df()` gives a nullable dtype where a result's column
+holds NULLs.)
+
+A row of `ops`, `gpu` or `proxy` with a time outside 1970..2116 (not in `[0, 2^62)` ns
+since the epoch: a corrupt or foreign value, such as an end of int64 in a damaged file)
+is left out as zcta leaves it out of every figure (src/analysis/mod.rs `MAX_TIME_NS`):
+`load`, `read_table` and `connect` do not give it, so no figure computed from them —
+`breakdown`, `compare`, `stream_time_ns`, the plots, or the user's own — holds it or
+overflows int64 on it. Each file with such rows is named with a warning, as zcta names
+it (`skipped FILE: 2 ops rows left out: a time outside 1970..2116 ...`), and listed in
+`Run.skipped`. The columns judged are zcta's: the six ops times `api_start_ns`,
+`api_end_ns`, `launch_ns`, `gpu_ready_ns`, `gpu_start_ns`, `gpu_end_ns` (its
+`ops_times!`), and, as `zcta export` judges them, gpu's `start_ns`, `end_ns` and
+proxy's `start_ns`, `stop_ns`; a NULL is no time and in range. `zcta summary`'s rows
+per table still count them (the rows its files hold), as `process.ops_rows` does;
+`len(run.ops)` does not.
 """
 
 from __future__ import annotations
@@ -45,10 +62,23 @@ PHASES = ("init", "queue", "sync", "barrier", "transfer", "memcpy", "proxy", "un
 SCHEMA_VERSION_KEY = b"zcta.schema_version"
 TABLE_KEY = b"zcta.table"
 
+# src/analysis/mod.rs MAX_TIME_NS: every time the analysis combines lies in [0, 2^62) ns
+# since the epoch (1970..2116); a row holding another is left out.
+MAX_TIME_NS = 1 << 62
+# The times a row is judged by, per table: ops as every zcta command judges them
+# (src/analysis/mod.rs `ops_times!`), gpu and proxy as `zcta export` does
+# (src/analysis/export.rs). NULL is no time: in range.
+TIME_COLUMNS = {
+    "ops": ("api_start_ns", "api_end_ns", "launch_ns", "gpu_ready_ns", "gpu_start_ns", "gpu_end_ns"),
+    "gpu": ("start_ns", "end_ns"),
+    "proxy": ("start_ns", "stop_ns"),
+}
+
 
 class ZctaWarning(UserWarning):
     """A file or directory of a run that was not read, and why (or rows not yet in
-    Parquet: pending write-ahead logs)."""
+    Parquet: pending write-ahead logs; or a file's rows left out: a time out of
+    range)."""
 
 
 # Every time, not once per place in the code: loading the same bad run twice must say so
@@ -223,6 +253,57 @@ def _footer_problem(pf: pq.ParquetFile, table: str) -> str | None:
     return None
 
 
+def _left_out(rows: int, table: str) -> str:
+    """Why `rows` rows of a file of `table` were left out, in zcta's words
+    (src/analysis/mod.rs `out_of_range`)."""
+    what = f"{rows} {table} row" + ("" if rows == 1 else "s")
+    return (
+        f"{what} left out: a time outside 1970..2116 (not in [0, 2^62) ns since the epoch: "
+        "a corrupt or foreign value); its other rows were used"
+    )
+
+
+def _time_ok(name: str) -> str:
+    """SQL: column `name` holds no time out of range (NULL: none)."""
+    q = '"' + name.replace('"', '""') + '"'
+    return f"coalesce({q} >= 0 and {q} < {MAX_TIME_NS}, true)"
+
+
+def _in_range(t: pa.Table, table: str) -> tuple[pa.Table, int]:
+    """`t` without its rows that hold a time out of range ([0, MAX_TIME_NS) in the
+    columns TIME_COLUMNS names; a NULL is in range), and how many were left out."""
+    import pyarrow.compute as pc
+
+    keep = None
+    for name in TIME_COLUMNS.get(table, ()):
+        if name not in t.column_names:
+            continue
+        c = t.column(name)
+        ok = pc.fill_null(pc.and_(pc.greater_equal(c, 0), pc.less(c, MAX_TIME_NS)), True)
+        keep = ok if keep is None else pc.and_(keep, ok)
+    if keep is None:
+        return t, 0
+    kept = pc.sum(keep).as_py() or 0
+    if kept == t.num_rows:
+        return t, 0
+    return t.filter(keep), t.num_rows - kept
+
+
+def _ops_in_range(ops: pd.DataFrame, who: str) -> pd.Series:
+    """Which rows of an ops DataFrame hold no time out of range (plain bools); warns
+    of the others. A frame from `load` or `read_table` has none (they were left out
+    there, each file named): this is for frames built otherwise."""
+    keep = pd.Series(True, index=ops.index)
+    for name in TIME_COLUMNS["ops"]:
+        if name in ops:
+            c = _ints(ops[name])
+            keep &= ~((c < 0) | (c >= MAX_TIME_NS)).fillna(False).astype(bool)
+    n = int((~keep).sum())
+    if n:
+        _warn(f"{who}: {_left_out(n, 'ops')}")
+    return keep
+
+
 def _required_nulls(t: pa.Table, table: str) -> str | None:
     for name, _, nullable in COLUMNS[table]:
         if not nullable and name in t.column_names and t.column(t.column_names.index(name)).null_count:
@@ -271,8 +352,11 @@ def _read_file(path: pathlib.Path, table: str) -> tuple[pa.Table | None, str | N
     return pa.Table.from_arrays(cols, schema=pa.schema(fields)), None
 
 
-# Arrow integer types -> pandas' nullable integer dtypes: exact values, NULL as pd.NA.
-_PANDAS_INTS = {
+# Arrow integer and boolean types -> pandas' nullable dtypes: exact values, NULL as
+# pd.NA, the same dtype whether or not a column holds NULLs (pyarrow's default gives
+# float64 for an integer column with NULLs, object for a boolean one).
+_PANDAS_DTYPES = {
+    pa.bool_(): pd.BooleanDtype(),
     pa.int8(): pd.Int8Dtype(),
     pa.int16(): pd.Int16Dtype(),
     pa.int32(): pd.Int32Dtype(),
@@ -286,9 +370,9 @@ _PANDAS_INTS = {
 
 def _to_pandas(t: pa.Table) -> pd.DataFrame:
     """A table as a DataFrame whose integer columns keep their exact values (a nullable
-    integer dtype whether or not the column holds NULLs), other columns as pyarrow
-    converts them."""
-    return t.to_pandas(types_mapper=_PANDAS_INTS.get)
+    integer dtype whether or not the column holds NULLs) and whose boolean columns are
+    pandas' `boolean` (likewise), other columns as pyarrow converts them."""
+    return t.to_pandas(types_mapper=_PANDAS_DTYPES.get)
 
 
 def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
@@ -303,8 +387,9 @@ def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
 
 
 def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
-    """A table's usable files concatenated (None: none), the (path, reason) of each one
-    skipped, and its pending logs; warns of each."""
+    """A table's usable files concatenated (None: none), less the rows with a time out
+    of range (`_in_range`); the (path, reason) of each file skipped or with rows left
+    out, and its pending logs; warns of each."""
     if table not in COLUMNS:
         raise ValueError(f"unknown table {table!r} (known: {', '.join(TABLES)})")
     listing = _list_files(run, table)
@@ -324,6 +409,9 @@ def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
             if first[0] != ty:
                 _warn(f"{f}: column {name} has type {ty}, not {first[0]} as in {first[1]}: left out of this file's rows")
                 t = t.drop_columns([name])
+        t, n = _in_range(t, table)
+        if n:
+            skipped.append((f, _left_out(n, table)))
         parts.append(t)
     for p, why in skipped:
         _warn(f"skipped {p}: {why}")
@@ -337,7 +425,10 @@ def read_table(run_dir, table: str) -> pd.DataFrame:
     """One table of a run as a DataFrame (empty when the run has none). Files written
     with older schema versions read with the columns they lack as NULL; files that
     cannot be used are skipped with a warning naming them (see the module's help).
-    Integer columns are nullable integer dtypes (`Int64`, `UInt64`, ...): exact."""
+    Rows of `ops`, `gpu` and `proxy` with a time outside 1970..2116 are left out, as
+    zcta leaves them out of its figures, each file with such rows named with a warning
+    and their count. Integer columns are nullable integer dtypes (`Int64`, `UInt64`,
+    ...): exact; boolean columns pandas' `boolean` (NULL as `pd.NA`)."""
     t, _, _ = _read(pathlib.Path(run_dir), table)
     return pd.DataFrame() if t is None else _to_pandas(t)
 
@@ -345,7 +436,8 @@ def read_table(run_dir, table: str) -> pd.DataFrame:
 @dataclass
 class Run:
     """The tables of one run directory; `skipped`: (path, reason) of each file or
-    directory of those tables that was not read."""
+    directory of those tables that was not read, and of each file of which rows were
+    left out (a time outside 1970..2116: see the module's help), as zcta lists them."""
 
     path: pathlib.Path
     ops: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -369,7 +461,8 @@ def _check_run(run: pathlib.Path) -> None:
 
 
 def load(run_dir) -> Run:
-    """Reads a run directory (see `Run`); integer columns as in `read_table`."""
+    """Reads a run directory (see `Run`): rows, integer and boolean columns as in
+    `read_table` (rows with a time out of range left out, their files named)."""
     run = pathlib.Path(run_dir)
     _check_run(run)
     dfs, skipped = [], []
@@ -398,7 +491,9 @@ def connect(run_dir):
     files `load` would read (a file it would skip is left out with the same warning;
     only footers are checked here: a file whose data turns out corrupt fails the query
     that reads it). A file DuckDB cannot open by name (not UTF-8, glob characters) is
-    read into memory."""
+    read into memory. The views of `ops`, `gpu` and `proxy` leave out the rows with a
+    time out of range, as `load` does, and each file with such rows is named with their
+    count (counted where the footer's statistics do not rule them out)."""
     import duckdb
 
     run = pathlib.Path(run_dir)
@@ -408,6 +503,7 @@ def connect(run_dir):
         listing = _list_files(run, t)
         skipped = list(listing.skipped)
         by_name, in_memory = [], []
+        times = set()  # the judged time columns some file of the table has
         for f in listing.parquet:
             q = _duckdb_path(f)
             if q is None:
@@ -415,20 +511,38 @@ def connect(run_dir):
                 if tbl is None:
                     skipped.append((f, why))
                 else:
+                    tbl, n = _in_range(tbl, t)
+                    if n:
+                        skipped.append((f, _left_out(n, t)))
+                    times.update(c for c in TIME_COLUMNS.get(t, ()) if c in tbl.column_names)
                     in_memory.append(tbl)
                 continue
+            have, in_range = [], True
             try:
                 with _open(f) as fh:
                     try:
                         pf = pq.ParquetFile(fh)
                         why = _footer_problem(pf, t) or _required_nulls_in_stats(pf, t)
+                        if not why:
+                            have = [c for c in TIME_COLUMNS.get(t, ()) if c in pf.schema_arrow.names]
+                            in_range = _times_in_range_in_stats(pf, have)
                     except Exception as e:
                         why = f"not a readable Parquet file (truncated or corrupt?): {e}"
             except OSError as e:
                 why = f"cannot open: {_why(e)}"
+            if not why and not in_range:
+                try:
+                    ok = " and ".join(_time_ok(c) for c in have)
+                    n = con.execute(f"select count(*) from read_parquet({q}) where not ({ok})").fetchone()[0]
+                except Exception as e:  # duckdb.Error: the data is corrupt
+                    why = f"corrupt data: {e}"
+                else:
+                    if n:
+                        skipped.append((f, _left_out(n, t)))
             if why:
                 skipped.append((f, why))
             else:
+                times.update(have)
                 by_name.append(q)
         for p, why in sorted(skipped):
             _warn(f"skipped {p}: {why}")
@@ -440,8 +554,31 @@ def connect(run_dir):
             con.register(f"_zcta_{t}_in_memory", pa.concat_tables(in_memory, promote_options="default"))
             parts.append(f"select * from _zcta_{t}_in_memory")
         if parts:
-            con.execute(f"create view {t} as " + " union all by name ".join(parts))
+            rows = " union all by name ".join(parts)
+            if times:  # the rows with a time out of range left out
+                ok = " and ".join(_time_ok(c) for c in TIME_COLUMNS[t] if c in times)
+                rows = f"select * from ({rows}) where {ok}"
+            con.execute(f"create view {t} as {rows}")
     return con
+
+
+def _times_in_range_in_stats(pf: pq.ParquetFile, columns: list) -> bool:
+    """Whether the footer's statistics show every value of `columns` in [0, MAX_TIME_NS)
+    (False: some value is not, or the statistics do not tell)."""
+    md = pf.metadata
+    for rg in range(md.num_row_groups):
+        g = md.row_group(rg)
+        for c in range(g.num_columns):
+            col = g.column(c)
+            if col.path_in_schema not in columns:
+                continue
+            st = col.statistics if col.is_stats_set else None
+            if st is not None and st.has_min_max:
+                if not (0 <= st.min and st.max < MAX_TIME_NS):
+                    return False
+            elif not (st is not None and st.has_null_count and st.null_count == g.num_rows):
+                return False  # no min/max, and not all NULL
+    return True
 
 
 def _required_nulls_in_stats(pf: pq.ParquetFile, table: str) -> str | None:
@@ -493,10 +630,17 @@ def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
     for it, or NCCL's launch if later (when known), to its GPU end — for an op timed
     with CUDA events, their elapsed time. NaN where `gpu_ready_ns` is unknown (not
     timed, or files from before it existed). float64, subtracted on the exact integer
-    times first (a duration is exact in float64; a time since the epoch is not)."""
+    times first (a duration is exact in float64; a time since the epoch is not). NaN
+    too for a row with a time outside 1970..2116, as zcta leaves it out (with a
+    warning; `load` and `read_table` have left such rows out already)."""
     nan = pd.Series(float("nan"), index=ops.index)
     if "gpu_ready_ns" not in ops:
         return nan
+    keep = _ops_in_range(ops, "stream_time_ns")
+    if not keep.all():  # computed on the others only: no overflow
+        out = nan.copy()
+        out[keep.to_numpy()] = stream_time_ns(ops[keep]).to_numpy()
+        return out
     known = (ops.gpu_ready_ns.notna() & ops.gpu_end_ns.notna()).astype(bool)
     if not known.any():
         return nan
@@ -545,7 +689,9 @@ def breakdown(run: Run | str) -> pd.DataFrame:
     """Per (op, size bucket, engine): the ops they stand for (`count`: an op the budget
     timed at level k counts 2^k, as in `zcta report`; `rows`: the rows), the weighted
     median end-to-end time (µs) and each phase's weighted share of the summed window
-    (NaN: not measured), from the `phases` table joined to `ops`."""
+    (NaN: not measured), from the `phases` table joined to `ops`. As in `zcta report`,
+    no op with a time outside 1970..2116 counts: `zcta phases` wrote no row for it, and
+    `load` leaves it out of `ops`, naming its file."""
     if not isinstance(run, Run):
         run = load(run)
     ph = run.phases
@@ -575,7 +721,10 @@ def breakdown(run: Run | str) -> pd.DataFrame:
 
 
 def compare(run_a, run_b) -> pd.DataFrame:
-    """Per (op, size): median window and phases in A and B and the change (µs)."""
+    """Per (op, size): median window and phases in A and B and the change (µs), from
+    each run's `phases` table (`zcta phases`: no row for an op with a time outside
+    1970..2116, as in `zcta diff`); a run given as a path is read with `load`, which
+    names each file with such rows."""
     a, b = (r if isinstance(r, Run) else load(r) for r in (run_a, run_b))
     out = []
     for name, r in (("a", a), ("b", b)):
