@@ -251,10 +251,12 @@ def graph(shim_dir, summary):
     p2p = ops[ops.op.isin(["Send", "Recv"])].sort_values("api_start_ns")
     eager, cap = p2p.head(40), p2p.tail(20)
     check(len(p2p) == 60, f"graph: {len(p2p)} Send/Recv rows (20 eager groups + 10 captured)")
-    check((eager.graph_captured == False).all() and (eager.engine == "sm_kernel").all(),  # noqa: E712
+    # A NULL counts as a failure (the column is pandas' nullable boolean: .all() skips NA).
+    check(eager.graph_captured.eq(False).fillna(False).all() and (eager.engine == "sm_kernel").all(),
           f"graph: eager groups: graph_captured {dict(eager.graph_captured.value_counts(dropna=False))}, "
           f"engines {dict(eager.engine.value_counts(dropna=False))}")
-    check((cap.graph_captured == True).all() and cap.engine.isna().all() and cap.gpu_start_ns.isna().all(),  # noqa: E712
+    check(cap.graph_captured.eq(True).fillna(False).all() and cap.engine.isna().all()
+          and cap.gpu_start_ns.isna().all(),
           f"graph: captured groups: graph_captured {dict(cap.graph_captured.value_counts(dropna=False))}, "
           f"engines {dict(cap.engine.value_counts(dropna=False))} (NULL: not measured)")
     check(pd.notna(p.ops_graph_captured) and pd.notna(p.ops_without_gpu)
@@ -265,7 +267,7 @@ def graph(shim_dir, summary):
           and launches.op_id.isna().all() and launches.group_id.isna().all(),
           f"graph: {len(launches)} gpu rows of the graph's 20 launches x 10 kernels with attribution graph_launch, "
           f"a graph id and no op")
-    summary.append(f"graph captured={int((cap.graph_captured == True).sum())}/20 "  # noqa: E712
+    summary.append(f"graph captured={int(cap.graph_captured.eq(True).fillna(False).sum())}/20 "
                    f"ops_graph_captured={p.ops_graph_captured}")
 
 

@@ -133,6 +133,26 @@ def test_one_gpu_sampled_fails_a_null_process_counter(one_gpu, monkeypatch, tmp_
     assert one_gpu.failed
 
 
+@pytest.mark.parametrize("which", ["eager", "captured"])
+def test_one_gpu_graph_fails_a_null_graph_captured(one_gpu, monkeypatch, tmp_path, capsys, which):
+    """graph_captured is pandas' nullable boolean: a NULL on an eager or a captured
+    group's op must fail its check (.all() alone skips it)."""
+    ops = []
+    null_at = 0 if which == "eager" else 25
+    for i in range(30):  # 20 eager groups' Send and Recv, then 10 captured groups'
+        eager = i < 20
+        ops += [{"op_id": 2 * i + k + 1, "op": op, "rank": 0, "api_start_ns": T0 + 2 * i + k,
+                 "graph_captured": None if i == null_at else not eager,
+                 "engine": "sm_kernel" if eager else None}
+                for k, op in enumerate(("Send", "Recv"))]
+    _one_gpu_part(one_gpu, monkeypatch, tmp_path, "graph", COUNTERS, ops,
+                  [{"attribution": "graph_launch", "kind": "kernel", "graph_id": 7}])
+    out = capsys.readouterr().out
+    line = "FAIL  graph: eager groups" if which == "eager" else "FAIL  graph: captured groups"
+    assert _lines(out, line), out
+    assert one_gpu.failed
+
+
 @pytest.mark.parametrize("column", ["ops_graph_captured", "ops_without_gpu"])
 def test_one_gpu_graph_fails_a_null_process_counter(one_gpu, monkeypatch, tmp_path, capsys, column):
     ops = []
