@@ -443,6 +443,10 @@ pub fn scan_ops(
     run.pending_logs += listing.logs.len();
     run.skipped.extend(listing.skipped);
     let streams = scan::streams_of(listing.parquet);
+    if run.hosts.len() < 2 {
+        // The other tables name no second host (or are missing): the ops files may.
+        scan::hosts_of(&streams, &mut run.hosts);
+    }
     let several_hosts = run.hosts.len() > 1;
     // Pass 1: host clocks (only when there is more than one host), from the first
     // CLOCK_ROWS rows.

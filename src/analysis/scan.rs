@@ -56,6 +56,28 @@ pub fn streams_of(files: Vec<PathBuf>) -> Vec<Vec<PathBuf>> {
         .collect()
 }
 
+/// Adds to `hosts` the host of each process whose ops `streams` hold (a process's rows
+/// all name its host; the first readable row of its first file says it): the run's
+/// hosts when its other tables (process, calls, gpu, proxy) are missing, as after a
+/// crash, so that several hosts still get their clocks aligned. A file that cannot be
+/// read is passed over here; the scan names it.
+pub fn hosts_of(streams: &[Vec<PathBuf>], hosts: &mut Vec<String>) {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    let schema = tables::schema_of("ops").expect("ops table");
+    for files in streams {
+        let first: Option<String> = files.iter().find_map(|f| {
+            let mut batches = reader::stream_file(f, &schema, &["host"], 1).ok()?;
+            let b = batches.find_map(|b| b.ok().filter(|b| b.num_rows() > 0))?;
+            let col = b.column_by_name("host")?.as_string_opt::<i32>()?;
+            col.is_valid(0).then(|| col.value(0).to_string())
+        });
+        if let Some(h) = first {
+            super::intern(hosts, &h);
+        }
+    }
+}
+
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, String>> + Send>;
 
 /// One process's rows, in file order.
