@@ -422,12 +422,7 @@ pub fn stream_file(
     );
     let want = std::sync::Arc::new(want);
     let open = || -> Result<_, String> {
-        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-        let kv = builder.metadata().file_metadata().key_value_metadata();
-        check_version(kv)?;
-        check_table(kv, schema)?;
+        let (builder, _) = open_checked(path, schema)?;
         let file_schema = builder.parquet_schema();
         let idx: Vec<usize> = (0..file_schema.num_columns())
             .filter(|&i| columns.contains(&file_schema.column(i).name()))
@@ -498,6 +493,23 @@ fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<
     Ok(version)
 }
 
+/// Opens a Parquet file of the table `schema` describes, once its footer says zcta may
+/// use it ([`check_version`], [`check_table`]): the reader's builder and the file's
+/// schema version, or the human reason the file is skipped. Call it inside [`guarded`]
+/// (the footer's decoder may panic).
+fn open_checked(
+    path: &Path,
+    schema: &SchemaRef,
+) -> Result<(ParquetRecordBatchReaderBuilder<File>, u32), String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
+    let kv = builder.metadata().file_metadata().key_value_metadata();
+    let version = check_version(kv)?;
+    check_table(kv, schema)?;
+    Ok((builder, version))
+}
+
 /// A file that names its table ([`crate::TABLE_KEY`]) must name the one being read
 /// (`schema`'s): a `process` file copied into `ops/` is another table's rows, whatever
 /// columns they share. Files that name none (other writers) are judged by their columns.
@@ -536,12 +548,7 @@ fn file_batches(
     schema: &SchemaRef,
 ) -> Result<impl Iterator<Item = Result<RecordBatch, String>> + use<>, String> {
     let open = || -> Result<_, String> {
-        let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
-        let kv = builder.metadata().file_metadata().key_value_metadata();
-        let version = check_version(kv)?;
-        check_table(kv, schema)?;
+        let (builder, version) = open_checked(path, schema)?;
         let reader = builder.build().map_err(|e| format!("cannot read: {e}"))?;
         Ok((version, reader))
     };
