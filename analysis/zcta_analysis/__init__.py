@@ -375,6 +375,17 @@ def _to_pandas(t: pa.Table) -> pd.DataFrame:
     return t.to_pandas(types_mapper=_PANDAS_DTYPES.get)
 
 
+def _read_usable(f: pathlib.Path, table: str) -> tuple[pa.Table | None, list]:
+    """One file of `table` as `load` uses it: read (`_read_file`), less its rows with a
+    time out of range (`_in_range`); the (path, reason) of the file, if skipped or with
+    rows left out."""
+    t, why = _read_file(f, table)
+    if t is None:
+        return None, [(f, why)]
+    t, n = _in_range(t, table)
+    return t, [(f, _left_out(n, table))] if n else []
+
+
 def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
     """Rows not in Parquet yet: write-ahead logs of processes killed or still running."""
     if logs:
@@ -397,9 +408,9 @@ def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
     parts = []
     extra: dict[str, tuple[pa.DataType, pathlib.Path]] = {}
     for f in listing.parquet:
-        t, why = _read_file(f, table)
+        t, sk = _read_usable(f, table)
+        skipped += sk
         if t is None:
-            skipped.append((f, why))
             continue
         # A column zcta does not know (written by a newer one) is kept; where files
         # disagree on its type, the first file's type stands and the others' are left out.
@@ -409,9 +420,6 @@ def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
             if first[0] != ty:
                 _warn(f"{f}: column {name} has type {ty}, not {first[0]} as in {first[1]}: left out of this file's rows")
                 t = t.drop_columns([name])
-        t, n = _in_range(t, table)
-        if n:
-            skipped.append((f, _left_out(n, table)))
         parts.append(t)
     for p, why in skipped:
         _warn(f"skipped {p}: {why}")
@@ -507,13 +515,9 @@ def connect(run_dir):
         for f in listing.parquet:
             q = _duckdb_path(f)
             if q is None:
-                tbl, why = _read_file(f, t)
-                if tbl is None:
-                    skipped.append((f, why))
-                else:
-                    tbl, n = _in_range(tbl, t)
-                    if n:
-                        skipped.append((f, _left_out(n, t)))
+                tbl, sk = _read_usable(f, t)
+                skipped += sk
+                if tbl is not None:
                     times.update(c for c in TIME_COLUMNS.get(t, ()) if c in tbl.column_names)
                     in_memory.append(tbl)
                 continue
@@ -522,10 +526,10 @@ def connect(run_dir):
                 with _open(f) as fh:
                     try:
                         pf = pq.ParquetFile(fh)
-                        why = _footer_problem(pf, t) or _required_nulls_in_stats(pf, t)
+                        why = _footer_problem(pf, t)
                         if not why:
                             have = [c for c in TIME_COLUMNS.get(t, ()) if c in pf.schema_arrow.names]
-                            in_range = _times_in_range_in_stats(pf, have)
+                            why, in_range = _from_stats(pf, t, have)
                     except Exception as e:
                         why = f"not a readable Parquet file (truncated or corrupt?): {e}"
             except OSError as e:
@@ -562,36 +566,29 @@ def connect(run_dir):
     return con
 
 
-def _times_in_range_in_stats(pf: pq.ParquetFile, columns: list) -> bool:
-    """Whether the footer's statistics show every value of `columns` in [0, MAX_TIME_NS)
-    (False: some value is not, or the statistics do not tell)."""
-    md = pf.metadata
-    for rg in range(md.num_row_groups):
-        g = md.row_group(rg)
-        for c in range(g.num_columns):
-            col = g.column(c)
-            if col.path_in_schema not in columns:
-                continue
-            st = col.statistics if col.is_stats_set else None
-            if st is not None and st.has_min_max:
-                if not (0 <= st.min and st.max < MAX_TIME_NS):
-                    return False
-            elif not (st is not None and st.has_null_count and st.null_count == g.num_rows):
-                return False  # no min/max, and not all NULL
-    return True
-
-
-def _required_nulls_in_stats(pf: pq.ParquetFile, table: str) -> str | None:
-    """A required column that the footer's statistics say holds NULLs."""
+def _from_stats(pf: pq.ParquetFile, table: str, times: list) -> tuple[str | None, bool]:
+    """What the footer's statistics say, in one walk of its column chunks: a required
+    column of `table` that holds NULLs (why the file is skipped, or None), and whether
+    every value of the `times` columns lies in [0, MAX_TIME_NS) (False: some value does
+    not, or the statistics do not tell)."""
     required = {name for name, _, nullable in COLUMNS[table] if not nullable}
+    in_range = True
     md = pf.metadata
     for rg in range(md.num_row_groups):
         g = md.row_group(rg)
         for c in range(g.num_columns):
             col = g.column(c)
-            if col.path_in_schema in required and col.is_stats_set and col.statistics.has_null_count and col.statistics.null_count:
-                return f"required column {col.path_in_schema} holds NULLs"
-    return None
+            name = col.path_in_schema
+            st = col.statistics if col.is_stats_set else None
+            if name in required and st is not None and st.has_null_count and st.null_count:
+                return f"required column {name} holds NULLs", in_range
+            if name not in times or not in_range:
+                continue
+            if st is not None and st.has_min_max:
+                in_range = 0 <= st.min and st.max < MAX_TIME_NS
+            elif not (st is not None and st.has_null_count and st.null_count == g.num_rows):
+                in_range = False  # no min/max, and not all NULL
+    return None, in_range
 
 
 def size_bucket(b: pd.Series) -> pd.Series:
