@@ -16,7 +16,11 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   send and recv in torch's coalescing manager, as dist.batch_isend_irecv issues them;
   the backend's calls where torch's Python layer refuses a rank sending to itself);
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
-  rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each).
+  rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each);
+- psr_8B_us, psr_1MiB_us: the raw send/recv loops with recording paused on both sides
+  of the A/B: through the shim's paused path against libnccl's own functions, so that
+  their ratio is what the paused path costs a group, the part of the shim's cost that
+  the A/B of the loops through torch (tsr_*, a2a_*) leaves out.
 With --ab, every repetition measures each loop in --ab-blocks (10) blocks with
 recording on and as many with it paused (`zcta_set_recording(0)`: the shim forwards,
 NCCL generates no profiler events), interleaved; without zcta in the process (plain,
@@ -61,7 +65,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us", "tsr_1MiB_us",
-            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us"]
+            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us", "psr_8B_us", "psr_1MiB_us"]
 
 ap = argparse.ArgumentParser()
 CONFIGS = ["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
@@ -200,7 +204,11 @@ work = {
     "a2a_8B_us": (a2a(8), 2000, 1e6),
     "a2a_1MiB_us": (a2a(MiB), 2000, 1e6),
     "a2a_64MiB_us": (a2a(64 * MiB), 100, 1e6),
+    "psr_8B_us": (sr(8), 2000, 1e6),
+    "psr_1MiB_us": (sr(MiB), 2000, 1e6),
 }
+# Loops whose A/B keeps recording paused on both sides (psr_*).
+PAUSED_BOTH = {"psr_8B_us", "psr_1MiB_us"}
 wanted = [m for m in args.measures.split(",") if m and work[m][0] is not None]
 # Warm-up: connections, allocator, clocks; and each loop's item time, which sets
 # the A/B's block length.
@@ -262,7 +270,7 @@ with prof:
             for b in range(blocks):
                 pair = {}
                 for on in ((False, True) if (rep + b) % 2 == 0 else (True, False)):
-                    set_recording(int(on))
+                    set_recording(int(on and m not in PAUSED_BOTH))
                     issued[0] = 0.0
                     t = per_item(fn if on else direct.get(fn, fn), per_block)
                     sums[on] += t
@@ -310,7 +318,8 @@ out.mkdir(parents=True, exist_ok=True)
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items,
                     "ab_blocks": block_log,
-                    "ab_off": {m: "direct" if work[m][0] in direct else "paused" for m in wanted}}
+                    "ab_off": {m: ("direct, both paused" if m in PAUSED_BOTH else
+                                   "direct" if work[m][0] in direct else "paused") for m in wanted}}
                    if set_recording is not None else {})}))
 # The measures' line last (scripts read the last line).
 print(args.config, args.round, "threads:", ", ".join(f"{k} {v['cpu_s']:.2f} s cpu {v['last_cpu']}"
