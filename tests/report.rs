@@ -195,6 +195,18 @@ fn process_row(run_id: &str, cupti: &str) -> ProcessRow {
     }
 }
 
+/// What follows "N rows" in the note of a file with rows left out for a time out of
+/// range, and for impossible bytes.
+const TIME_OUT: &str = "left out: a time outside 1970..2116";
+const BYTES_OUT: &str = "left out: bytes of 2^62 (4 EiB) or more on a call that succeeded";
+
+/// Whether `err` (a command's stderr) names `file` as skipped with a note starting
+/// with `what`.
+fn named(err: &str, file: &Path, what: &str) -> bool {
+    let head = format!("zcta: skipped {}: {what}", file.display());
+    err.lines().any(|l| l.starts_with(&head))
+}
+
 fn zcta(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_zcta"))
         .args(args)
@@ -889,9 +901,11 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
 
 /// Rows whose times are the ends of i64, or past 2116 (a corrupt or hostile file),
 /// are left out of every figure and their file named with how many (exit 1), never
-/// wrapped or a panic (the tests run a debug build, which panics on overflow); a
-/// message of 2^64 − 1 bytes is summed exactly. The figures of the other rows are
-/// those of the run without the bad ones.
+/// wrapped or a panic (the tests run a debug build, which panics on overflow); so are
+/// the ops rows of calls that succeeded with 2^64 − 1 bytes, while a refused call's
+/// 2^64 − 1 bytes are summed exactly. A proxy step's times are judged by every command
+/// that reads them. The figures of the other rows are those of the run without the bad
+/// ones.
 #[test]
 fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     use zcta::record::{ProxyKind, ProxyRecord};
@@ -902,7 +916,8 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     golden(&dir);
     // Two more processes on a communicator of their own, 6 Broadcasts each: rank 0's
     // first four have a time at an end of i64 or just past 2116, the last two of both
-    // ranks carry 2^64 − 1 bytes.
+    // ranks carry 2^64 − 1 bytes: the fifth a refused call's, the sixth a successful
+    // one's (a corrupt value).
     let pair = [
         Rank {
             host: "hostA",
@@ -933,7 +948,8 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
                 (0, 1) => (g.gpu_start_ns, g.gpu_end_ns) = (Some(i64::MIN), Some(i64::MAX)),
                 (0, 2) => (g.launch_ns, g.gpu_ready_ns) = (Some(i64::MAX), Some(i64::MIN)),
                 (0, 3) => g.gpu_end_ns = Some(1 << 62),
-                (_, 4 | 5) => row.rec.bytes = Some(u64::MAX),
+                (_, 4) => (row.rec.bytes, row.rec.result) = (Some(u64::MAX), 4),
+                (_, 5) => row.rec.bytes = Some(u64::MAX),
                 _ => {}
             }
             w.append(&row, &ctx).unwrap();
@@ -955,16 +971,9 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     w.append(&step, &ctx).unwrap();
     w.close().unwrap();
     let ops_file = dir.join("ops").join("hostA-r0-p300-00000.parquet");
+    let ops_file_1 = dir.join("ops").join("hostA-r1-p301-00000.parquet");
     let proxy_file = dir.join("proxy").join("hostA-r0-p300-00000.parquet");
-    assert!(ops_file.is_file() && proxy_file.is_file());
-    let named = |err: &str, file: &Path, what: &str| {
-        err.lines().any(|l| {
-            l.starts_with(&format!(
-                "zcta: skipped {}: {what} left out: a time outside",
-                file.display()
-            ))
-        })
-    };
+    assert!(ops_file.is_file() && ops_file_1.is_file() && proxy_file.is_file());
     let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
     let trace = t.path().join("trace.json");
     let tr = trace.to_str().unwrap();
@@ -979,16 +988,26 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
         let (code, out, err) = zcta(&args);
         let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
         assert!(!err.contains("panicked at"), "{what}");
-        assert!(named(&err, &ops_file, "4 ops rows"), "{what}");
-        if args[0] == "export" {
-            assert!(named(&err, &proxy_file, "1 proxy row"), "{what}");
+        assert!(
+            named(&err, &ops_file, &format!("4 ops rows {TIME_OUT}")),
+            "{what}"
+        );
+        for f in [&ops_file, &ops_file_1] {
+            assert!(named(&err, f, &format!("1 ops row {BYTES_OUT}")), "{what}");
+        }
+        // summary reads no proxy times; every other command judges them.
+        if args[0] != "summary" {
+            assert!(
+                named(&err, &proxy_file, &format!("1 proxy row {TIME_OUT}")),
+                "{what}"
+            );
         }
         assert!(err.lines().all(|l| l.starts_with("zcta: ")), "{what}");
         assert_eq!(code, 1, "{what}");
         outs.push(out);
     }
 
-    // summary: the other rows' figures; the bytes summed exactly.
+    // summary: the other rows' figures; a refused call's bytes summed exactly.
     let (_, clean_summary, _) = zcta(&["summary", c]);
     let calls = |s: &str, rank: &str, op: &str| {
         s.lines()
@@ -1004,18 +1023,15 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
         }
     }
     let max = u128::from(u64::MAX);
-    assert_eq!(
-        calls(s, "0", "Broadcast"),
-        Some(format!("2 {} 0", 2 * max)),
-        "{s}"
-    );
+    assert_eq!(calls(s, "0", "Broadcast"), Some(format!("1 {max} 1")), "{s}");
     assert_eq!(
         calls(s, "1", "Broadcast"),
-        Some(format!("6 {} 0", 2 * max + 4 * 1024)),
+        Some(format!("5 {} 1", max + 4 * 1024)),
         "{s}"
     );
 
-    // report: the golden groups as they are without the extra rows; 8 Broadcasts.
+    // report: the golden groups as they are without the extra rows; 4 Broadcasts (rank
+    // 1's first four: refused calls are not in the table), all of 1 KiB.
     let j: serde_json::Value = serde_json::from_str(&outs[1]).unwrap();
     let jc = json(&clean);
     for op in ["AllReduce", "AlltoAll"] {
@@ -1028,8 +1044,9 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
         .filter(|g| g["op"] == "Broadcast")
         .collect();
     let n: u64 = bcast.iter().map(|g| g["count"].as_u64().unwrap()).sum();
-    assert_eq!(n, 8, "{bcast:?}");
+    assert_eq!(n, 4, "{bcast:?}");
     for g in &bcast {
+        assert_eq!(g["size_bucket_bytes"], 1024, "{g}");
         for k in ["p50_us", "p99_us", "gpu_median_us", "busbw_gbs"] {
             assert!(
                 g[k].as_f64()
@@ -1058,10 +1075,265 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     let ts: Vec<f64> = events.iter().filter_map(|e| e["ts"].as_f64()).collect();
     assert_eq!(
         ts.len(),
-        4 * 70 + 8,
+        4 * 70 + 6,
         "one per ops row kept, none of the proxy step"
     );
     assert!(ts.iter().all(|&t| (0.0..=2.1e9).contains(&t)), "{ts:?}");
+}
+
+/// A proxy-thread copy (gpu, attribution proxy_window) or a proxy step with a time out
+/// of range (an end of i64, or before 1970) in a hostile file is left out of the phases
+/// as `zcta export` leaves it out of the trace: `report`, `diff` and `phases` name its
+/// file with the same count as `export` (exit 1), and the report's figures are those of
+/// the run without it. Kept, each such span would cover the whole time after the
+/// barrier of its op, and make it memcpy or proxy.
+#[test]
+fn gpu_and_proxy_times_out_of_range_are_left_out_of_the_phases() {
+    use zcta::cupti::{GpuKind, RawActivity};
+    use zcta::record::{ProxyKind, ProxyRecord};
+    use zcta::rows::{Activity, Attribution, GpuRow};
+    use zcta::tables::{GpuTable, ProxyTable};
+    let t = tempfile::tempdir().unwrap();
+    let (clean, dir) = (t.path().join("clean"), t.path().join("hostile"));
+    let r = &RANKS[0];
+    let (prefix, ctx) = r.files();
+    // AllReduce k (op_id k + 1) of rank 0: [t0, t0 + 200 µs], its barrier ends at
+    // t0 + 50 µs.
+    let t0 = |k: i64| 1_000_000_000_000 + k * 1_000 * US;
+    // One network wait of rank 0's first AllReduce, in both runs: the proxy phase is
+    // measured, and not 0, without the hostile rows.
+    let good = ProxyRecord {
+        channel: Some(0),
+        step: Some(0),
+        send_wait_ns: Some(t0(0) + 60 * US),
+        ..ProxyRecord::new(
+            ProxyKind::Step,
+            Some(1),
+            Some(1),
+            Some(0),
+            t0(0) + 55 * US,
+            Some(t0(0) + 160 * US),
+            1,
+        )
+    };
+    for d in [&clean, &dir] {
+        golden(d);
+        let mut w = DatasetWriter::<ProxyTable>::new(d, &prefix, SinkPolicy::default());
+        w.append(&good, &ctx).unwrap();
+        if d == &dir {
+            // Send waits of ops 2 and 3 from before 1970 / the beginning of time, their
+            // stops in range; a step of op 4 from one end of i64 to the other.
+            for (op, wait) in [(2u64, -1i64), (3, i64::MIN)] {
+                let k = op as i64 - 1;
+                w.append(
+                    &ProxyRecord {
+                        send_wait_ns: Some(wait),
+                        ..ProxyRecord::new(
+                            ProxyKind::Step,
+                            Some(op),
+                            Some(1),
+                            Some(0),
+                            t0(k) + 55 * US,
+                            Some(t0(k) + 200 * US),
+                            1,
+                        )
+                    },
+                    &ctx,
+                )
+                .unwrap();
+            }
+            w.append(
+                &ProxyRecord {
+                    recv_wait_ns: Some(i64::MIN),
+                    ..ProxyRecord::new(
+                        ProxyKind::Step,
+                        Some(4),
+                        Some(1),
+                        Some(0),
+                        i64::MIN,
+                        Some(i64::MAX),
+                        1,
+                    )
+                },
+                &ctx,
+            )
+            .unwrap();
+        }
+        w.close().unwrap();
+    }
+    // Proxy-thread copies of ops 5 and 6: from before 1970 into the op, and across
+    // all of i64.
+    let mut w = DatasetWriter::<GpuTable>::new(&dir, &prefix, SinkPolicy::default());
+    for (op, (start, end)) in [(5u64, (-1, t0(4) + 200 * US)), (6, (i64::MIN, i64::MAX))] {
+        let copy = GpuRow {
+            act: Activity {
+                raw: RawActivity {
+                    kind: GpuKind::Memcpy,
+                    start_ns: start,
+                    end_ns: end,
+                    device: 0,
+                    context: 1,
+                    stream: 7,
+                    correlation_id: op as u32,
+                    bytes: Some(1 << 20),
+                    copy_kind: Some(8),
+                    src_device: None,
+                    dst_device: None,
+                    grid: None,
+                    block_x: None,
+                    name_ptr: 0,
+                    graph_id: 0,
+                },
+                name: None,
+            },
+            op_id: Some(op),
+            group_id: None,
+            attribution: Attribution::ProxyWindow,
+            launch_ns: None,
+            api_thread: None,
+        };
+        w.append(&copy, &ctx).unwrap();
+    }
+    w.close().unwrap();
+    let gpu_file = dir.join("gpu").join(format!("{prefix}-00000.parquet"));
+    let proxy_file = dir.join("proxy").join(format!("{prefix}-00000.parquet"));
+    assert!(gpu_file.is_file() && proxy_file.is_file());
+
+    let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
+    let trace = t.path().join("trace.json");
+    let mut outs = Vec::new();
+    for args in [
+        vec!["report", d, "--format", "json"],
+        vec!["diff", c, d, "--format", "json"],
+        vec!["phases", d],
+        vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
+    ] {
+        let (code, out, err) = zcta(&args);
+        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
+        assert!(!err.contains("panicked at"), "{what}");
+        assert!(
+            named(&err, &gpu_file, &format!("2 gpu rows {TIME_OUT}")),
+            "{what}"
+        );
+        assert!(
+            named(&err, &proxy_file, &format!("3 proxy rows {TIME_OUT}")),
+            "{what}"
+        );
+        assert_eq!(err.lines().count(), 2, "{what}");
+        assert_eq!(code, 1, "{what}");
+        outs.push(out);
+    }
+
+    // report: every figure as in the run without the hostile rows, the proxy phase
+    // measured there.
+    let j: serde_json::Value = serde_json::from_str(&outs[0]).unwrap();
+    let jc = json(&clean);
+    assert!(
+        group(&jc, "AllReduce")["shares"]["proxy"]
+            .as_f64()
+            .is_some_and(|p| p > 0.0),
+        "{jc}"
+    );
+    assert_eq!(j["groups"], jc["groups"]);
+    assert_eq!(j["mix"], jc["mix"]);
+    assert_eq!(j["findings"], jc["findings"]);
+    // diff: no phase of any op changed.
+    let j: serde_json::Value = serde_json::from_str(&outs[1]).unwrap();
+    for r in j["rows"].as_array().unwrap() {
+        for ch in r["changes"].as_array().unwrap() {
+            assert_eq!(ch["median_a_us"], ch["median_b_us"], "{r}");
+        }
+    }
+}
+
+/// An ops row of a call that succeeded with bytes no buffer can hold (2^62, 4 EiB, or
+/// more: a corrupt value) is left out of every figure and named, not put in a size
+/// bucket of its own (2^63 for 2^64 − 1 bytes); one byte less is a size like any other,
+/// and a refused call keeps the bytes its caller asked for.
+#[test]
+fn impossible_bytes_are_left_out_and_named_not_bucketed() {
+    let t = tempfile::tempdir().unwrap();
+    let (clean, dir) = (t.path().join("clean"), t.path().join("bytes"));
+    golden(&clean);
+    golden(&dir);
+    // Two processes on a communicator of their own: 4 Broadcasts each, of 2^62 − 1,
+    // 2^62 and 2^64 − 1 bytes, and a refused one of 2^64 − 1.
+    let pair = [300, 301].map(|pid| Rank {
+        host: "hostA",
+        pid,
+        rank: pid - 300,
+        skew: 0,
+    });
+    let sizes = [(1u64 << 62) - 1, 1 << 62, u64::MAX, u64::MAX];
+    for r in &pair {
+        let (prefix, ctx) = r.files();
+        let mut w = DatasetWriter::<OpsTable>::new(&dir, &prefix, SinkPolicy::default());
+        for (k, bytes) in sizes.into_iter().enumerate() {
+            let t0 = 3_000_000_000_000 + k as i64 * 1_000 * US;
+            let t = [t0, t0 + 2 * US, t0 + 10 * US, t0 + 50 * US];
+            let mut row = op(r, k as u64 + 1, OpKind::Broadcast, k as u64, bytes, t, 0x55);
+            row.rec.comm_id = Some(0xB1);
+            row.rec.nranks = Some(2);
+            row.rec.root = Some(0);
+            if k == 3 {
+                row.rec.result = 4;
+            }
+            w.append(&row, &ctx).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
+    let trace = t.path().join("trace.json");
+    let mut outs = Vec::new();
+    for args in [
+        vec!["report", d, "--format", "json"],
+        vec!["summary", d],
+        vec!["diff", c, d, "--format", "json"],
+        vec!["phases", d],
+        vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
+    ] {
+        let (code, out, err) = zcta(&args);
+        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
+        assert!(!err.contains("panicked at"), "{what}");
+        for r in &pair {
+            let file = dir.join("ops").join(format!("{}-00000.parquet", r.files().0));
+            assert!(named(&err, &file, &format!("2 ops rows {BYTES_OUT}")), "{what}");
+        }
+        assert_eq!(err.lines().count(), 2, "{what}");
+        assert_eq!(code, 1, "{what}");
+        outs.push(out);
+    }
+
+    // report: the golden groups as without the pair; of its Broadcasts the two of
+    // 2^62 − 1 bytes alone, in the 2^61 bucket.
+    let j: serde_json::Value = serde_json::from_str(&outs[0]).unwrap();
+    let jc = json(&clean);
+    for op in ["AllReduce", "AlltoAll"] {
+        assert_eq!(group(&j, op), group(&jc, op));
+    }
+    let bcast: Vec<&serde_json::Value> = j["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["op"] == "Broadcast")
+        .collect();
+    assert_eq!(bcast.len(), 1, "{bcast:?}");
+    assert_eq!(bcast[0]["size_bucket_bytes"], 1u64 << 61, "{bcast:?}");
+    assert_eq!(bcast[0]["count"], 2, "{bcast:?}");
+    // summary: per rank the kept call and the refused one, bytes summed exactly.
+    let line = outs[1]
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 5 && w[1] == "Broadcast")
+        .map(|w| w.join(" "))
+        .collect::<Vec<_>>();
+    let sum = u128::from((1u64 << 62) - 1) + u128::from(u64::MAX);
+    assert_eq!(
+        line,
+        [format!("0 Broadcast 2 {sum} 1"), format!("1 Broadcast 2 {sum} 1")],
+        "{}",
+        outs[1]
+    );
 }
 
 /// `zcta diff` of a schema-1 run (no GPU side) with a schema-2 one: what run A did not

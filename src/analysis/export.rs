@@ -24,8 +24,8 @@ pub struct ExportStats {
 
 crate::read_view! {
     struct OpsCols of ops {
-        host, pid, rank, op, api_start_ns, api_end_ns, seq, bytes, op_id, engine, gpu_start_ns, gpu_end_ns,
-        launch_ns, gpu_ready_ns,
+        host, pid, rank, op, api_start_ns, api_end_ns, seq, bytes, result, op_id, engine, gpu_start_ns,
+        gpu_end_ns, launch_ns, gpu_ready_ns,
     }
 }
 
@@ -34,7 +34,10 @@ crate::read_view! {
 }
 
 crate::read_view! {
-    struct ProxyCols of proxy { host, pid, event, start_ns, stop_ns, op_id, channel, step }
+    struct ProxyCols of proxy {
+        host, pid, event, start_ns, stop_ns, op_id, channel, step, send_wait_ns, recv_wait_ns,
+        recv_flush_wait_ns, recv_gpu_wait_ns,
+    }
 }
 
 const TID_API: i64 = 1;
@@ -57,68 +60,60 @@ fn read_files(
         .collect())
 }
 
-/// The rows of `files` whose `times` ([`super::times_in_range`]) are in range, as
-/// (view of a batch, row); each file with rows left out is added to `skipped`.
-fn rows_in_range<'a, V>(
+/// The rows of `files` that `keep` keeps ([`super::LeftOut`]), as (view of a batch,
+/// rows); each file with rows left out is named in `skipped` (as table `what`).
+fn rows_kept<'a, V>(
     files: &'a [(PathBuf, Vec<RecordBatch>)],
     what: &str,
     skipped: &mut Vec<Skipped>,
     view: impl Fn(&'a RecordBatch) -> Option<V>,
-    times: impl Fn(&V, usize) -> Vec<Option<i64>>,
+    keep: impl Fn(&mut super::LeftOut, &V, usize) -> bool,
     rows: impl Fn(&V) -> usize,
 ) -> Vec<(V, Vec<usize>)> {
     let mut out = Vec::new();
     for (path, batches) in files {
-        let mut left_out = 0;
+        let mut left_out = super::LeftOut::default();
         for v in batches.iter().filter_map(&view) {
-            let keep: Vec<usize> = (0..rows(&v))
-                .filter(|&r| {
-                    let ok = super::times_in_range(&times(&v, r));
-                    left_out += u64::from(!ok);
-                    ok
-                })
-                .collect();
-            out.push((v, keep));
+            let kept: Vec<usize> = (0..rows(&v)).filter(|&r| keep(&mut left_out, &v, r)).collect();
+            out.push((v, kept));
         }
-        if left_out > 0 {
-            skipped.push(super::out_of_range(path.clone(), left_out, what));
-        }
+        left_out.name(path, what, skipped);
     }
     out
 }
 
-/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors). Rows with a
-/// time out of range ([`super::MAX_TIME_NS`]) are left out, and their files listed in
-/// [`ExportStats::skipped`].
+/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors). Rows the
+/// other commands leave out too ([`super::LeftOut`]: a time out of range, an ops row's
+/// impossible bytes) are left out, and their files listed in [`ExportStats::skipped`].
 pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
     let mut stats = ExportStats::default();
     let ops = read_files(run_dir, "ops", &mut stats.skipped)?;
     let gpu = read_files(run_dir, "gpu", &mut stats.skipped)?;
     let proxy = read_files(run_dir, "proxy", &mut stats.skipped)?;
-    let ops = rows_in_range(
+    // Some times judged are not drawn (launch, ready, a step's waits), but a row is
+    // left out by the same rule everywhere.
+    let ops = rows_kept(
         &ops,
         "ops",
         &mut stats.skipped,
         OpsCols::of,
-        // launch and ready are not drawn, but a row is out of range by the same rule
-        // everywhere.
-        |v, r| super::ops_times!(v, r).to_vec(),
+        |l, v, r| super::keep_op!(l, v, r),
         |v| v.rows,
     );
-    let gpu = rows_in_range(
+    let gpu = rows_kept(
         &gpu,
         "gpu",
         &mut stats.skipped,
         GpuCols::of,
-        |v, r| vec![Some(v.start_ns.value(r)), Some(v.end_ns.value(r))],
+        |l, v, r| l.keep(&super::gpu_times!(v, r)),
         |v| v.rows,
     );
-    let proxy = rows_in_range(
+    let proxy = rows_kept(
         &proxy,
         "proxy",
         &mut stats.skipped,
         ProxyCols::of,
-        |v, r| vec![Some(v.start_ns.value(r)), v.stop_ns.get(r)],
+        |l, v, r| l.keep(&super::proxy_times!(v, r)),
         |v| v.rows,
     );
     // Processes (host, pid) -> (trace pid, rank); earliest timestamp.

@@ -159,8 +159,16 @@ pub struct Run {
 /// (the year 2116). Every `*_ns` value the analysis combines must lie in
 /// `[0, MAX_TIME_NS)`: a value outside it is corrupt or foreign (the ends of i64 in a
 /// damaged file), and the difference of two such times, or one less a difference,
-/// would overflow. A row holding one is left out and named ([`out_of_range`]).
+/// would overflow. A row holding one is left out and named ([`LeftOut`]).
 pub const MAX_TIME_NS: i64 = 1 << 62;
+
+/// The end of the `ops.bytes` a call that succeeded can have moved: 2^62 bytes (4 EiB).
+/// `bytes` is the size of one buffer of the call (nccl-tests' count: the larger of its
+/// send and receive buffers), which no address space holds that large (today's 64-bit
+/// machines address at most 2^57 bytes); a successful call's row with more is corrupt,
+/// and is left out and named ([`LeftOut`]) rather than put in a size bucket. A failed
+/// call's bytes are what its caller asked for, whatever its count: they are kept.
+pub const MAX_BYTES: u64 = 1 << 62;
 
 /// The times of ops row `r` of a column view `c` (any view with the ops table's time
 /// columns) that [`times_in_range`] judges: one list, so that a row is out of range by
@@ -179,9 +187,55 @@ macro_rules! ops_times {
 }
 pub(crate) use ops_times;
 
+/// Judges ops row `r` of a column view `c` (any view with the ops table's time
+/// columns, `bytes` and `result`) for `left_out` ([`LeftOut::keep_op`]): whether it is
+/// kept. One rule for an ops row in every command.
+macro_rules! keep_op {
+    ($left_out:expr, $c:expr, $r:expr) => {
+        $left_out.keep_op(
+            &$crate::analysis::ops_times!($c, $r),
+            $c.bytes.get($r),
+            $c.result.value($r),
+        )
+    };
+}
+pub(crate) use keep_op;
+
+/// The times of `gpu` row `r` of a column view `c` that [`times_in_range`] judges (those
+/// any command uses: a proxy-thread copy's span in the phases, every row in `export`).
+macro_rules! gpu_times {
+    ($c:expr, $r:expr) => {
+        [Some($c.start_ns.value($r)), Some($c.end_ns.value($r))]
+    };
+}
+pub(crate) use gpu_times;
+
+/// The times of `proxy` row `r` of a column view `c` that [`times_in_range`] judges
+/// (those any command uses: an event's span in `export`, a ProxyStep's network waits in
+/// the phases).
+macro_rules! proxy_times {
+    ($c:expr, $r:expr) => {
+        [
+            Some($c.start_ns.value($r)),
+            $c.stop_ns.get($r),
+            $c.send_wait_ns.get($r),
+            $c.recv_wait_ns.get($r),
+            $c.recv_flush_wait_ns.get($r),
+            $c.recv_gpu_wait_ns.get($r),
+        ]
+    };
+}
+pub(crate) use proxy_times;
+
 /// Whether every time present in `times` lies in `[0, MAX_TIME_NS)`.
 pub fn times_in_range(times: &[Option<i64>]) -> bool {
     times.iter().flatten().all(|t| (0..MAX_TIME_NS).contains(t))
+}
+
+/// Whether an ops row's `bytes` can be real: below [`MAX_BYTES`], or of a call that
+/// failed (`result` ≠ 0).
+pub fn bytes_possible(bytes: Option<u64>, result: i32) -> bool {
+    result != 0 || bytes.is_none_or(|b| b < MAX_BYTES)
 }
 
 /// The note for a file of which `rows` rows were left out for a time out of range
@@ -195,6 +249,118 @@ pub fn out_of_range(path: PathBuf, rows: u64, what: &str) -> Skipped {
             plural(rows, &format!("{what} row"), &format!("{what} rows"))
         ),
     }
+}
+
+/// The note for an ops file of which `rows` rows of calls that succeeded were left out
+/// for bytes no call can move ([`MAX_BYTES`]), as [`out_of_range`]'s.
+pub fn bytes_out_of_range(path: PathBuf, rows: u64) -> Skipped {
+    Skipped {
+        path,
+        reason: format!(
+            "{} left out: bytes of 2^62 (4 EiB) or more on a call that succeeded (larger than any buffer: a corrupt value); its other rows were used",
+            plural(rows, "ops row", "ops rows")
+        ),
+    }
+}
+
+/// The rows of one file left out as damaged, by why: judged row by row ([`keep`],
+/// [`keep_op`]) and named once the file is read ([`name`]). Every command reading a
+/// table's rows judges them through it, so that a row is left out, and its file named,
+/// by the same rule everywhere.
+///
+/// [`keep`]: LeftOut::keep
+/// [`keep_op`]: LeftOut::keep_op
+/// [`name`]: LeftOut::name
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// A time out of range ([`times_in_range`]).
+    pub times: u64,
+    /// Ops rows only: bytes a successful call cannot have moved ([`bytes_possible`]).
+    pub bytes: u64,
+}
+
+impl LeftOut {
+    /// Whether a row with `times` is kept (every one in range); counted if not.
+    pub fn keep(&mut self, times: &[Option<i64>]) -> bool {
+        let ok = times_in_range(times);
+        self.times += u64::from(!ok);
+        ok
+    }
+
+    /// Whether an ops row is kept: its `times` in range, and its `bytes` possible for
+    /// its `result`; counted under the first reason it fails, if not.
+    pub fn keep_op(&mut self, times: &[Option<i64>], bytes: Option<u64>, result: i32) -> bool {
+        if !self.keep(times) {
+            return false;
+        }
+        let ok = bytes_possible(bytes, result);
+        self.bytes += u64::from(!ok);
+        ok
+    }
+
+    /// Adds to `skipped` a note per reason rows of the file at `path` (of table `what`)
+    /// were left out ([`out_of_range`], [`bytes_out_of_range`]), and starts over.
+    pub fn name(&mut self, path: &Path, what: &str, skipped: &mut Vec<Skipped>) {
+        let LeftOut { times, bytes } = std::mem::take(self);
+        if times > 0 {
+            skipped.push(out_of_range(path.to_owned(), times, what));
+        }
+        if bytes > 0 {
+            skipped.push(bytes_out_of_range(path.to_owned(), bytes));
+        }
+    }
+}
+
+/// Streams every complete file of `table` as [`reader::for_each_batch`] does (a batch
+/// at a time, only `columns`; a file that breaks off part-way is named, its earlier
+/// batches used), handing `f` each batch with the [`LeftOut`] of its file: the rows `f`
+/// leaves out are named per file once it is read ([`LeftOut::name`], as table `what`).
+fn for_each_batch_judged(
+    run_dir: &Path,
+    table: &str,
+    columns: &[&str],
+    what: &str,
+    mut f: impl FnMut(&RecordBatch, &mut LeftOut),
+) -> Result<reader::TableData, ReadError> {
+    reader::check_run_dir(run_dir)?;
+    let schema = crate::tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
+    let listing = reader::list_files(run_dir, table)?;
+    let mut data = reader::TableData {
+        pending_logs: listing.logs,
+        skipped: listing.skipped,
+        ..reader::TableData::default()
+    };
+    for path in listing.parquet {
+        let batches = match reader::stream_file(&path, &schema, columns, 64 * 1024) {
+            Ok(b) => b,
+            Err(reason) => {
+                data.skipped.push(Skipped { path, reason });
+                continue;
+            }
+        };
+        let (mut left_out, mut used, mut broke) = (LeftOut::default(), 0usize, None);
+        for b in batches {
+            match b {
+                Ok(b) => {
+                    used += b.num_rows();
+                    f(&b, &mut left_out);
+                }
+                Err(reason) => {
+                    broke = Some(reason);
+                    break;
+                }
+            }
+        }
+        left_out.name(&path, what, &mut data.skipped);
+        match broke {
+            None => data.files.push(path),
+            Some(reason) => data.skipped.push(Skipped {
+                path,
+                reason: reader::broken_after(&reason, used),
+            }),
+        }
+    }
+    Ok(data)
 }
 
 /// "1 process", "2 processes": `n` with the word that fits it.
@@ -243,7 +409,7 @@ crate::read_view! {
 
 crate::read_view! {
     struct ProxyCols of proxy {
-        host, pid, event, op_id, stop_ns, send_wait_ns, recv_wait_ns, recv_flush_wait_ns,
+        host, pid, event, op_id, start_ns, stop_ns, send_wait_ns, recv_wait_ns, recv_flush_wait_ns,
         recv_gpu_wait_ns,
     }
 }
@@ -290,9 +456,10 @@ pub(crate) fn procs_of(b: &RecordBatch, hosts: &mut Vec<String>) -> Vec<ProcView
         .collect()
 }
 
-/// Reads the small tables (process, calls, gpu proxy copies, nccl_comms). Unreadable
-/// files are skipped and listed in [`Run::skipped`]; a missing or empty run directory
-/// is an error.
+/// Reads the small tables (process, calls, gpu proxy copies, proxy steps, nccl_comms).
+/// Unreadable files are skipped and listed in [`Run::skipped`], and so are the gpu and
+/// proxy files with rows left out for a time out of range ([`LeftOut`]); a missing or
+/// empty run directory is an error.
 pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     reader::check_run_dir(run_dir)?;
     let mut run = Run {
@@ -332,12 +499,14 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
         }
     }
     // The gpu and proxy tables can be as long as ops: streamed, only what is kept.
+    // Every row is judged (not only those used), so that a file is named with the
+    // same rows left out as `zcta export` names.
     let mut copies = ProxyCopies::default();
     let mut hosts = std::mem::take(&mut run.hosts);
-    let gpu = reader::for_each_batch(run_dir, "gpu", GpuCols::COLUMNS, |b| {
+    let gpu = for_each_batch_judged(run_dir, "gpu", GpuCols::COLUMNS, "gpu", |b, left_out| {
         let Some(v) = GpuCols::of(b) else { return };
         for r in 0..v.rows {
-            if v.attribution.value(r) != "proxy_window" {
+            if !left_out.keep(&gpu_times!(v, r)) || v.attribution.value(r) != "proxy_window" {
                 continue;
             }
             let key = match (v.op_id.get(r), v.group_id.get(r)) {
@@ -353,10 +522,10 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
         }
     })?;
     let mut steps = ProxyCopies::default();
-    let px = reader::for_each_batch(run_dir, "proxy", ProxyCols::COLUMNS, |b| {
+    let px = for_each_batch_judged(run_dir, "proxy", ProxyCols::COLUMNS, "proxy", |b, left_out| {
         let Some(v) = ProxyCols::of(b) else { return };
         for r in 0..v.rows {
-            if v.event.value(r) != "ProxyStep" {
+            if !left_out.keep(&proxy_times!(v, r)) || v.event.value(r) != "ProxyStep" {
                 continue;
             }
             let Some(op) = v.op_id.get(r) else {

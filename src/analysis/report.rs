@@ -264,7 +264,8 @@ impl Quant {
 
 /// One group's aggregates. The sums are wide enough not to overflow: a window is at
 /// most 2^53 ns ([`super::phases::MAX_WINDOW_NS`]) and stands for at most 2^32 ops, a
-/// message at most 2^64 bytes.
+/// message under 2^62 bytes ([`super::MAX_BYTES`]: a scan leaves out a successful
+/// call's row with more, so its size bucket is at most 2^61).
 #[derive(Default)]
 struct Acc {
     count: u64,

@@ -91,8 +91,8 @@ struct Stream {
     /// Last op and engine names seen (consecutive rows mostly repeat them).
     last_op: (String, &'static str),
     last_engine: (String, &'static str),
-    /// Rows of the current file left out: a time out of range ([`super::MAX_TIME_NS`]).
-    out_of_range: u64,
+    /// Rows of the current file left out as damaged ([`super::LeftOut`]).
+    left_out: super::LeftOut,
     /// Rows of the current file read so far (said when the file breaks off).
     used: usize,
 }
@@ -163,28 +163,26 @@ impl Stream {
 
     /// Leaves the current file, naming the rows of it that were left out.
     fn end_file(&mut self, skipped: &mut Vec<Skipped>) {
-        if let Some((path, _)) = self.cur.take()
-            && self.out_of_range > 0
-        {
-            skipped.push(super::out_of_range(path, self.out_of_range, "ops"));
+        if let Some((path, _)) = self.cur.take() {
+            // Named, and counted afresh for the next file.
+            self.left_out.name(&path, "ops", skipped);
         }
-        self.out_of_range = 0;
         self.used = 0;
     }
 
-    /// API start of the next row (loading the next batch when needed). Rows with a
-    /// time out of range are passed over (and counted).
+    /// API start of the next row (loading the next batch when needed). Damaged rows
+    /// (a time out of range, impossible bytes: [`super::LeftOut::keep_op`]) are passed
+    /// over (and counted).
     fn peek_time(&mut self, skipped: &mut Vec<Skipped>) -> Option<i64> {
         loop {
             if let Some(c) = &self.batch
                 && self.row < c.rows
             {
                 let r = self.row;
-                if super::times_in_range(&super::ops_times!(c, r)) {
+                if super::keep_op!(self.left_out, c, r) {
                     return Some(c.api_start_ns.value(r));
                 }
                 self.row += 1;
-                self.out_of_range += 1;
                 continue;
             }
             if !self.next_batch(skipped) {
@@ -324,7 +322,7 @@ fn stream_of(files: Vec<PathBuf>) -> Stream {
         last_host: None,
         last_op: (String::new(), "unknown"),
         last_engine: (String::new(), "unknown"),
-        out_of_range: 0,
+        left_out: super::LeftOut::default(),
         used: 0,
     }
 }

@@ -110,8 +110,8 @@ struct OpsAcc {
     cover: BTreeMap<String, NcclCover>,
     gpu: BTreeMap<String, (GpuSide, Vec<i64>, Vec<i64>)>,
     calls: BTreeMap<(Option<i32>, String), Calls>,
-    /// Rows left out: a time out of range ([`super::MAX_TIME_NS`]).
-    out_of_range: u64,
+    /// Rows left out as damaged ([`super::LeftOut`]).
+    left_out: super::LeftOut,
 }
 
 impl OpsAcc {
@@ -142,8 +142,7 @@ impl OpsAcc {
 
     fn add(&mut self, v: &OpsCols, hosts: &HashMap<String, usize>, seen: &HashSet<(usize, i32, u64)>) {
         for i in 0..v.rows {
-            if !super::times_in_range(&super::ops_times!(v, i)) {
-                self.out_of_range += 1;
+            if !super::keep_op!(self.left_out, v, i) {
                 continue;
             }
             let (start, launch) = (v.gpu_start_ns.get(i), v.launch_ns.get(i));
@@ -243,10 +242,7 @@ pub fn summarize(run: &Path) -> Result<Summary, ReadError> {
                 let n = rows(&f);
                 // `f` holds the files read, in the order of `d.files`.
                 for (path, (_, mut a)) in d.files.iter().zip(f) {
-                    let left_out = std::mem::take(&mut a.out_of_range);
-                    if left_out > 0 {
-                        d.skipped.push(super::out_of_range(path.clone(), left_out, "ops"));
-                    }
+                    a.left_out.name(path, "ops", &mut d.skipped);
                     ops.merge(a);
                 }
                 (d, n)
