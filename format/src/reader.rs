@@ -372,17 +372,30 @@ pub fn for_each_batch(
     columns: &[&str],
     mut f: impl FnMut(&RecordBatch),
 ) -> Result<TableData, ReadError> {
+    for_each_batch_by_file(run_dir, table, columns, |b, _: &mut ()| f(b), |_, (), _| {})
+}
+
+/// [`for_each_batch`] with a state `S` per file: each file's batches go into `f` with
+/// that file's own `S` (from `S::default()`), and `done` then gets the file's path, its
+/// `S` and the list of skipped files (where a caller that judges rows as it reads
+/// names the file) before the file is listed as read or as broken off.
+pub fn for_each_batch_by_file<S: Default>(
+    run_dir: &Path,
+    table: &str,
+    columns: &[&str],
+    mut f: impl FnMut(&RecordBatch, &mut S),
+    mut done: impl FnMut(&Path, S, &mut Vec<Skipped>),
+) -> Result<TableData, ReadError> {
     let (schema, files, mut data) = open_table(run_dir, table)?;
     for path in files {
         match stream_file(&path, &schema, columns, 64 * 1024) {
             Ok(batches) => {
-                let mut broke = None;
-                let mut used = 0usize;
+                let (mut state, mut broke, mut used) = (S::default(), None, 0usize);
                 for b in batches {
                     match b {
                         Ok(b) => {
                             used += b.num_rows();
-                            f(&b);
+                            f(&b, &mut state);
                         }
                         Err(reason) => {
                             broke = Some(reason);
@@ -390,6 +403,7 @@ pub fn for_each_batch(
                         }
                     }
                 }
+                done(&path, state, &mut data.skipped);
                 match broke {
                     None => data.files.push(path),
                     Some(reason) => data.skipped.push(Skipped {

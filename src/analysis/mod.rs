@@ -320,47 +320,15 @@ fn for_each_batch_judged(
     table: &str,
     columns: &[&str],
     what: &str,
-    mut f: impl FnMut(&RecordBatch, &mut LeftOut),
+    f: impl FnMut(&RecordBatch, &mut LeftOut),
 ) -> Result<reader::TableData, ReadError> {
-    reader::check_run_dir(run_dir)?;
-    let schema = crate::tables::schema_of(table).ok_or_else(|| ReadError::UnknownTable(table.into()))?;
-    let listing = reader::list_files(run_dir, table)?;
-    let mut data = reader::TableData {
-        pending_logs: listing.logs,
-        skipped: listing.skipped,
-        ..reader::TableData::default()
-    };
-    for path in listing.parquet {
-        let batches = match reader::stream_file(&path, &schema, columns, 64 * 1024) {
-            Ok(b) => b,
-            Err(reason) => {
-                data.skipped.push(Skipped { path, reason });
-                continue;
-            }
-        };
-        let (mut left_out, mut used, mut broke) = (LeftOut::default(), 0usize, None);
-        for b in batches {
-            match b {
-                Ok(b) => {
-                    used += b.num_rows();
-                    f(&b, &mut left_out);
-                }
-                Err(reason) => {
-                    broke = Some(reason);
-                    break;
-                }
-            }
-        }
-        left_out.name(&path, what, &mut data.skipped);
-        match broke {
-            None => data.files.push(path),
-            Some(reason) => data.skipped.push(Skipped {
-                path,
-                reason: reader::broken_after(&reason, used),
-            }),
-        }
-    }
-    Ok(data)
+    reader::for_each_batch_by_file(
+        run_dir,
+        table,
+        columns,
+        f,
+        |path, mut left_out: LeftOut, skipped| left_out.name(path, what, skipped),
+    )
 }
 
 /// "1 process", "2 processes": `n` with the word that fits it.
