@@ -243,12 +243,17 @@ fn finding<'a>(j: &'a serde_json::Value, title: &str) -> &'a serde_json::Value {
 }
 
 fn group<'a>(j: &'a serde_json::Value, op: &str) -> &'a serde_json::Value {
+    groups_of(j, op)[0]
+}
+
+/// The report's groups (sizes) of `op`, in its order.
+fn groups_of<'a>(j: &'a serde_json::Value, op: &str) -> Vec<&'a serde_json::Value> {
     j["groups"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["op"] == op)
-        .unwrap()
+        .filter(|g| g["op"] == op)
+        .collect()
 }
 
 /// A run left with its ops files alone (the process, calls, gpu and proxy tables
@@ -1037,12 +1042,7 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     for op in ["AllReduce", "AlltoAll"] {
         assert_eq!(group(&j, op), group(&jc, op));
     }
-    let bcast: Vec<&serde_json::Value> = j["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["op"] == "Broadcast")
-        .collect();
+    let bcast = groups_of(&j, "Broadcast");
     let n: u64 = bcast.iter().map(|g| g["count"].as_u64().unwrap()).sum();
     assert_eq!(n, 4, "{bcast:?}");
     for g in &bcast {
@@ -1311,12 +1311,7 @@ fn impossible_bytes_are_left_out_and_named_not_bucketed() {
     for op in ["AllReduce", "AlltoAll"] {
         assert_eq!(group(&j, op), group(&jc, op));
     }
-    let bcast: Vec<&serde_json::Value> = j["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["op"] == "Broadcast")
-        .collect();
+    let bcast = groups_of(&j, "Broadcast");
     assert_eq!(bcast.len(), 1, "{bcast:?}");
     assert_eq!(bcast[0]["size_bucket_bytes"], 1u64 << 61, "{bcast:?}");
     assert_eq!(bcast[0]["count"], 2, "{bcast:?}");
