@@ -219,6 +219,22 @@ fn zcta(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Runs each of `cmds` on a run with damaged rows: each must exit 1 without a panic
+/// and pass `check(its command, its stderr, what to print on failure)`. Their outputs,
+/// in order.
+fn each_names_damage(cmds: &[Vec<&str>], check: impl Fn(&str, &str, &str)) -> Vec<String> {
+    cmds.iter()
+        .map(|args| {
+            let (code, out, err) = zcta(args);
+            let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
+            assert!(!err.contains("panicked at"), "{what}");
+            check(args[0], &err, &what);
+            assert_eq!(code, 1, "{what}");
+            out
+        })
+        .collect()
+}
+
 fn run_dir() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("golden");
@@ -982,35 +998,29 @@ fn times_out_of_range_are_left_out_and_named_never_wrapped() {
     let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
     let trace = t.path().join("trace.json");
     let tr = trace.to_str().unwrap();
-    let mut outs = Vec::new();
-    for args in [
-        vec!["summary", d],
-        vec!["report", d, "--format", "json"],
-        vec!["diff", c, d, "--format", "json"],
-        vec!["export", "--perfetto", d, "-o", tr],
-        vec!["phases", d],
-    ] {
-        let (code, out, err) = zcta(&args);
-        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
-        assert!(!err.contains("panicked at"), "{what}");
-        assert!(
-            named(&err, &ops_file, &format!("4 ops rows {TIME_OUT}")),
-            "{what}"
-        );
-        for f in [&ops_file, &ops_file_1] {
-            assert!(named(&err, f, &format!("1 ops row {BYTES_OUT}")), "{what}");
-        }
-        // summary reads no proxy times; every other command judges them.
-        if args[0] != "summary" {
-            assert!(
-                named(&err, &proxy_file, &format!("1 proxy row {TIME_OUT}")),
-                "{what}"
-            );
-        }
-        assert!(err.lines().all(|l| l.starts_with("zcta: ")), "{what}");
-        assert_eq!(code, 1, "{what}");
-        outs.push(out);
-    }
+    let outs = each_names_damage(
+        &[
+            vec!["summary", d],
+            vec!["report", d, "--format", "json"],
+            vec!["diff", c, d, "--format", "json"],
+            vec!["export", "--perfetto", d, "-o", tr],
+            vec!["phases", d],
+        ],
+        |cmd, err, what| {
+            assert!(named(err, &ops_file, &format!("4 ops rows {TIME_OUT}")), "{what}");
+            for f in [&ops_file, &ops_file_1] {
+                assert!(named(err, f, &format!("1 ops row {BYTES_OUT}")), "{what}");
+            }
+            // summary reads no proxy times; every other command judges them.
+            if cmd != "summary" {
+                assert!(
+                    named(err, &proxy_file, &format!("1 proxy row {TIME_OUT}")),
+                    "{what}"
+                );
+            }
+            assert!(err.lines().all(|l| l.starts_with("zcta: ")), "{what}");
+        },
+    );
 
     // summary: the other rows' figures; a refused call's bytes summed exactly.
     let (_, clean_summary, _) = zcta(&["summary", c]);
@@ -1201,28 +1211,22 @@ fn gpu_and_proxy_times_out_of_range_are_left_out_of_the_phases() {
 
     let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
     let trace = t.path().join("trace.json");
-    let mut outs = Vec::new();
-    for args in [
-        vec!["report", d, "--format", "json"],
-        vec!["diff", c, d, "--format", "json"],
-        vec!["phases", d],
-        vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
-    ] {
-        let (code, out, err) = zcta(&args);
-        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
-        assert!(!err.contains("panicked at"), "{what}");
-        assert!(
-            named(&err, &gpu_file, &format!("2 gpu rows {TIME_OUT}")),
-            "{what}"
-        );
-        assert!(
-            named(&err, &proxy_file, &format!("3 proxy rows {TIME_OUT}")),
-            "{what}"
-        );
-        assert_eq!(err.lines().count(), 2, "{what}");
-        assert_eq!(code, 1, "{what}");
-        outs.push(out);
-    }
+    let outs = each_names_damage(
+        &[
+            vec!["report", d, "--format", "json"],
+            vec!["diff", c, d, "--format", "json"],
+            vec!["phases", d],
+            vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
+        ],
+        |_, err, what| {
+            assert!(named(err, &gpu_file, &format!("2 gpu rows {TIME_OUT}")), "{what}");
+            assert!(
+                named(err, &proxy_file, &format!("3 proxy rows {TIME_OUT}")),
+                "{what}"
+            );
+            assert_eq!(err.lines().count(), 2, "{what}");
+        },
+    );
 
     // report: every figure as in the run without the hostile rows, the proxy phase
     // measured there.
@@ -1284,25 +1288,22 @@ fn impossible_bytes_are_left_out_and_named_not_bucketed() {
     }
     let (d, c) = (dir.to_str().unwrap(), clean.to_str().unwrap());
     let trace = t.path().join("trace.json");
-    let mut outs = Vec::new();
-    for args in [
-        vec!["report", d, "--format", "json"],
-        vec!["summary", d],
-        vec!["diff", c, d, "--format", "json"],
-        vec!["phases", d],
-        vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
-    ] {
-        let (code, out, err) = zcta(&args);
-        let what = format!("zcta {args:?} exited {code}, stderr:\n{err}");
-        assert!(!err.contains("panicked at"), "{what}");
-        for r in &pair {
-            let file = dir.join("ops").join(format!("{}-00000.parquet", r.files().0));
-            assert!(named(&err, &file, &format!("2 ops rows {BYTES_OUT}")), "{what}");
-        }
-        assert_eq!(err.lines().count(), 2, "{what}");
-        assert_eq!(code, 1, "{what}");
-        outs.push(out);
-    }
+    let outs = each_names_damage(
+        &[
+            vec!["report", d, "--format", "json"],
+            vec!["summary", d],
+            vec!["diff", c, d, "--format", "json"],
+            vec!["phases", d],
+            vec!["export", "--perfetto", d, "-o", trace.to_str().unwrap()],
+        ],
+        |_, err, what| {
+            for r in &pair {
+                let file = dir.join("ops").join(format!("{}-00000.parquet", r.files().0));
+                assert!(named(err, &file, &format!("2 ops rows {BYTES_OUT}")), "{what}");
+            }
+            assert_eq!(err.lines().count(), 2, "{what}");
+        },
+    );
 
     // report: the golden groups as without the pair; of its Broadcasts the two of
     // 2^62 − 1 bytes alone, in the 2^61 bucket.
