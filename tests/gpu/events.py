@@ -180,6 +180,8 @@ def check_accuracy(out, run_dir, plain=None):
     ref = json.loads(Path(plain).read_text()) if plain else []
     ops = rows(run_dir, "ops").sort_values("op_id")
     ok_all, lines = True, []
+    # Over every size and kind: timed ops within max(1 us, 2 %), timed ops, ops measured.
+    near_all, timed_all, want_all = 0, 0, 0
     for kind, op in [("sr", "Send"), ("a2a", "AlltoAll")]:
         for nbytes in SIZES:
             mine = [w for w in got if w["kind"] == kind and w["bytes"] == nbytes]
@@ -222,6 +224,14 @@ def check_accuracy(out, run_dir, plain=None):
                 line += f"; without zcta: events median {median(plain_ev):7.2f} us"
             ok_all &= good
             lines.append(f"{'ok  ' if good else 'FAIL'} {line}")
+            near_all, timed_all, want_all = near_all + znear, timed_all + len(zd), want_all + len(want)
+    # The target's own statistic: of all timed ops >= 1 MiB, the share within max(1 us,
+    # 2 %). Every size must pass its own check above as well.
+    share = near_all / timed_all if timed_all else 0.0
+    good = timed_all == want_all > 0 and share >= 0.95
+    ok_all &= good
+    lines.append(f"{'ok  ' if good else 'FAIL'} accuracy, every size: {timed_all}/{want_all} timed; "
+                 f"within max(1 us, 2 %): {near_all}/{timed_all} ({share:.1%})")
     print("\n".join(lines))
     return ok_all
 

@@ -464,23 +464,28 @@ def test_gpu_accuracy_check_passes_matching_stamps_and_fails_an_offset(tmp_path,
     reads 0.5 us off (the means are compared with the stamps' ideal); zcta 2 us short,
     as the check's old correction made every op look, fails every size; 0.5 us off
     fails the means condition alone; files without the stamps' ideal compare the
-    means with the events' ideal."""
+    means with the events' ideal. The last line, over every size, counts the timed ops
+    within max(1 us, 2 %) against 95 %: it passes the 0.5 us offset that the sizes'
+    means condition fails, and fails the 2 us one."""
     events, out, run = _accuracy_case(tmp_path / "a", 0.0)
     assert events.check_accuracy(out, run)
     text = capsys.readouterr().out
-    assert text.count("ok   accuracy") == 6 and "stamps' ideal differ" in text, text
+    assert text.count("ok   accuracy ") == 6 and "stamps' ideal differ" in text, text
+    assert "ok   accuracy, every size: 600/600 timed; within max(1 us, 2 %): 600/600 (100.0%)" in text, text
     events, out, run = _accuracy_case(tmp_path / "b", -2.0)
     assert not events.check_accuracy(out, run)
     text = capsys.readouterr().out
-    assert text.count("FAIL accuracy") == 6 and "within max(1 us, 2 %): 0/100" in text, text
+    assert text.count("FAIL accuracy ") == 6 and "within max(1 us, 2 %): 0/100" in text, text
+    assert "FAIL accuracy, every size: 600/600 timed; within max(1 us, 2 %): 0/600 (0.0%)" in text, text
     events, out, run = _accuracy_case(tmp_path / "c", -0.5)
     assert not events.check_accuracy(out, run)
     text = capsys.readouterr().out
-    assert text.count("FAIL accuracy") == 6 and "within max(1 us, 2 %): 0/100" not in text, text
+    assert text.count("FAIL accuracy ") == 6 and "within max(1 us, 2 %): 0/100" not in text, text
+    assert "ok   accuracy, every size: 600/600 timed; within max(1 us, 2 %): 600/600" in text, text
     events, out, run = _accuracy_case(tmp_path / "d", 0.0, events_ideal_shift_us=0.0, stamps_ideal=False)
     assert events.check_accuracy(out, run)
     text = capsys.readouterr().out
-    assert text.count("ok   accuracy") == 6 and "events' ideal differ" in text, text
+    assert text.count("ok   accuracy ") == 6 and "events' ideal differ" in text, text
 
 
 def test_stamp_slots_go_round_the_ring_and_the_first_launch_sets_up(monkeypatch):
