@@ -36,10 +36,17 @@ overflows int64 on it. Each file with such rows is named with a warning, as zcta
 it (`skipped FILE: 2 ops rows left out: a time outside 1970..2116 ...`), and listed in
 `Run.skipped`. The columns judged are zcta's: the six ops times `api_start_ns`,
 `api_end_ns`, `launch_ns`, `gpu_ready_ns`, `gpu_start_ns`, `gpu_end_ns` (its
-`ops_times!`), and, as `zcta export` judges them, gpu's `start_ns`, `end_ns` and
-proxy's `start_ns`, `stop_ns`; a NULL is no time and in range. `zcta summary`'s rows
-per table still count them (the rows its files hold), as `process.ops_rows` does;
-`len(run.ops)` does not.
+`ops_times!`), gpu's `start_ns`, `end_ns` (`gpu_times!`) and proxy's `start_ns`,
+`stop_ns` and a step's network waits `send_wait_ns`, `recv_wait_ns`,
+`recv_flush_wait_ns`, `recv_gpu_wait_ns` (`proxy_times!`); a NULL is no time and in
+range. The ops row of a call that succeeded (`result` 0) with `bytes` of 2^62 (4 EiB)
+or more, which no buffer holds, is left out too (src/analysis/mod.rs `MAX_BYTES`; a
+refused call's bytes are what its caller asked for, and are kept), and its file named
+the same way (`skipped FILE: 1 ops row left out: bytes of 2^62 (4 EiB) or more on a
+call that succeeded ...`; a file with both kinds is named twice, times first, and a row
+with both is counted with the times alone). `zcta summary`'s rows per table still
+count them (the rows its files hold), as `process.ops_rows` does; `len(run.ops)` does
+not.
 """
 
 from __future__ import annotations
@@ -65,20 +72,26 @@ TABLE_KEY = b"zcta.table"
 # src/analysis/mod.rs MAX_TIME_NS: every time the analysis combines lies in [0, 2^62) ns
 # since the epoch (1970..2116); a row holding another is left out.
 MAX_TIME_NS = 1 << 62
-# The times a row is judged by, per table: ops as every zcta command judges them
-# (src/analysis/mod.rs `ops_times!`), gpu and proxy as `zcta export` does
-# (src/analysis/export.rs). NULL is no time: in range.
+# The times a row is judged by, per table, as every zcta command judges them
+# (src/analysis/mod.rs `ops_times!`, `gpu_times!`, `proxy_times!`). NULL is no time: in
+# range.
 TIME_COLUMNS = {
     "ops": ("api_start_ns", "api_end_ns", "launch_ns", "gpu_ready_ns", "gpu_start_ns", "gpu_end_ns"),
     "gpu": ("start_ns", "end_ns"),
-    "proxy": ("start_ns", "stop_ns"),
+    "proxy": ("start_ns", "stop_ns", "send_wait_ns", "recv_wait_ns", "recv_flush_wait_ns", "recv_gpu_wait_ns"),
 }
+# src/analysis/mod.rs MAX_BYTES, `bytes_possible`: an ops row of a call that succeeded
+# (`result` 0) with `bytes` of 2^62 (4 EiB) or more, larger than any buffer, is corrupt
+# and left out; a refused call's bytes are what its caller asked for, and are kept. NULL
+# bytes are no size: kept. A row out of range by a time is counted under that reason
+# alone (`LeftOut::keep_op`).
+MAX_BYTES = 1 << 62
 
 
 class ZctaWarning(UserWarning):
     """A file or directory of a run that was not read, and why (or rows not yet in
-    Parquet: pending write-ahead logs; or a file's rows left out: a time out of
-    range)."""
+    Parquet: pending write-ahead logs; or a file's rows left out: a time out of range,
+    a successful call's impossible bytes)."""
 
 
 # Every time, not once per place in the code: loading the same bad run twice must say so
@@ -263,44 +276,103 @@ def _left_out(rows: int, table: str) -> str:
     )
 
 
+def _bytes_left_out(rows: int) -> str:
+    """Why `rows` ops rows of a file were left out for bytes no successful call moves,
+    in zcta's words (src/analysis/mod.rs `bytes_out_of_range`)."""
+    what = f"{rows} ops row" + ("" if rows == 1 else "s")
+    return (
+        f"{what} left out: bytes of 2^62 (4 EiB) or more on a call that succeeded "
+        "(larger than any buffer: a corrupt value); its other rows were used"
+    )
+
+
+def _notes(f, table: str, times: int, size: int) -> list:
+    """The (path, reason) of file `f` of `table` per reason rows were left out, in
+    zcta's order (src/analysis/mod.rs `LeftOut::name`): `times` rows for a time out of
+    range, then `size` ops rows for impossible bytes."""
+    return ([(f, _left_out(times, table))] if times else []) + ([(f, _bytes_left_out(size))] if size else [])
+
+
+def _judged(table: str, names) -> dict:
+    """The columns among `names` that a row of `table` is judged by, each with the end
+    of the range [0, end) whose values are surely kept: the times (TIME_COLUMNS,
+    MAX_TIME_NS) and, for ops, `bytes` (MAX_BYTES: bytes below it are kept whatever the
+    call's result) and `result`, which the bytes rule reads (no end: None)."""
+    out = {c: MAX_TIME_NS for c in TIME_COLUMNS.get(table, ()) if c in names}
+    if table == "ops":
+        out.update({c: end for c, end in (("bytes", MAX_BYTES), ("result", None)) if c in names})
+    return out
+
+
+def _rules_sql(table: str, cols) -> tuple[str, str]:
+    """SQL over the judged columns `cols` of `table` that a row has: (no time out of
+    range, its bytes possible); "true" where the columns for a rule are missing."""
+    times = " and ".join(_time_ok(c) for c in TIME_COLUMNS.get(table, ()) if c in cols) or "true"
+    size = "true"
+    if table == "ops" and {"bytes", "result"} <= set(cols):
+        size = f'coalesce("result" <> 0, false) or coalesce("bytes" < {MAX_BYTES}, true)'
+    return times, size
+
+
 def _time_ok(name: str) -> str:
     """SQL: column `name` holds no time out of range (NULL: none)."""
     q = '"' + name.replace('"', '""') + '"'
     return f"coalesce({q} >= 0 and {q} < {MAX_TIME_NS}, true)"
 
 
-def _in_range(t: pa.Table, table: str) -> tuple[pa.Table, int]:
-    """`t` without its rows that hold a time out of range ([0, MAX_TIME_NS) in the
-    columns TIME_COLUMNS names; a NULL is in range), and how many were left out."""
+def _kept(t: pa.Table, table: str) -> tuple[pa.Table, int, int]:
+    """`t` without its damaged rows, and how many were left out for each reason: a time
+    out of range ([0, MAX_TIME_NS) in the columns TIME_COLUMNS names; a NULL is in
+    range), then, of the other ops rows, bytes a successful call cannot have moved
+    (MAX_BYTES)."""
     import pyarrow.compute as pc
 
-    keep = None
+    names = t.column_names
+    times = None
     for name in TIME_COLUMNS.get(table, ()):
-        if name not in t.column_names:
+        if name not in names:
             continue
         c = t.column(name)
         ok = pc.fill_null(pc.and_(pc.greater_equal(c, 0), pc.less(c, MAX_TIME_NS)), True)
-        keep = ok if keep is None else pc.and_(keep, ok)
-    if keep is None:
-        return t, 0
+        times = ok if times is None else pc.and_(times, ok)
+    size = None
+    if table == "ops" and "bytes" in names and "result" in names:
+        # uint64 (`_read_file` gives every known column its type): 2^62 as one too.
+        below = pc.less(t.column("bytes"), pa.scalar(MAX_BYTES, pa.uint64()))
+        size = pc.or_(pc.fill_null(pc.not_equal(t.column("result"), 0), False), pc.fill_null(below, True))
+    if times is None and size is None:
+        return t, 0, 0
+    if times is None:
+        times = pa.repeat(True, t.num_rows)
+    keep = times if size is None else pc.and_(times, size)
     kept = pc.sum(keep).as_py() or 0
     if kept == t.num_rows:
-        return t, 0
-    return t.filter(keep), t.num_rows - kept
+        return t, 0, 0
+    in_range = pc.sum(times).as_py() or 0
+    return t.filter(keep), t.num_rows - in_range, in_range - kept
 
 
-def _ops_in_range(ops: pd.DataFrame, who: str) -> pd.Series:
-    """Which rows of an ops DataFrame hold no time out of range (plain bools); warns
-    of the others. A frame from `load` or `read_table` has none (they were left out
-    there, each file named): this is for frames built otherwise."""
-    keep = pd.Series(True, index=ops.index)
+def _ops_kept(ops: pd.DataFrame, who: str) -> pd.Series:
+    """Which rows of an ops DataFrame zcta keeps (plain bools): no time out of range,
+    and bytes a successful call can have moved; warns of the others, per reason. A
+    frame from `load` or `read_table` has none left out (they were left out there, each
+    file named): this is for frames built otherwise."""
+    times = pd.Series(True, index=ops.index)
     for name in TIME_COLUMNS["ops"]:
         if name in ops:
             c = _ints(ops[name])
-            keep &= ~((c < 0) | (c >= MAX_TIME_NS)).fillna(False).astype(bool)
-    n = int((~keep).sum())
+            times &= ~((c < 0) | (c >= MAX_TIME_NS)).fillna(False).astype(bool)
+    keep = times.copy()
+    if "bytes" in ops and "result" in ops:
+        succeeded = (_ints(ops.result) == 0).fillna(False).astype(bool)
+        huge = (_ints(ops["bytes"], "UInt64") >= MAX_BYTES).fillna(False).astype(bool)
+        keep &= ~(succeeded & huge)
+    n = int((~times).sum())
     if n:
         _warn(f"{who}: {_left_out(n, 'ops')}")
+    n = int((times & ~keep).sum())
+    if n:
+        _warn(f"{who}: {_bytes_left_out(n)}")
     return keep
 
 
@@ -376,14 +448,14 @@ def _to_pandas(t: pa.Table) -> pd.DataFrame:
 
 
 def _read_usable(f: pathlib.Path, table: str) -> tuple[pa.Table | None, list]:
-    """One file of `table` as `load` uses it: read (`_read_file`), less its rows with a
-    time out of range (`_in_range`); the (path, reason) of the file, if skipped or with
-    rows left out."""
+    """One file of `table` as `load` uses it: read (`_read_file`), less its damaged rows
+    (`_kept`); the (path, reason) of the file, if skipped, or per reason rows were left
+    out."""
     t, why = _read_file(f, table)
     if t is None:
         return None, [(f, why)]
-    t, n = _in_range(t, table)
-    return t, [(f, _left_out(n, table))] if n else []
+    t, times, size = _kept(t, table)
+    return t, _notes(f, table, times, size)
 
 
 def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
@@ -398,9 +470,9 @@ def _say_pending(run: pathlib.Path, table: str, logs: list) -> None:
 
 
 def _read(run: pathlib.Path, table: str) -> tuple[pa.Table | None, list, list]:
-    """A table's usable files concatenated (None: none), less the rows with a time out
-    of range (`_in_range`); the (path, reason) of each file skipped or with rows left
-    out, and its pending logs; warns of each."""
+    """A table's usable files concatenated (None: none), less their damaged rows
+    (`_kept`); the (path, reason) of each file skipped or with rows left out, and its
+    pending logs; warns of each."""
     if table not in COLUMNS:
         raise ValueError(f"unknown table {table!r} (known: {', '.join(TABLES)})")
     listing = _list_files(run, table)
@@ -433,10 +505,11 @@ def read_table(run_dir, table: str) -> pd.DataFrame:
     """One table of a run as a DataFrame (empty when the run has none). Files written
     with older schema versions read with the columns they lack as NULL; files that
     cannot be used are skipped with a warning naming them (see the module's help).
-    Rows of `ops`, `gpu` and `proxy` with a time outside 1970..2116 are left out, as
-    zcta leaves them out of its figures, each file with such rows named with a warning
-    and their count. Integer columns are nullable integer dtypes (`Int64`, `UInt64`,
-    ...): exact; boolean columns pandas' `boolean` (NULL as `pd.NA`)."""
+    Rows of `ops`, `gpu` and `proxy` with a time outside 1970..2116, and ops rows of a
+    call that succeeded with bytes of 2^62 or more, are left out, as zcta leaves them
+    out of its figures, each file with such rows named with a warning and their count.
+    Integer columns are nullable integer dtypes (`Int64`, `UInt64`, ...): exact;
+    boolean columns pandas' `boolean` (NULL as `pd.NA`)."""
     t, _, _ = _read(pathlib.Path(run_dir), table)
     return pd.DataFrame() if t is None else _to_pandas(t)
 
@@ -445,7 +518,8 @@ def read_table(run_dir, table: str) -> pd.DataFrame:
 class Run:
     """The tables of one run directory; `skipped`: (path, reason) of each file or
     directory of those tables that was not read, and of each file of which rows were
-    left out (a time outside 1970..2116: see the module's help), as zcta lists them."""
+    left out (a time outside 1970..2116, a successful call's impossible bytes: see the
+    module's help), once per reason, as zcta lists them."""
 
     path: pathlib.Path
     ops: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -470,7 +544,8 @@ def _check_run(run: pathlib.Path) -> None:
 
 def load(run_dir) -> Run:
     """Reads a run directory (see `Run`): rows, integer and boolean columns as in
-    `read_table` (rows with a time out of range left out, their files named)."""
+    `read_table` (rows with a time out of range or impossible bytes left out, their
+    files named)."""
     run = pathlib.Path(run_dir)
     _check_run(run)
     dfs, skipped = [], []
@@ -499,9 +574,10 @@ def connect(run_dir):
     files `load` would read (a file it would skip is left out with the same warning;
     only footers are checked here: a file whose data turns out corrupt fails the query
     that reads it). A file DuckDB cannot open by name (not UTF-8, glob characters) is
-    read into memory. The views of `ops`, `gpu` and `proxy` leave out the rows with a
-    time out of range, as `load` does, and each file with such rows is named with their
-    count (counted where the footer's statistics do not rule them out)."""
+    read into memory. The views of `ops`, `gpu` and `proxy` leave out the rows `load`
+    leaves out (a time out of range; in `ops`, a successful call's impossible bytes),
+    and each file with such rows is named with their count, per reason (counted where
+    the footer's statistics do not rule them out)."""
     import duckdb
 
     run = pathlib.Path(run_dir)
@@ -511,44 +587,47 @@ def connect(run_dir):
         listing = _list_files(run, t)
         skipped = list(listing.skipped)
         by_name, in_memory = [], []
-        times = set()  # the judged time columns some file of the table has
+        judged = set()  # the judged columns (_judged) some file of the table has
         for f in listing.parquet:
             q = _duckdb_path(f)
             if q is None:
                 tbl, sk = _read_usable(f, t)
                 skipped += sk
                 if tbl is not None:
-                    times.update(c for c in TIME_COLUMNS.get(t, ()) if c in tbl.column_names)
+                    judged.update(_judged(t, tbl.column_names))
                     in_memory.append(tbl)
                 continue
-            have, in_range = [], True
+            have, clean = {}, True
             try:
                 with _open(f) as fh:
                     try:
                         pf = pq.ParquetFile(fh)
                         why = _footer_problem(pf, t)
                         if not why:
-                            have = [c for c in TIME_COLUMNS.get(t, ()) if c in pf.schema_arrow.names]
-                            why, in_range = _from_stats(pf, t, have)
+                            have = _judged(t, pf.schema_arrow.names)
+                            why, clean = _from_stats(pf, t, have)
                     except Exception as e:
                         why = f"not a readable Parquet file (truncated or corrupt?): {e}"
             except OSError as e:
                 why = f"cannot open: {_why(e)}"
-            if not why and not in_range:
+            if not why and not clean:
+                times, size = _rules_sql(t, have)
                 try:
-                    ok = " and ".join(_time_ok(c) for c in have)
-                    n = con.execute(f"select count(*) from read_parquet({q}) where not ({ok})").fetchone()[0]
+                    n_times, n_size = con.execute(
+                        f"select count(*) filter (where not ({times})), "
+                        f"count(*) filter (where ({times}) and not ({size})) from read_parquet({q})"
+                    ).fetchone()
                 except Exception as e:  # duckdb.Error: the data is corrupt
                     why = f"corrupt data: {e}"
                 else:
-                    if n:
-                        skipped.append((f, _left_out(n, t)))
+                    skipped += _notes(f, t, n_times, n_size)
             if why:
                 skipped.append((f, why))
             else:
-                times.update(have)
+                judged.update(have)
                 by_name.append(q)
-        for p, why in sorted(skipped):
+        # By path alone: a file's notes stay in zcta's order (a time, then bytes).
+        for p, why in sorted(skipped, key=lambda s: s[0]):
             _warn(f"skipped {p}: {why}")
         _say_pending(run, t, listing.logs)
         parts = []
@@ -559,19 +638,21 @@ def connect(run_dir):
             parts.append(f"select * from _zcta_{t}_in_memory")
         if parts:
             rows = " union all by name ".join(parts)
-            if times:  # the rows with a time out of range left out
-                ok = " and ".join(_time_ok(c) for c in TIME_COLUMNS[t] if c in times)
-                rows = f"select * from ({rows}) where {ok}"
+            if judged:  # the damaged rows left out
+                times, size = _rules_sql(t, judged)
+                rows = f"select * from ({rows}) where ({times}) and ({size})"
             con.execute(f"create view {t} as {rows}")
     return con
 
 
-def _from_stats(pf: pq.ParquetFile, table: str, times: list) -> tuple[str | None, bool]:
+def _from_stats(pf: pq.ParquetFile, table: str, judged: dict) -> tuple[str | None, bool]:
     """What the footer's statistics say, in one walk of its column chunks: a required
     column of `table` that holds NULLs (why the file is skipped, or None), and whether
-    every value of the `times` columns lies in [0, MAX_TIME_NS) (False: some value does
-    not, or the statistics do not tell)."""
+    every value of the `judged` columns (_judged; those with an end) lies in [0, end),
+    so no row is left out (False: some value does not, or the statistics do not
+    tell)."""
     required = {name for name, _, nullable in COLUMNS[table] if not nullable}
+    ends = {name: end for name, end in judged.items() if end is not None}
     in_range = True
     md = pf.metadata
     for rg in range(md.num_row_groups):
@@ -582,10 +663,10 @@ def _from_stats(pf: pq.ParquetFile, table: str, times: list) -> tuple[str | None
             st = col.statistics if col.is_stats_set else None
             if name in required and st is not None and st.has_null_count and st.null_count:
                 return f"required column {name} holds NULLs", in_range
-            if name not in times or not in_range:
+            if name not in ends or not in_range:
                 continue
             if st is not None and st.has_min_max:
-                in_range = 0 <= st.min and st.max < MAX_TIME_NS
+                in_range = 0 <= st.min and st.max < ends[name]
             elif not (st is not None and st.has_null_count and st.null_count == g.num_rows):
                 in_range = False  # no min/max, and not all NULL
     return None, in_range
@@ -599,13 +680,14 @@ def size_bucket(b: pd.Series) -> pd.Series:
     return (2 ** np.floor(np.log2(v))).astype("int64")
 
 
-def _ints(s: pd.Series) -> pd.Series:
+def _ints(s: pd.Series, dtype: str = "Int64") -> pd.Series:
     """A column of integers and NULLs that pandas holds as objects (a column assigned
-    None, rows built by hand) as exact nullable integers; any other column as it is."""
+    None, rows built by hand) as exact nullable integers (`dtype`); any other column as
+    it is."""
     if s.dtype != object:
         return s
     try:
-        return s.astype("Int64")
+        return s.astype(dtype)
     except (TypeError, ValueError):  # not integers: left to pandas as they are
         return s
 
@@ -628,12 +710,13 @@ def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
     with CUDA events, their elapsed time. NaN where `gpu_ready_ns` is unknown (not
     timed, or files from before it existed). float64, subtracted on the exact integer
     times first (a duration is exact in float64; a time since the epoch is not). NaN
-    too for a row with a time outside 1970..2116, as zcta leaves it out (with a
-    warning; `load` and `read_table` have left such rows out already)."""
+    too for a row with a time outside 1970..2116, or a successful call's with bytes of
+    2^62 or more, as zcta leaves it out (with a warning; `load` and `read_table` have
+    left such rows out already)."""
     nan = pd.Series(float("nan"), index=ops.index)
     if "gpu_ready_ns" not in ops:
         return nan
-    keep = _ops_in_range(ops, "stream_time_ns")
+    keep = _ops_kept(ops, "stream_time_ns")
     if not keep.all():  # computed on the others only: no overflow
         out = nan.copy()
         out[keep.to_numpy()] = stream_time_ns(ops[keep]).to_numpy()
@@ -687,8 +770,9 @@ def breakdown(run: Run | str) -> pd.DataFrame:
     timed at level k counts 2^k, as in `zcta report`; `rows`: the rows), the weighted
     median end-to-end time (µs) and each phase's weighted share of the summed window
     (NaN: not measured), from the `phases` table joined to `ops`. As in `zcta report`,
-    no op with a time outside 1970..2116 counts: `zcta phases` wrote no row for it, and
-    `load` leaves it out of `ops`, naming its file."""
+    no op with a time outside 1970..2116, or a successful call's bytes of 2^62 or more,
+    counts: `zcta phases` wrote no row for it, and `load` leaves it out of `ops`, naming
+    its file."""
     if not isinstance(run, Run):
         run = load(run)
     ph = run.phases
@@ -720,8 +804,8 @@ def breakdown(run: Run | str) -> pd.DataFrame:
 def compare(run_a, run_b) -> pd.DataFrame:
     """Per (op, size): median window and phases in A and B and the change (µs), from
     each run's `phases` table (`zcta phases`: no row for an op with a time outside
-    1970..2116, as in `zcta diff`); a run given as a path is read with `load`, which
-    names each file with such rows."""
+    1970..2116 or a successful call's bytes of 2^62 or more, as in `zcta diff`); a run
+    given as a path is read with `load`, which names each file with such rows."""
     a, b = (r if isinstance(r, Run) else load(r) for r in (run_a, run_b))
     out = []
     for name, r in (("a", a), ("b", b)):

@@ -3,8 +3,9 @@
 Exit status: 0 plotted; 2 bad arguments or input (a missing or unreadable run, no
 phases table, an output that cannot be written), said in one line on stderr; 1 an
 unexpected error, also in one line (ZCTA_ANALYSIS_TRACEBACK=1 shows the traceback).
-Files of a run that are skipped, or of which rows with a time outside 1970..2116 are
-left out (as zcta leaves them out), are named on stderr, one line each."""
+Files of a run that are skipped, or of which rows with a time outside 1970..2116 or a
+successful call's bytes of 2^62 or more are left out (as zcta leaves them out), are
+named on stderr, one line each."""
 
 import argparse
 import math

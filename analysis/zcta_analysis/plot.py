@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
-from . import PHASES, _ints, _ops_in_range, _stream_start, _warn, breakdown, load, stream_time_ns
+from . import PHASES, _ints, _ops_kept, _stream_start, _warn, breakdown, load, stream_time_ns
 
 BUSBW = {"AllReduce": lambda n: 2 * (n - 1) / n}
 for _op in ("AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"):
@@ -62,12 +62,13 @@ def _local(ops):
 def busbw_points(ops):
     """Per (op, bytes): median bus bandwidth (GB/s, nccl-tests' factors) over the ops'
     time on their stream; local ops and failed calls are left out, and rows with a
-    time outside 1970..2116 (as zcta does; `load` has left them out already)."""
+    time outside 1970..2116 or a successful call's bytes of 2^62 or more (as zcta
+    does; `load` has left them out already)."""
     import pandas as pd
 
     if ops.empty or "gpu_end_ns" not in ops:
         return pd.DataFrame(columns=["op", "bytes", "busbw"])
-    ok = _ops_in_range(ops, "busbw_points")
+    ok = _ops_kept(ops, "busbw_points")
     g = ops[ok & _true(ops.result == 0) & ops.bytes.notna() & ~_local(ops)].copy()
     dur = stream_time_ns(g)
     if "gpu_start_ns" in g:  # deep mode without gpu_ready_ns: the kernels' span
@@ -189,10 +190,11 @@ def plot(runs: list[str], out: str, link_peak_gbps: float = 450.0) -> pathlib.Pa
 def skew_heatmap(r, ax, fig, run_tag: str = "") -> None:
     """Rank × collective: how late each rank's GPU started after the first rank (µs),
     for the communicator with the most collectives (one host's clock). Rows with a
-    time outside 1970..2116 are left out (`load` has left them out already)."""
+    time outside 1970..2116, or a successful call's bytes of 2^62 or more, are left out
+    (`load` has left them out already)."""
     prefix = f"{run_tag}: " if run_tag else ""
     ops = r.ops
-    ops = ops[_ops_in_range(ops, "skew_heatmap")]
+    ops = ops[_ops_kept(ops, "skew_heatmap")]
     begin = None
     if not ops.empty and "gpu_start_ns" in ops:
         begin = _ints(ops.gpu_start_ns)

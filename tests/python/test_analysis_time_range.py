@@ -258,3 +258,57 @@ def test_boolean_columns_are_pandas_boolean_with_or_without_nulls(tmp_path, null
         warnings.simplefilter("error")
         assert za.stream_time_ns(ops).isna().all()
         assert zp.busbw_points(ops).empty
+
+
+# --- a proxy step's network waits ----------------------------------------------------
+
+# The proxy times every zcta command judges (src/analysis/mod.rs `proxy_times!`): start,
+# stop and a step's four network waits the phases read. The table's other times (its
+# `in_progress_ns`, `send_gpu_wait_ns`, `send_peer_wait_ns`, `ctrl_*_ns`) no command
+# reads, and no row is left out for them.
+WAITS = ("send_wait_ns", "recv_wait_ns", "recv_flush_wait_ns", "recv_gpu_wait_ns")
+
+
+def _step(k, **over):
+    """ProxyStep `k` of op 1 of rank 0 (pid 100): its waits in range."""
+    row = {"event": "ProxyStep", "op_id": 1, "channel": 0, "step": k, "start_ns": T0 + 1_000 * k,
+           "stop_ns": T0 + 1_000 * k + 900, "pid": 100, "host": "h"}
+    row.update({w: T0 + 1_000 * k + 100 + i for i, w in enumerate(WAITS)})
+    row.update(over)
+    return row
+
+
+# One step per network wait out of range (below 1970, int64's end, 2^62 itself, far
+# below), then the kept ones: waits NULL (not measured), a wait at 2^62 - 1, and times
+# zcta judges in no command out of range.
+STEPS_OUT = [_step(0, send_wait_ns=-1), _step(1, recv_wait_ns=I64_MAX),
+             _step(2, recv_flush_wait_ns=1 << 62), _step(3, recv_gpu_wait_ns=-(1 << 63))]
+STEPS_KEPT = [_step(4, **{w: None for w in WAITS}), _step(5, recv_wait_ns=(1 << 62) - 1),
+              _step(6, in_progress_ns=-1, send_gpu_wait_ns=I64_MAX, send_peer_wait_ns=-1, ctrl_first_ns=-1)]
+
+
+@pytest.mark.parametrize("name", ["h-100.parquet", "h-[100].parquet"])
+def test_proxy_network_waits_out_of_range_are_left_out_as_zcta_does(tmp_path, name):
+    """A ProxyStep with a network wait out of range is left out of load, read_table and
+    connect (by name and, for a name DuckDB would glob, in memory), its file named with
+    the count `zcta report` and `zcta export` give; one with another time out of range
+    that zcta does not judge is kept, as zcta keeps it."""
+    run = tmp_path / "r"
+    zcta_file(run / "ops" / "h-100.parquet", "ops", [r for r in GOOD if r["rank"] == 0])
+    f = run / "proxy" / name
+    zcta_file(f, "proxy", STEPS_OUT + STEPS_KEPT)
+    want = [r["step"] for r in STEPS_KEPT]
+    r, said = _warned(za.load, run)
+    assert said == [_said(f, 4, "proxy")]
+    assert r.skipped == [(f, f"4 proxy rows left out: {REASON}")]
+    assert r.proxy.step.tolist() == want
+    assert r.proxy.recv_wait_ns.tolist()[1] == (1 << 62) - 1 and r.proxy.send_gpu_wait_ns.tolist()[2] == I64_MAX
+    proxy, said = _warned(za.read_table, run, "proxy")
+    assert said == [_said(f, 4, "proxy")]
+    pd.testing.assert_frame_equal(proxy, r.proxy)
+    con, said = _warned(za.connect, run)
+    assert said == [_said(f, 4, "proxy")]
+    assert [s for s, in con.execute("select step from proxy order by step").fetchall()] == want
+    notes = {f: (4, "proxy", REASON)}
+    assert _zcta_says("report", run) == notes
+    assert _zcta_says("export", "--perfetto", "-o", tmp_path / "t.json", run) == notes
