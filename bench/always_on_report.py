@@ -1,12 +1,14 @@
 """The tables of bench/always_on.sh: for zcta's runs how many ops were timed and at
 which budget level; the in-process A/B (median ratio, and ratio of the fastest
-blocks); per measure and configuration the median over rounds, and the ratio to
+blocks; and pooled over every block pair of every process, with a bootstrap
+interval); per measure and configuration the median over rounds, and the ratio to
 plain paired by round (median [min, max] over rounds).
 
     python3 bench/always_on_report.py JSON_DIR [RUNS_DIR]
 """
 
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -43,6 +45,56 @@ def ab_table(d, key="ab", title="in-process A/B (recording / paused, same proces
         for c in configs:
             v = [r[m] for r in ab[c].values() if m in r]
             cells.append(f"**{statistics.median(v):.3f}×** [{min(v):.3f}, {max(v):.3f}]" if v else "—")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def block_pairs(blocks):
+    """Recording / paused of each block pair in one process's block log (`ab_blocks`:
+    [recording?, seconds per item, ...] in the order run, each pair's two blocks next
+    to each other, either side first)."""
+    out = []
+    for a, b in zip(blocks[0::2], blocks[1::2]):
+        if a[0] != b[0]:
+            on, off = (a, b) if a[0] else (b, a)
+            out.append(on[1] / off[1])
+    return out
+
+
+def median_interval(v, resamples=2000, seed=0):
+    """The median of `v` and a 95 % bootstrap interval of it (percentiles of the
+    medians of `resamples` resamples with replacement; seeded: the same input gives the
+    same interval)."""
+    rnd = random.Random(seed)
+    meds = sorted(statistics.median(rnd.choices(v, k=len(v))) for _ in range(resamples))
+    return statistics.median(v), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
+def pooled_table(d):
+    """Per measure and configuration, every block pair of every process pooled: the
+    median ratio recording / paused with its 95 % bootstrap interval, and how many
+    pairs. Where the processes' medians spread widely (loops that jump between two
+    speeds), the pooled pairs resolve more than the median of a few processes."""
+    pairs = {}
+    for f in sorted(Path(d).glob("*.json")):
+        j = json.loads(f.read_text())
+        for m, blocks in j.get("ab_blocks", {}).items():
+            pairs.setdefault(j["config"], {}).setdefault(m, []).extend(block_pairs(blocks))
+    if not pairs:
+        return ""
+    configs = [c for c in CONFIGS if c in pairs]
+    measures = sorted({m for c in pairs.values() for m in c})
+    lines = ["in-process A/B, every block pair of every process pooled: median [95 % bootstrap interval] (pairs)",
+             "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    for m in measures:
+        cells = []
+        for c in configs:
+            v = pairs[c].get(m, [])
+            if not v:
+                cells.append("—")
+                continue
+            med, lo, hi = median_interval(v)
+            cells.append(f"**{med:.3f}×** [{lo:.3f}, {hi:.3f}] ({len(v)})")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -149,6 +201,7 @@ if __name__ == "__main__":
     print(ab_table(sys.argv[1]))
     print(ab_table(sys.argv[1], "ab_pairs", "in-process A/B, median over block pairs of recording / paused"))
     print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
+    print(pooled_table(sys.argv[1]))
     print(ab_off_note(sys.argv[1]))
     print(issue_table(sys.argv[1]))
     print(table(runs))

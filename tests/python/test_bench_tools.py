@@ -309,6 +309,40 @@ def test_always_on_report_names_each_loops_baseline(tmp_path):
     assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct/paused"
 
 
+def test_always_on_report_pools_every_block_pair(tmp_path):
+    """bench/always_on_report.py's pooled table: each process's block log is read in
+    pairs of neighbouring blocks (either side first; a pair of one side is not a pair),
+    every pair of every process of a configuration pooled, their median given with a
+    seeded 95 % bootstrap interval that holds it, and the number of pairs."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import block_pairs, median_interval, pooled_table
+
+    assert block_pairs([[False, 2.0], [True, 3.0], [True, 4.0], [False, 2.0], [True, 1.0], [True, 1.0]]) == [1.5, 2.0]
+    v = [float(x) for x in range(1, 20)] + [1000.0]
+    med, lo, hi = median_interval(v)
+    assert med == 10.5 and 1.0 < lo < med < hi < 1000.0, (med, lo, hi)
+    assert median_interval(v) == (med, lo, hi), "seeded: the same interval"
+
+    def write(config, rnd, pairs):
+        blocks = []
+        for i, (on, off) in enumerate(pairs):
+            side = [[True, on, None], [False, off, None]]
+            blocks += side if i % 2 else side[::-1]
+        (tmp_path / f"{config}-{rnd}.json").write_text(
+            json.dumps({"config": config, "round": rnd, "ab_blocks": {"a2a_8B_us": blocks}}))
+
+    write("default", 0, [(1.1, 1.0), (1.2, 1.0)])
+    write("default", 1, [(1.3, 1.0), (0.9, 1.0), (1.0, 1.0)])
+    write("plain", 0, [(1.0, 1.0)])
+    table = pooled_table(tmp_path)
+    row = next(line for line in table.splitlines() if line.startswith("| a2a_8B_us"))
+    assert table.splitlines()[1] == "| measure | plain | default |", table
+    cells = [c.strip() for c in row.split("|")[2:4]]
+    assert cells[0].startswith("**1.000×**") and cells[0].endswith("(1)"), cells
+    assert cells[1].startswith("**1.100×**") and cells[1].endswith("(5)"), cells
+    assert pooled_table(tmp_path / "none") == ""
+
+
 def test_always_on_report_splits_the_steps_cost_into_issuing_and_the_rest(tmp_path):
     """bench/always_on_report.py's issue table: per process the median over block pairs
     (either order) of recording / paused, for the whole step and for its issuing; runs
