@@ -7,7 +7,8 @@
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process
 # A/B against paused recording in zcta's configurations; the same blocks, an A/A, in
-# the others; AB_BLOCK_MS: each block's least length, 100 by default), PIN (a CPU list
+# the others; AB_BLOCK_MS: each block's least length, 100 by default), PROC_TIMEOUT
+# (seconds a process may run, 150 by default; torch.profiler's three times that), PIN (a CPU list
 # for taskset, e.g. 2-5), ISOLATE=1 (after the warm-up, the measuring thread alone on
 # one core of PIN's CPUs and the process's other threads on the rest:
 # bench/affinity.py), SHIM2 … SHIM9 (other builds' directories: a zcta configuration
@@ -39,7 +40,11 @@ for ((r = 0; r < rounds; r++)); do
     [ "${ISOLATE:-0}" = 1 ] && iso=(--isolate)
     pin=()
     [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
-    timeout "${PROC_TIMEOUT:-150}" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
+    # torch.profiler's processes run the same work slower and write their trace at the
+    # end: three times the others' limit.
+    limit=${PROC_TIMEOUT:-150}
+    [ "${c%[2-9]}" = profiler ] && limit=$((limit * 3))
+    timeout "$limit" "${pin[@]}" env "${env_args[@]}" ZCTA_OUT="$out/runs" ZCTA_RUN_ID="$c-$r" \
       python3 "$root/bench/always_on.py" --config "$c" --round "$r" --out "$out/json" \
       --reps "${REPS:-7}" ${measures:+--measures "$measures"} "${ab[@]}" "${iso[@]}" >>"$out/always_on.log" 2>&1 ||
       echo "round $r $c failed (see $out/always_on.log)"

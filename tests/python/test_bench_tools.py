@@ -642,3 +642,23 @@ def test_callgrind_group_counts_the_shims_instructions_per_group(tmp_path):
     assert set(got) == {"alone", "disabled", "nomask"}, r.stdout
     alone, disabled, nomask = (int(got[m]) for m in ("alone", "disabled", "nomask"))
     assert 0 < alone < disabled < nomask, r.stdout
+
+
+def test_always_on_gives_torch_profiler_three_times_the_process_limit(tmp_path):
+    """bench/always_on.sh: each process runs under `timeout PROC_TIMEOUT`, a
+    torch.profiler process (profiler, profiler2, ...) under three times it, in the
+    rotated order (a stand-in `timeout` on PATH records its limit and configuration)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "limits"
+    (fake / "timeout").write_text(
+        '#!/bin/sh\nlimit=$1; shift\nwhile [ "$1" != --config ]; do shift; done\n'
+        f'echo "$2 $limit" >> {log}\n')
+    (fake / "timeout").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "ROUNDS": "2", "PROC_TIMEOUT": "40", "CONFIGS": "plain default profiler"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "always_on.sh"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().split("\n")[:-1] == [
+        "plain 40", "default 40", "profiler 120", "default 40", "profiler 120", "plain 40"], log.read_text()
