@@ -68,6 +68,15 @@ def test_sql_files_run_in_duckdb(run):
         assert rows, f.name
 
 
+def test_sql_files_give_a_run_zcta_wrote_the_figures_they_gave_before_their_rules(run):
+    """The recipes' file and row rules (test_analysis_sql_rules) leave nothing out of a
+    sound run that zcta wrote: each gives what its text before the rules gave."""
+    from test_analysis_sql_rules import _before, _run
+
+    for f in sorted((ROOT / "analysis" / "sql").glob("*.sql")):
+        assert _run(f.read_text(), run) == _run(_before(f.name), run), f.name
+
+
 PLOTS = pathlib.Path(os.environ.get("ZCTA_PLOT_DIR", "")) if os.environ.get("ZCTA_PLOT_DIR") else None
 
 
