@@ -49,52 +49,66 @@ def ab_table(d, key="ab", title="in-process A/B (recording / paused, same proces
     return "\n".join(lines)
 
 
-def block_pairs(blocks):
+def block_pairs(blocks, col=1):
     """Recording / paused of each block pair in one process's block log (`ab_blocks`:
-    [recording?, seconds per item, ...] in the order run, each pair's two blocks next
-    to each other, either side first)."""
+    [recording?, seconds per item, seconds issuing per item or null] in the order run,
+    each pair's two blocks next to each other, either side first), of column `col`
+    (1: the whole item, 2: its issuing); pairs of one side, or whose paused block has
+    no positive time there, are passed over."""
     out = []
     for a, b in zip(blocks[0::2], blocks[1::2]):
-        if a[0] != b[0]:
-            on, off = (a, b) if a[0] else (b, a)
-            out.append(on[1] / off[1])
+        if a[0] == b[0]:
+            continue
+        on, off = (a, b) if a[0] else (b, a)
+        if on[col] is not None and off[col] is not None and off[col] > 0:
+            out.append(on[col] / off[col])
     return out
 
 
-def median_interval(v, resamples=2000, seed=0):
-    """The median of `v` and a 95 % bootstrap interval of it (percentiles of the
-    medians of `resamples` resamples with replacement; seeded: the same input gives the
-    same interval)."""
+def median_interval(groups, resamples=2000, seed=0):
+    """The median of every value of `groups` (one list per process) pooled, and a 95 %
+    bootstrap interval of it that resamples the processes and then each one's values
+    (pairs within a process are not independent of each other: a process's speed
+    moves them together). Seeded: the same input gives the same interval."""
     rnd = random.Random(seed)
-    meds = sorted(statistics.median(rnd.choices(v, k=len(v))) for _ in range(resamples))
-    return statistics.median(v), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+    groups = [g for g in groups if g]
+    meds = []
+    for _ in range(resamples):
+        pool = []
+        for g in rnd.choices(groups, k=len(groups)):
+            pool += rnd.choices(g, k=len(g))
+        meds.append(statistics.median(pool))
+    meds.sort()
+    return statistics.median([x for g in groups for x in g]), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
 
 
 def pooled_table(d):
     """Per measure and configuration, every block pair of every process pooled: the
-    median ratio recording / paused with its 95 % bootstrap interval, and how many
-    pairs. Where the processes' medians spread widely (loops that jump between two
-    speeds), the pooled pairs resolve more than the median of a few processes."""
+    median ratio recording / paused with its 95 % bootstrap interval (processes, then
+    pairs within each, resampled), and how many pairs and processes."""
     pairs = {}
     for f in sorted(Path(d).glob("*.json")):
         j = json.loads(f.read_text())
         for m, blocks in j.get("ab_blocks", {}).items():
-            pairs.setdefault(j["config"], {}).setdefault(m, []).extend(block_pairs(blocks))
+            v = block_pairs(blocks)
+            if v:
+                pairs.setdefault(j["config"], {}).setdefault(m, []).append(v)
     if not pairs:
         return ""
     configs = [c for c in CONFIGS if c in pairs]
     measures = sorted({m for c in pairs.values() for m in c})
-    lines = ["in-process A/B, every block pair of every process pooled: median [95 % bootstrap interval] (pairs)",
+    lines = ["in-process A/B, every block pair of every process pooled: median [95 % bootstrap interval, "
+             "processes then pairs resampled] (pairs / processes)",
              "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     for m in measures:
         cells = []
         for c in configs:
-            v = pairs[c].get(m, [])
-            if not v:
+            g = pairs[c].get(m, [])
+            if not g:
                 cells.append("—")
                 continue
-            med, lo, hi = median_interval(v)
-            cells.append(f"**{med:.3f}×** [{lo:.3f}, {hi:.3f}] ({len(v)})")
+            med, lo, hi = median_interval(g)
+            cells.append(f"**{med:.3f}×** [{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -125,15 +139,8 @@ def issue_table(d):
         blocks = j.get("ab_blocks", {}).get("train_step_ms")
         if not blocks or any(len(b) < 3 or b[2] is None for b in blocks):
             continue
-        whole, issue = [], []
-        # Blocks run in pairs (one of each side, in either order).
-        for a, b in zip(blocks[::2], blocks[1::2]):
-            on, off = (a, b) if a[0] else (b, a)
-            if on[0] == off[0] or off[1] <= 0 or off[2] <= 0:
-                continue
-            whole.append(on[1] / off[1])
-            issue.append(on[2] / off[2])
-        if whole:
+        whole, issue = block_pairs(blocks, 1), block_pairs(blocks, 2)
+        if whole and issue:
             e = got.setdefault(j["config"], ([], []))
             e[0].append(statistics.median(whole))
             e[1].append(statistics.median(issue))

@@ -322,11 +322,14 @@ def check_report(run_dir):
     unres = timed.unresolved_ns.sum()
     share = 1 - unres / win if win else 0.0
     names = ["init_ns", "queue_ns", "sync_ns", "barrier_ns", "transfer_ns", "memcpy_ns", "proxy_ns"]
-    parts = {n[:-3]: round(float(timed[n].sum()) / win, 3) for n in names if n in timed and win}
+    # A phase no op measured is "n/m" (not measured), never 0.
+    parts = {n[:-3]: round(float(timed[n].sum()) / float(win), 3) if timed[n].notna().any() else "n/m"
+             for n in names if n in timed and win}
     good = share >= 0.95 and len(timed) > 0
     print(f"{'ok  ' if good else 'FAIL'} report: {len(timed)} of {len(ph)} ops with a window; "
           f"{share:.1%} of the summed window in measured phases {parts}; ops timing "
-          f"{dict(ops.timing.value_counts())}, levels {sorted(set(ops.timing_level.dropna().astype(int)))}")
+          f"{ {k: int(v) for k, v in ops.timing.value_counts().items()} }, "
+          f"levels {sorted(int(x) for x in set(ops.timing_level.dropna()))}")
     return good
 
 

@@ -311,17 +311,26 @@ def test_always_on_report_names_each_loops_baseline(tmp_path):
 
 def test_always_on_report_pools_every_block_pair(tmp_path):
     """bench/always_on_report.py's pooled table: each process's block log is read in
-    pairs of neighbouring blocks (either side first; a pair of one side is not a pair),
-    every pair of every process of a configuration pooled, their median given with a
-    seeded 95 % bootstrap interval that holds it, and the number of pairs."""
+    pairs of neighbouring blocks (either side first; a pair of one side, or a paused
+    block without a positive time, is not a pair), every pair of every process of a
+    configuration pooled, their median given with a seeded 95 % bootstrap interval that
+    resamples the processes first (wider than resampling pairs alone when processes
+    differ), and the numbers of pairs and processes."""
     sys.path.insert(0, str(ROOT / "bench"))
     from always_on_report import block_pairs, median_interval, pooled_table
 
-    assert block_pairs([[False, 2.0], [True, 3.0], [True, 4.0], [False, 2.0], [True, 1.0], [True, 1.0]]) == [1.5, 2.0]
+    assert block_pairs([[False, 2.0], [True, 3.0], [True, 4.0], [False, 2.0], [True, 1.0], [True, 1.0],
+                        [True, 1.0, 1.0], [False, 0.0, 1.0]]) == [1.5, 2.0]
+    assert block_pairs([[True, 3.0, 2.0], [False, 2.0, None], [False, 2.0, 1.0], [True, 3.0, 3.0]], 2) == [3.0]
     v = [float(x) for x in range(1, 20)] + [1000.0]
-    med, lo, hi = median_interval(v)
+    med, lo, hi = median_interval([v])
     assert med == 10.5 and 1.0 < lo < med < hi < 1000.0, (med, lo, hi)
-    assert median_interval(v) == (med, lo, hi), "seeded: the same interval"
+    assert median_interval([v]) == (med, lo, hi), "seeded: the same interval"
+    # Two processes of different speeds: resampling them widens the interval.
+    slow, fast = [1.10 + 0.001 * i for i in range(10)], [1.00 + 0.001 * i for i in range(10)]
+    _, lo2, hi2 = median_interval([slow, fast])
+    _, lo1, hi1 = median_interval([slow + fast])
+    assert lo2 < lo1 and hi2 > hi1 and lo2 <= 1.01 and hi2 >= 1.10, (lo1, hi1, lo2, hi2)
 
     def write(config, rnd, pairs):
         blocks = []
@@ -338,8 +347,8 @@ def test_always_on_report_pools_every_block_pair(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| a2a_8B_us"))
     assert table.splitlines()[1] == "| measure | plain | default |", table
     cells = [c.strip() for c in row.split("|")[2:4]]
-    assert cells[0].startswith("**1.000×**") and cells[0].endswith("(1)"), cells
-    assert cells[1].startswith("**1.100×**") and cells[1].endswith("(5)"), cells
+    assert cells[0].startswith("**1.000×**") and cells[0].endswith("(1 / 1)"), cells
+    assert cells[1].startswith("**1.100×**") and cells[1].endswith("(5 / 2)"), cells
     assert pooled_table(tmp_path / "none") == ""
 
 
@@ -662,3 +671,37 @@ def test_always_on_gives_torch_profiler_three_times_the_process_limit(tmp_path):
     assert r.returncode == 0, r.stderr
     assert log.read_text().split("\n")[:-1] == [
         "plain 40", "default 40", "profiler 120", "default 40", "profiler 120", "plain 40"], log.read_text()
+
+
+def test_gpu_report_check_says_not_measured_never_0(tmp_path, capsys):
+    """tests/gpu/events.py's report check: each phase's share of the summed window, and
+    "n/m" for a phase no op measured (pandas would sum its NULLs to 0); it passes at
+    95 % of the window in measured phases and fails below."""
+    sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+    try:
+        import events
+    finally:
+        sys.path.pop(0)
+
+    def run(d, unresolved):
+        (d / "phases").mkdir(parents=True)
+        (d / "ops").mkdir()
+        pd.DataFrame({"window_ns": pd.array([100, 100, None], dtype="Int64"),
+                      "unresolved_ns": pd.array([0, unresolved, None], dtype="Int64"),
+                      "init_ns": pd.array([10, 10, None], dtype="Int64"),
+                      "queue_ns": pd.array([80, 80 - unresolved, None], dtype="Int64"),
+                      "sync_ns": pd.array([None, None, None], dtype="Int64"),
+                      "barrier_ns": pd.array([0, 0, None], dtype="Int64"),
+                      "transfer_ns": pd.array([10, 10, None], dtype="Int64")}
+                     ).to_parquet(d / "phases" / "p.parquet")
+        pd.DataFrame({"timing": ["timed", "timed", "budget"],
+                      "timing_level": pd.array([0, 0, 1], dtype="Int64"),
+                      "gpu_end_ns": pd.array([1, 1, None], dtype="Int64")}).to_parquet(d / "ops" / "o.parquet")
+        return d
+
+    assert events.check_report(run(tmp_path / "a", 0))
+    out = capsys.readouterr().out
+    assert out.startswith("ok   report: 2 of 3 ops with a window; 100.0% of the summed window"), out
+    assert "'sync': 'n/m'" in out and "'barrier': 0.0" in out and "'queue': 0.8" in out, out
+    assert not events.check_report(run(tmp_path / "b", 20))
+    assert capsys.readouterr().out.startswith("FAIL report: 2 of 3 ops with a window; 90.0%")
