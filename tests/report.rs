@@ -1243,8 +1243,12 @@ fn gpu_and_proxy_times_out_of_range_are_left_out_of_the_phases() {
     assert_eq!(j["findings"], jc["findings"]);
     // diff: no phase of any op changed.
     let j: serde_json::Value = serde_json::from_str(&outs[1]).unwrap();
-    for r in j["rows"].as_array().unwrap() {
-        for ch in r["changes"].as_array().unwrap() {
+    let rows = j["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{j}");
+    for r in rows {
+        let changes = r["changes"].as_array().unwrap();
+        assert!(!changes.is_empty(), "{r}");
+        for ch in changes {
             assert_eq!(ch["median_a_us"], ch["median_b_us"], "{r}");
         }
     }

@@ -166,8 +166,9 @@ pub const MAX_TIME_NS: i64 = 1 << 62;
 /// `bytes` is the size of one buffer of the call (nccl-tests' count: the larger of its
 /// send and receive buffers), which no address space holds that large (today's 64-bit
 /// machines address at most 2^57 bytes); a successful call's row with more is corrupt,
-/// and is left out and named ([`LeftOut`]) rather than put in a size bucket. A failed
-/// call's bytes are what its caller asked for, whatever its count: they are kept.
+/// and is left out and named ([`LeftOut`]) rather than put in a size bucket. The bytes
+/// of a call that returned anything else (an error, or ncclInProgress) are what its
+/// caller asked for, whatever its count: they are kept.
 pub const MAX_BYTES: u64 = 1 << 62;
 
 /// The times of ops row `r` of a column view `c` (any view with the ops table's time
@@ -232,8 +233,8 @@ pub fn times_in_range(times: &[Option<i64>]) -> bool {
     times.iter().flatten().all(|t| (0..MAX_TIME_NS).contains(t))
 }
 
-/// Whether an ops row's `bytes` can be real: below [`MAX_BYTES`], or of a call that
-/// failed (`result` ≠ 0).
+/// Whether an ops row's `bytes` can be real: below [`MAX_BYTES`], or of a call that did
+/// not return ncclSuccess (`result` ≠ 0).
 pub fn bytes_possible(bytes: Option<u64>, result: i32) -> bool {
     result != 0 || bytes.is_none_or(|b| b < MAX_BYTES)
 }

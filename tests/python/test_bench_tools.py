@@ -529,6 +529,16 @@ def test_gpu_accuracy_check_passes_matching_stamps_and_fails_an_offset(tmp_path,
     assert events.check_accuracy(out, run)
     text = capsys.readouterr().out
     assert text.count("ok   accuracy ") == 6 and "events' ideal differ" in text, text
+    # An op the check measured that zcta did not time fails its size and the last line.
+    events, out, run = _accuracy_case(tmp_path / "e", 0.0)
+    f = next((run / "ops").glob("*.parquet"))
+    ops = pd.read_parquet(f)
+    ops.loc[0, "timing"] = "budget"
+    ops.to_parquet(f)
+    assert not events.check_accuracy(out, run)
+    text = capsys.readouterr().out
+    assert text.count("FAIL accuracy ") == 1 and "99/100 timed" in text, text
+    assert "FAIL accuracy, every size: 599/600 timed" in text, text
 
 
 def test_stamp_slots_go_round_the_ring_and_the_first_launch_sets_up(monkeypatch):
