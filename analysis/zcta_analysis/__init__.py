@@ -51,6 +51,7 @@ not.
 
 from __future__ import annotations
 
+import operator
 import os
 import pathlib
 import re
@@ -304,42 +305,160 @@ def _judged(table: str, names) -> dict:
     return out
 
 
+def _time_rule(f, name: str):
+    """The time rule, in form `f` (`_ArrowForm`, `_PandasForm`, `_SqlForm`): column
+    `name` holds no time out of range, [0, MAX_TIME_NS); a NULL is no time, in range."""
+    return f.fill(f.and_(f.ge(name, 0), f.lt(name, MAX_TIME_NS)), True)
+
+
+def _bytes_rule(f):
+    """The bytes rule (src/analysis/mod.rs `bytes_possible`), in form `f` (`_ArrowForm`,
+    `_PandasForm`, `_SqlForm`): the call was refused (`result` not 0) or its `bytes`
+    lie below MAX_BYTES. NULL bytes are no size: below. A NULL `result` counts as a
+    success, the row judged by its bytes (zcta's `result` is required, never NULL; a
+    file holding one is skipped by `load`, and here every form judges it alike)."""
+    return f.or_(f.fill(f.ne("result", 0), False), f.fill(f.lt("bytes", MAX_BYTES), True))
+
+
+class _ArrowForm:
+    """The rules' operations on the columns of a pyarrow Table (as `_read_file` gives
+    them: an integer column compared with a bound of its own type)."""
+
+    def __init__(self, t: pa.Table):
+        self.t = t
+
+    def _cmp(self, fn, name: str, v: int):
+        c = self.t.column(name)
+        return fn(c, pa.scalar(v, c.type) if pa.types.is_integer(c.type) else v)
+
+    def ge(self, name, v):
+        import pyarrow.compute as pc
+
+        return self._cmp(pc.greater_equal, name, v)
+
+    def lt(self, name, v):
+        import pyarrow.compute as pc
+
+        return self._cmp(pc.less, name, v)
+
+    def ne(self, name, v):
+        import pyarrow.compute as pc
+
+        return self._cmp(pc.not_equal, name, v)
+
+    @staticmethod
+    def and_(a, b):
+        import pyarrow.compute as pc
+
+        return pc.and_(a, b)
+
+    @staticmethod
+    def or_(a, b):
+        import pyarrow.compute as pc
+
+        return pc.or_(a, b)
+
+    @staticmethod
+    def fill(a, v: bool):
+        import pyarrow.compute as pc
+
+        return pc.fill_null(a, v)
+
+
+class _PandasForm:
+    """The rules' operations on the columns of a DataFrame: integers held as objects, or
+    in pyarrow's dtypes (whose comparison of a uint64 with a Python int goes through
+    float64: 2^62 - 1 < 2^62 is false there), made pandas' exact nullable integers first;
+    a comparison NULL (pd.NA) where the value is NULL, whatever the dtype (float64's
+    NaN too, which compares False)."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.df = df
+
+    def _cmp(self, op, name: str, v: int) -> pd.Series:
+        c = _ints(self.df[name], "UInt64" if name == "bytes" else "Int64")
+        if isinstance(c.dtype, pd.ArrowDtype) and c.dtype.pyarrow_dtype in _PANDAS_DTYPES:
+            c = c.astype(_PANDAS_DTYPES[c.dtype.pyarrow_dtype])
+        return op(c, v).astype("boolean").mask(c.isna().to_numpy())
+
+    def ge(self, name, v):
+        return self._cmp(operator.ge, name, v)
+
+    def lt(self, name, v):
+        return self._cmp(operator.lt, name, v)
+
+    def ne(self, name, v):
+        return self._cmp(operator.ne, name, v)
+
+    and_ = staticmethod(operator.and_)
+    or_ = staticmethod(operator.or_)
+
+    @staticmethod
+    def fill(a: pd.Series, v: bool) -> pd.Series:
+        return a.fillna(v).astype(bool)
+
+
+class _SqlForm:
+    """The rules' operations as DuckDB SQL text over a row's columns (no parentheses
+    added: the rules nest only `fill(and_(..))` and `or_(fill, fill)`)."""
+
+    @staticmethod
+    def _q(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def ge(self, name, v):
+        return f"{self._q(name)} >= {v}"
+
+    def lt(self, name, v):
+        return f"{self._q(name)} < {v}"
+
+    def ne(self, name, v):
+        return f"{self._q(name)} <> {v}"
+
+    @staticmethod
+    def and_(a, b):
+        return f"{a} and {b}"
+
+    @staticmethod
+    def or_(a, b):
+        return f"{a} or {b}"
+
+    @staticmethod
+    def fill(a, v: bool):
+        return f"coalesce({a}, {'true' if v else 'false'})"
+
+
 def _rules_sql(table: str, cols) -> tuple[str, str]:
     """SQL over the judged columns `cols` of `table` that a row has: (no time out of
     range, its bytes possible); "true" where the columns for a rule are missing."""
-    times = " and ".join(_time_ok(c) for c in TIME_COLUMNS.get(table, ()) if c in cols) or "true"
+    f = _SqlForm()
+    times = " and ".join(_time_rule(f, c) for c in TIME_COLUMNS.get(table, ()) if c in cols) or "true"
     size = "true"
     if table == "ops" and {"bytes", "result"} <= set(cols):
-        size = f'coalesce("result" <> 0, false) or coalesce("bytes" < {MAX_BYTES}, true)'
+        size = _bytes_rule(f)
     return times, size
 
 
-def _time_ok(name: str) -> str:
-    """SQL: column `name` holds no time out of range (NULL: none)."""
-    q = '"' + name.replace('"', '""') + '"'
-    return f"coalesce({q} >= 0 and {q} < {MAX_TIME_NS}, true)"
+def _masks(f, names, table: str):
+    """(no time out of range, bytes possible) per row in form `f` over a table's columns
+    `names`, each None where the table lacks every column of its rule."""
+    times = None
+    for name in TIME_COLUMNS.get(table, ()):
+        if name in names:
+            ok = _time_rule(f, name)
+            times = ok if times is None else f.and_(times, ok)
+    size = _bytes_rule(f) if table == "ops" and "bytes" in names and "result" in names else None
+    return times, size
 
 
 def _kept(t: pa.Table, table: str) -> tuple[pa.Table, int, int]:
     """`t` without its damaged rows, and how many were left out for each reason: a time
     out of range ([0, MAX_TIME_NS) in the columns TIME_COLUMNS names; a NULL is in
     range), then, of the other ops rows, bytes a successful call cannot have moved
-    (MAX_BYTES)."""
+    (`_bytes_rule`)."""
     import pyarrow.compute as pc
 
-    names = t.column_names
-    times = None
-    for name in TIME_COLUMNS.get(table, ()):
-        if name not in names:
-            continue
-        c = t.column(name)
-        ok = pc.fill_null(pc.and_(pc.greater_equal(c, 0), pc.less(c, MAX_TIME_NS)), True)
-        times = ok if times is None else pc.and_(times, ok)
-    size = None
-    if table == "ops" and "bytes" in names and "result" in names:
-        # uint64 (`_read_file` gives every known column its type): 2^62 as one too.
-        below = pc.less(t.column("bytes"), pa.scalar(MAX_BYTES, pa.uint64()))
-        size = pc.or_(pc.fill_null(pc.not_equal(t.column("result"), 0), False), pc.fill_null(below, True))
+    times, size = _masks(_ArrowForm(t), t.column_names, table)
     if times is None and size is None:
         return t, 0, 0
     if times is None:
@@ -354,19 +473,15 @@ def _kept(t: pa.Table, table: str) -> tuple[pa.Table, int, int]:
 
 def _ops_kept(ops: pd.DataFrame, who: str) -> pd.Series:
     """Which rows of an ops DataFrame zcta keeps (plain bools): no time out of range,
-    and bytes a successful call can have moved; warns of the others, per reason. A
-    frame from `load` or `read_table` has none left out (they were left out there, each
-    file named): this is for frames built otherwise."""
-    times = pd.Series(True, index=ops.index)
-    for name in TIME_COLUMNS["ops"]:
-        if name in ops:
-            c = _ints(ops[name])
-            times &= ~((c < 0) | (c >= MAX_TIME_NS)).fillna(False).astype(bool)
-    keep = times.copy()
-    if "bytes" in ops and "result" in ops:
-        succeeded = (_ints(ops.result) == 0).fillna(False).astype(bool)
-        huge = (_ints(ops["bytes"], "UInt64") >= MAX_BYTES).fillna(False).astype(bool)
-        keep &= ~(succeeded & huge)
+    and bytes a successful call can have moved (the rules `_kept` applies, in pandas);
+    warns of the others, per reason. A frame from `load` or `read_table` has none left
+    out (they were left out there, each file named): this is for frames built
+    otherwise, which should hold exact integers (a float64 column rounds bytes of
+    2^62 - 1 to 2^62, and the row is left out)."""
+    times, size = _masks(_PandasForm(ops), ops.columns, "ops")
+    if times is None:
+        times = pd.Series(True, index=ops.index)
+    keep = times if size is None else times & size
     n = int((~times).sum())
     if n:
         _warn(f"{who}: {_left_out(n, 'ops')}")
@@ -673,11 +788,24 @@ def _from_stats(pf: pq.ParquetFile, table: str, judged: dict) -> tuple[str | Non
 
 
 def size_bucket(b: pd.Series) -> pd.Series:
-    """Largest power of two ≤ bytes (the report's buckets)."""
+    """The report's size bucket of each `bytes`: the largest power of two ≤ bytes, 0 for
+    bytes 0 or NULL (src/analysis/report.rs `size_bucket` of `bytes.unwrap_or(0)`), on
+    the exact integers (UInt64; never through float64, which rounds 2^54 - 1 up to 2^54).
+    Takes any integer column of values in [0, 2^64) (a float64 one gives the buckets of
+    its values, as rounded when it was made: keep bytes exact, as `load` does); raises
+    ValueError for another value."""
     import numpy as np
 
-    v = b.fillna(0).astype("float64").clip(lower=1)
-    return (2 ** np.floor(np.log2(v))).astype("int64")
+    v = _ints(b, "UInt64")
+    try:
+        with np.errstate(invalid="ignore"):  # a float beyond 2^64: the ValueError says it
+            v = v.astype("UInt64")
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("size_bucket: bytes must be integers in [0, 2^64) or NULL") from None
+    x = v.fillna(0).to_numpy("uint64", copy=True)
+    for shift in (1, 2, 4, 8, 16, 32):  # every bit below the highest set
+        x |= x >> np.uint64(shift)
+    return pd.Series(x - (x >> np.uint64(1)), index=b.index, dtype="UInt64")
 
 
 def _ints(s: pd.Series, dtype: str = "Int64") -> pd.Series:
@@ -712,7 +840,9 @@ def stream_time_ns(ops: pd.DataFrame) -> pd.Series:
     times first (a duration is exact in float64; a time since the epoch is not). NaN
     too for a row with a time outside 1970..2116, or a successful call's with bytes of
     2^62 or more, as zcta leaves it out (with a warning; `load` and `read_table` have
-    left such rows out already)."""
+    left such rows out already). The frame should hold exact integers (read with this
+    package, or `pd.read_parquet(..., dtype_backend="numpy_nullable")` or `"pyarrow"`):
+    in float64, bytes of 2^62 - 1 round to 2^62 and the row is left out."""
     nan = pd.Series(float("nan"), index=ops.index)
     if "gpu_ready_ns" not in ops:
         return nan
@@ -766,7 +896,8 @@ def _weighted_median(v: pd.Series, w: pd.Series) -> float:
 
 
 def breakdown(run: Run | str) -> pd.DataFrame:
-    """Per (op, size bucket, engine): the ops they stand for (`count`: an op the budget
+    """Per (op, size bucket, engine) (`size`: the report's bucket, `size_bucket`, UInt64;
+    0 for bytes 0 or NULL): the ops they stand for (`count`: an op the budget
     timed at level k counts 2^k, as in `zcta report`; `rows`: the rows), the weighted
     median end-to-end time (µs) and each phase's weighted share of the summed window
     (NaN: not measured), from the `phases` table joined to `ops`. As in `zcta report`,
@@ -798,11 +929,14 @@ def breakdown(run: Run | str) -> pd.DataFrame:
             col = g[f"{p}_ns"]
             row[p] = (col.astype("float64") * g.w).sum() / total if col.notna().any() and total > 0 else float("nan")
         rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
+    out = pd.DataFrame(rows, columns=columns)
+    out["size"] = out["size"].astype("UInt64")
+    return out
 
 
 def compare(run_a, run_b) -> pd.DataFrame:
-    """Per (op, size): median window and phases in A and B and the change (µs), from
+    """Per (op, size) (`size`: the report's bucket, `size_bucket`, as in `zcta diff`):
+    median window and phases in A and B and the change (µs), from
     each run's `phases` table (`zcta phases`: no row for an op with a time outside
     1970..2116 or a successful call's bytes of 2^62 or more, as in `zcta diff`); a run
     given as a path is read with `load`, which names each file with such rows."""

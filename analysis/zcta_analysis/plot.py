@@ -28,15 +28,23 @@ RUN_NAMES = "AB"
 
 
 def _label(b: int) -> str:
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= f and b % f == 0:
-            return f"{b // f} {unit}"
-    return f"{b} B"
+    """A size as the report writes it (src/analysis/report.rs `size_label`): "1 MiB",
+    "512 KiB", "8 B"."""
+    b, unit = int(b), "B"
+    for u in ("KiB", "MiB", "GiB", "TiB"):
+        if b < 1024 or b % 1024:
+            break
+        b, unit = b // 1024, u
+    return f"{b} {unit}"
 
 
 def _bucket(b: int) -> str:
-    """A size bucket as the report writes it: from b up to 2b."""
-    lo, hi = _label(b), _label(2 * b)
+    """A size bucket as the report writes it (src/analysis/report.rs `bucket_label`): from
+    b up to 2b; "0 B" for the bucket of bytes 0 or NULL."""
+    b = int(b)  # a numpy uint64 would wrap at 2 * 2^63
+    if b == 0:
+        return "0 B"
+    lo, hi = _label(b), _label(min(2 * b, (1 << 64) - 1))
     if lo.split()[1] == hi.split()[1]:
         return f"{lo.split()[0]}–{hi}"
     return f"{lo}–{hi}"
@@ -63,7 +71,10 @@ def busbw_points(ops):
     """Per (op, bytes): median bus bandwidth (GB/s, nccl-tests' factors) over the ops'
     time on their stream; local ops and failed calls are left out, and rows with a
     time outside 1970..2116 or a successful call's bytes of 2^62 or more (as zcta
-    does; `load` has left them out already)."""
+    does; `load` has left them out already). The frame should hold exact integers
+    (read with this package, or `pd.read_parquet(..., dtype_backend="numpy_nullable")`
+    or `"pyarrow"`): in float64, bytes of 2^62 - 1 round to 2^62 and the row is left
+    out."""
     import pandas as pd
 
     if ops.empty or "gpu_end_ns" not in ops:
@@ -191,7 +202,10 @@ def skew_heatmap(r, ax, fig, run_tag: str = "") -> None:
     """Rank × collective: how late each rank's GPU started after the first rank (µs),
     for the communicator with the most collectives (one host's clock). Rows with a
     time outside 1970..2116, or a successful call's bytes of 2^62 or more, are left out
-    (`load` has left them out already)."""
+    (`load` has left them out already). A `Run` built by hand should hold exact integers
+    in `ops` (read with this package, or `pd.read_parquet(...,
+    dtype_backend="numpy_nullable")` or `"pyarrow"`): in float64, bytes of 2^62 - 1 round
+    to 2^62 and the row is left out."""
     prefix = f"{run_tag}: " if run_tag else ""
     ops = r.ops
     ops = ops[_ops_kept(ops, "skew_heatmap")]
