@@ -40,8 +40,9 @@ it (`skipped FILE: 2 ops rows left out: a time outside 1970..2116 ...`), and lis
 `stop_ns` and a step's network waits `send_wait_ns`, `recv_wait_ns`,
 `recv_flush_wait_ns`, `recv_gpu_wait_ns` (`proxy_times!`); a NULL is no time and in
 range. The ops row of a call that succeeded (`result` 0) with `bytes` of 2^62 (4 EiB)
-or more, which no buffer holds, is left out too (src/analysis/mod.rs `MAX_BYTES`; a
-refused call's bytes are what its caller asked for, and are kept), and its file named
+or more, which no buffer holds, is left out too (src/analysis/mod.rs `MAX_BYTES`; the
+bytes of a call that returned anything else, an error or ncclInProgress, are what its
+caller asked for, and are kept), and its file named
 the same way (`skipped FILE: 1 ops row left out: bytes of 2^62 (4 EiB) or more on a
 call that succeeded ...`; a file with both kinds is named twice, times first, and a row
 with both is counted with the times alone). `zcta summary`'s rows per table still
@@ -83,7 +84,8 @@ TIME_COLUMNS = {
 }
 # src/analysis/mod.rs MAX_BYTES, `bytes_possible`: an ops row of a call that succeeded
 # (`result` 0) with `bytes` of 2^62 (4 EiB) or more, larger than any buffer, is corrupt
-# and left out; a refused call's bytes are what its caller asked for, and are kept. NULL
+# and left out; the bytes of a call that returned anything else (an error, ncclInProgress)
+# are what its caller asked for, and are kept. NULL
 # bytes are no size: kept. A row out of range by a time is counted under that reason
 # alone (`LeftOut::keep_op`).
 MAX_BYTES = 1 << 62

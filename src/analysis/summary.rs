@@ -60,7 +60,7 @@ pub struct GpuSide {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Calls {
     pub calls: u64,
-    /// In u128: a call's `bytes` may be near 2^64 (a refused call with a huge count),
+    /// In u128: a call's `bytes` may be near 2^64 (a call NCCL refused, with a huge count),
     /// and the sum stays exact.
     pub bytes: u128,
     pub errors: u64,
