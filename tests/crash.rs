@@ -505,6 +505,35 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
     );
 }
 
+/// The final `process` row that had no room for its file went into its log, which
+/// stays for `zcta recover`: the disk that log claimed at the start (256 KiB, for
+/// that row) is given back once the row is in it, so that it does not keep the full
+/// disk full for the recovery (on a disk whose only free room was that claim, the
+/// recovery had no room for the Parquet file).
+#[test]
+fn a_process_log_left_on_a_full_disk_holds_no_claimed_disk() {
+    use std::os::unix::fs::MetadataExt;
+    let (run, _) = on_a_small_disk("full-claim", 1500, 3_500_000);
+    let logs: Vec<_> = std::fs::read_dir(run.dir().join("process"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    assert_eq!(logs.len(), 1, "the final row is in the process log: {logs:?}");
+    let m = std::fs::metadata(&logs[0]).unwrap();
+    // A file system block or two past its end at most, never the 256 KiB claim.
+    let held = m.blocks() * 512;
+    assert!(
+        held <= m.len() + 8192,
+        "{}: {} bytes long, holds {held} bytes of disk",
+        logs[0].display(),
+        m.len()
+    );
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    assert_eq!(run.rows("process")[0].str("end_reason"), Some("error"));
+}
+
 /// A disk of 1 MB, smaller than the ops log's first claim (8 MiB) and than one batch
 /// of its rows in memory: the log is written in slices that fit what it could claim,
 /// so it keeps most of the ops, the first ones without a gap (a single write of the

@@ -1282,13 +1282,19 @@ impl Writer {
         }
         if let Err(e) = write_process_file(&self.info.run_dir, &self.info.prefix, &row, &self.info.ctx) {
             // No room for the file: the final row goes into the row's log, into the
-            // disk it claimed at the start; `zcta recover` takes it from there.
+            // disk it claimed at the start; `zcta recover` takes it from there. What
+            // the row did not use of that claim is given back (the log stays behind,
+            // and would keep a full disk full for the recovery).
             let path = self.process_final_path();
             let _ = fs::remove_file(tmp_path_for(&path));
-            if let Some((_, log)) = &mut self.process_wal
-                && let Ok(batch) = process_batch(&row, &self.info.ctx)
-            {
-                let _ = log.write(&batch).and_then(|()| log.flush());
+            if let Some((_, log)) = &mut self.process_wal {
+                if let Ok(batch) = process_batch(&row, &self.info.ctx) {
+                    let _ = log.write(&batch).and_then(|()| log.flush());
+                }
+                let f = log.get_ref().get_ref();
+                if let Ok(m) = f.metadata() {
+                    let _ = f.set_len(m.len());
+                }
             }
             return Err(e);
         }
