@@ -506,10 +506,10 @@ fn a_full_disk_keeps_the_ops_rows_first_and_counts_what_is_lost() {
 }
 
 /// The final `process` row that had no room for its file went into its log, which
-/// stays for `zcta recover`: the disk that log claimed at the start (256 KiB, for
-/// that row) is given back once the row is in it, so that it does not keep the full
-/// disk full for the recovery (on a disk whose only free room was that claim, the
-/// recovery had no room for the Parquet file).
+/// stays for `zcta recover`: the disk that log claimed at the start (a few rows'
+/// worth, for that row) is given back once the row is in it, so that it does not keep
+/// the full disk full for the recovery (on a disk whose only free room was that claim,
+/// the recovery had no room for the Parquet file).
 #[test]
 fn a_process_log_left_on_a_full_disk_holds_no_claimed_disk() {
     use std::os::unix::fs::MetadataExt;
@@ -521,7 +521,7 @@ fn a_process_log_left_on_a_full_disk_holds_no_claimed_disk() {
         .collect();
     assert_eq!(logs.len(), 1, "the final row is in the process log: {logs:?}");
     let m = std::fs::metadata(&logs[0]).unwrap();
-    // A file system block or two past its end at most, never the 256 KiB claim.
+    // A file system block or two past its end at most, never the whole claim.
     let held = m.blocks() * 512;
     assert!(
         held <= m.len() + 8192,
@@ -532,6 +532,19 @@ fn a_process_log_left_on_a_full_disk_holds_no_claimed_disk() {
     let r = recover(&run.dir());
     assert_eq!(r.status.code(), Some(0), "{r:?}");
     assert_eq!(run.rows("process")[0].str("end_reason"), Some("error"));
+}
+
+/// A disk of 300 KB: the process log claims room for a few of its rows only, so the
+/// ops log still claims its least and keeps the first ops, without a gap; after
+/// `zcta recover` the run reads.
+#[test]
+fn a_disk_of_300_kb_keeps_the_first_ops() {
+    let (run, _) = on_a_small_disk("disk-300k", 1500, 300_000);
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let ops = run.rows("ops");
+    assert!(ops.len() >= 100, "{} ops rows kept of 1500", ops.len());
+    call_seqs_from_zero(&ops, "the first ops, no gap");
 }
 
 /// A disk of 1 MB, smaller than the ops log's first claim (8 MiB) and than one batch

@@ -29,8 +29,8 @@
 //! Parquet file that cannot be written is given up and its log kept for
 //! `zcta recover`. The `process` row says `error`, counts the lost rows in
 //! `records_dropped` and per table in `write_errors`; when its own file has no room, it
-//! goes into its log (disk claimed at the start, [`PROCESS_RESERVE`]), where
-//! `zcta recover` finds it.
+//! goes into its log (disk claimed at the start for a few rows of its size,
+//! [`PROCESS_RESERVE_ROWS`]), where `zcta recover` finds it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter};
@@ -142,8 +142,11 @@ fn claim(reserve: ReserveFn, file: &File, offset: u64, want: u64) -> u64 {
 }
 
 /// Disk claimed by the `process` row's log when it is made, for the final row when
-/// the disk is full at the end.
-pub const PROCESS_RESERVE: u64 = 256 << 10;
+/// the disk is full at the end: this many times what the log holds once its first row
+/// is in (the final row has the same columns; the margin is for its longer strings),
+/// and no less than [`MIN_RESERVE`]: a claim far beyond the row would take from a
+/// small disk the room the `ops` log claims next.
+pub const PROCESS_RESERVE_ROWS: u64 = 3;
 
 /// Parquet row-group size of the sink's files (`SinkPolicy::row_group_rows`' default, and
 /// the size [`write_parquet_file`] writes).
@@ -1007,14 +1010,18 @@ impl Writer {
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&wal_path, e))?;
         let f = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
         let _ = f.try_lock();
-        // Room for the final row, should the disk be full at the end.
-        if let Some(reserve) = self.reserve {
-            reserve(&f, 0, PROCESS_RESERVE);
-        }
         let mut w = StreamWriter::try_new(BufWriter::new(f), &ProcessTable::schema())
             .map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.write(&batch).map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.flush().map_err(|e| SinkError::arrow(&wal_path, e))?;
+        // Room for the final row, should the disk be full at the end: a few rows of
+        // the size the first one took.
+        if let Some(reserve) = self.reserve {
+            let f = w.get_ref().get_ref();
+            if let Ok(m) = f.metadata() {
+                reserve(f, 0, (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE));
+            }
+        }
         self.process_wal = Some((wal_path, w));
         // The ops log is opened next, before any other table's, and claims its disk.
         if self.reserve.is_some() {
