@@ -298,10 +298,15 @@ impl Segment {
     fn keep_log(mut self) {
         self.drop_parquet();
         let _ = self.wal.flush();
-        let f = self.wal.get_ref().get_ref();
-        if let Ok(m) = f.metadata() {
-            let _ = f.set_len(m.len());
-        }
+        give_back_claim(self.wal.get_ref().get_ref());
+    }
+}
+
+/// Gives back the disk claimed ahead of `f` beyond its end (`fallocate` keeping its
+/// size claims blocks past it): a log left for `zcta recover` holds only what it wrote.
+fn give_back_claim(f: &File) {
+    if let Ok(m) = f.metadata() {
+        let _ = f.set_len(m.len());
     }
 }
 
@@ -1298,10 +1303,7 @@ impl Writer {
                 if let Ok(batch) = process_batch(&row, &self.info.ctx) {
                     let _ = log.write(&batch).and_then(|()| log.flush());
                 }
-                let f = log.get_ref().get_ref();
-                if let Ok(m) = f.metadata() {
-                    let _ = f.set_len(m.len());
-                }
+                give_back_claim(log.get_ref().get_ref());
             }
             return Err(e);
         }
