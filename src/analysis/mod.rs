@@ -315,12 +315,11 @@ impl LeftOut {
 /// Streams every complete file of `table` as [`reader::for_each_batch`] does (a batch
 /// at a time, only `columns`; a file that breaks off part-way is named, its earlier
 /// batches used), handing `f` each batch with the [`LeftOut`] of its file: the rows `f`
-/// leaves out are named per file once it is read ([`LeftOut::name`], as table `what`).
+/// leaves out are named per file once it is read ([`LeftOut::name`]).
 fn for_each_batch_judged(
     run_dir: &Path,
     table: &str,
     columns: &[&str],
-    what: &str,
     f: impl FnMut(&RecordBatch, &mut LeftOut),
 ) -> Result<reader::TableData, ReadError> {
     reader::for_each_batch_by_file(
@@ -328,7 +327,7 @@ fn for_each_batch_judged(
         table,
         columns,
         f,
-        |path, mut left_out: LeftOut, skipped| left_out.name(path, what, skipped),
+        |path, mut left_out: LeftOut, skipped| left_out.name(path, table, skipped),
     )
 }
 
@@ -472,7 +471,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     // same rows left out as `zcta export` names.
     let mut copies = ProxyCopies::default();
     let mut hosts = std::mem::take(&mut run.hosts);
-    let gpu = for_each_batch_judged(run_dir, "gpu", GpuCols::COLUMNS, "gpu", |b, left_out| {
+    let gpu = for_each_batch_judged(run_dir, "gpu", GpuCols::COLUMNS, |b, left_out| {
         let Some(v) = GpuCols::of(b) else { return };
         for r in 0..v.rows {
             if !left_out.keep(&gpu_times!(v, r)) || v.attribution.value(r) != "proxy_window" {
@@ -491,7 +490,7 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
         }
     })?;
     let mut steps = ProxyCopies::default();
-    let px = for_each_batch_judged(run_dir, "proxy", ProxyCols::COLUMNS, "proxy", |b, left_out| {
+    let px = for_each_batch_judged(run_dir, "proxy", ProxyCols::COLUMNS, |b, left_out| {
         let Some(v) = ProxyCols::of(b) else { return };
         for r in 0..v.rows {
             if !left_out.keep(&proxy_times!(v, r)) || v.event.value(r) != "ProxyStep" {
