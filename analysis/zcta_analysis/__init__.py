@@ -433,12 +433,8 @@ class _SqlForm:
 def _rules_sql(table: str, cols) -> tuple[str, str]:
     """SQL over the judged columns `cols` of `table` that a row has: (no time out of
     range, its bytes possible); "true" where the columns for a rule are missing."""
-    f = _SqlForm()
-    times = " and ".join(_time_rule(f, c) for c in TIME_COLUMNS.get(table, ()) if c in cols) or "true"
-    size = "true"
-    if table == "ops" and {"bytes", "result"} <= set(cols):
-        size = _bytes_rule(f)
-    return times, size
+    times, size = _masks(_SqlForm(), cols, table)
+    return times or "true", size or "true"
 
 
 def _masks(f, names, table: str):
