@@ -36,15 +36,27 @@ def ab_table(d, key="ab", title="in-process A/B (recording / paused, same proces
     ab = load(d, key)
     if not ab:
         return ""
-    configs = [c for c in CONFIGS if c in ab]
-    measures = sorted({m for c in ab.values() for r in c.values() for m in r})
-    lines = [title,
-             "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    per = {c: {} for c in ab}
+    for c, rounds in ab.items():
+        for r in rounds.values():
+            for m, v in r.items():
+                per[c].setdefault(m, []).append(v)
+
+    def cell(v):
+        return f"**{statistics.median(v):.3f}×** [{min(v):.3f}, {max(v):.3f}]"
+
+    return config_table(title, per, cell)
+
+
+def config_table(title, per, cell):
+    """A table of measures (rows) by configuration (columns, in CONFIGS' order) under
+    `title`: `per[config][measure]`, written by `cell`; "—" where a configuration has
+    none of a measure."""
+    configs = [c for c in CONFIGS if c in per]
+    measures = sorted({m for c in per.values() for m in c})
+    lines = [title, "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     for m in measures:
-        cells = []
-        for c in configs:
-            v = [r[m] for r in ab[c].values() if m in r]
-            cells.append(f"**{statistics.median(v):.3f}×** [{min(v):.3f}, {max(v):.3f}]" if v else "—")
+        cells = [cell(per[c][m]) if per[c].get(m) else "—" for c in configs]
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -95,22 +107,13 @@ def pooled_table(d):
                 pairs.setdefault(j["config"], {}).setdefault(m, []).append(v)
     if not pairs:
         return ""
-    configs = [c for c in CONFIGS if c in pairs]
-    measures = sorted({m for c in pairs.values() for m in c})
-    lines = ["in-process A/B, every block pair of every process pooled: median [95 % bootstrap interval, "
-             "processes then pairs resampled] (pairs / processes)",
-             "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
-    for m in measures:
-        cells = []
-        for c in configs:
-            g = pairs[c].get(m, [])
-            if not g:
-                cells.append("—")
-                continue
-            med, lo, hi = median_interval(g)
-            cells.append(f"**{med:.3f}×** [{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    def cell(g):
+        med, lo, hi = median_interval(g)
+        return f"**{med:.3f}×** [{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})"
+
+    return config_table("in-process A/B, every block pair of every process pooled: median [95 % bootstrap "
+                        "interval, processes then pairs resampled] (pairs / processes)", pairs, cell)
 
 
 def ab_off_note(d):
