@@ -42,7 +42,10 @@ one H200). Each block lasts at least --ab-block-ms (100 ms; the loop's length gr
 fit: five training steps, some 7,000 send/recv groups): the budget allows a burst of
 20 us of timing after any quiet stretch, a paused block included, so a block of 2 ms
 would pay ~1 % for it where a continuous loop pays it once; at 100 ms it is 0.02 %.
---ab-block-ms 0 keeps the loop lengths above. Every block's time per item is kept
+--ab-block-ms 0 keeps the loop lengths above. With --ab-fine N each repetition of a
+loop whose items take under 2 ms ends with N pairs of single items, recording switched
+at every item (`fine_ab`): the fine A/B (`ab_fine`: the median over the pairs of their
+ratio; `ab_fine_items`: every item's ns). Every block's time per item is kept
 (`ab_blocks`), for a training step with the part spent issuing its work (before the
 synchronize that ends it): a cost that grows the step but not its issuing lies on the
 GPU. Writes DIR/<config>-<round>.json.
@@ -79,6 +82,9 @@ ap.add_argument("--measures", default=",".join(MEASURES))
 ap.add_argument("--ab", action="store_true")
 ap.add_argument("--ab-blocks", type=int, default=10)
 ap.add_argument("--ab-block-ms", type=float, default=100.0)
+ap.add_argument("--ab-fine", type=int, default=0,
+                help="with --ab, also this many item pairs per repetition of each loop of items "
+                     "under 2 ms, recording switched at every item (the fine A/B)")
 ap.add_argument("--isolate", action="store_true",
                 help="after the warm-up, keep this (the measuring) thread alone on one CPU core "
                      "and the process's other threads on the other cores (bench/affinity.py)")
@@ -241,6 +247,34 @@ if args.ab:
         # own noise.
         def set_recording(_on):
             return 0
+# Loops whose items take under this get the fine A/B (not the training step, not the
+# 64 MiB loops, which wait on the GPU).
+FINE_ITEM_S = 2e-3
+
+
+def fine_ab(m, n):
+    """The fine A/B of loop `m`: `n` pairs of single items, one with recording on and
+    one paused (for psr paused on both sides; for the raw loops the paused side calls
+    libnccl's own functions), the order swapped every pair (on-off, off-on, ...), each
+    item timed alone and the switch left out of its time. Neighbouring items share the
+    machine's state of the moment, so the drifts and two speeds that move whole blocks
+    (docs/PERFORMANCE.md) fall on both sides of nearly every pair. What it measures is
+    what the calling thread pays per item: work zcta does later or on another thread
+    (the writer) falls on both sides alike, which the block pairs do not let happen."""
+    fn = work[m][0]
+    off_fn = direct.get(fn, fn)
+    record = m not in PAUSED_BOTH
+    clock = time.perf_counter_ns
+    got = fine[m]
+    for i in range(n):
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            set_recording(int(on and record))
+            f = fn if on else off_fn
+            t = clock()
+            f(1)
+            got["on" if on else "off"].append(clock() - t)
+
+
 res = {m: [] for m in wanted}
 paused = {m: [] for m in wanted}
 # The fastest block of each side (A/B), for loops whose speed jumps between modes.
@@ -249,6 +283,9 @@ fastest = {True: {}, False: {}}
 ab_items = {}
 # Per repetition, the median over its block pairs of recording / paused.
 pairs = {m: [] for m in wanted}
+# The fine A/B: each item timed alone, recording switched at every item (ns; pair i is
+# on[i] with off[i]).
+fine = {m: {"on": [], "off": []} for m in wanted}
 # Every block, in the order run: [recording?, seconds per item, of which issuing
 # (training steps only, else null)] (a slow block's place among the others; where a
 # cost lies).
@@ -278,6 +315,8 @@ with prof:
                     fastest[on][m] = min(fastest[on].get(m, t), t)
                     block_log[m].append([on, t, issued[0] / per_block if fn is train_steps else None])
                 ratios.append(pair[True] / pair[False])
+            if args.ab_fine > 0 and item_s[m] < FINE_ITEM_S:
+                fine_ab(m, args.ab_fine)
             set_recording(1)
             pairs[m].append(statistics.median(ratios))
             res[m].append(sums[True] / blocks * scale)
@@ -318,6 +357,10 @@ out.mkdir(parents=True, exist_ok=True)
                     "ab_fastest": {m: fastest[True][m] / fastest[False][m] for m in wanted},
                     "ab_block_items": ab_items,
                     "ab_blocks": block_log,
+                    **({"ab_fine": {m: statistics.median(a / b for a, b in zip(v["on"], v["off"]))
+                                    for m, v in fine.items() if v["on"]},
+                        "ab_fine_items": {m: v for m, v in fine.items() if v["on"]}}
+                       if args.ab_fine > 0 else {}),
                     "ab_off": {m: ("direct, both paused" if m in PAUSED_BOTH else
                                    "direct" if work[m][0] in direct else "paused") for m in wanted}}
                    if set_recording is not None else {})}))

@@ -1,7 +1,7 @@
 """The tables of bench/always_on.sh: for zcta's runs how many ops were timed and at
 which budget level; the in-process A/B (median ratio, and ratio of the fastest
 blocks; and pooled over every block pair of every process, with a bootstrap
-interval); per measure and configuration the median over rounds, and the ratio to
+interval); the fine A/B (single items, recording switched at every item); per measure and configuration the median over rounds, and the ratio to
 plain paired by round (median [min, max] over rounds).
 
     python3 bench/always_on_report.py JSON_DIR [RUNS_DIR]
@@ -92,6 +92,32 @@ def median_interval(groups, resamples=2000, seed=0):
         meds.append(statistics.median(pool))
     meds.sort()
     return statistics.median([x for g in groups for x in g]), meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
+def fine_table(d):
+    """The fine A/B (`ab_fine_items`: single items, recording switched at every item):
+    per measure and configuration, the median over processes of each one's median pair
+    ratio recording / paused [min, max], then every pair of every process pooled: its
+    median with the 95 % bootstrap interval of `median_interval` (pairs / processes)."""
+    got = {}
+    for f in sorted(Path(d).glob("*.json")):
+        j = json.loads(f.read_text())
+        for m, v in j.get("ab_fine_items", {}).items():
+            r = [a / b for a, b in zip(v["on"], v["off"]) if b > 0]
+            if r:
+                got.setdefault(j["config"], {}).setdefault(m, []).append(r)
+    if not got:
+        return ""
+
+    def cell(g):
+        per = [statistics.median(r) for r in g]
+        med, lo, hi = median_interval(g, resamples=1000)
+        return (f"**{statistics.median(per):.3f}×** [{min(per):.3f}, {max(per):.3f}]; pooled {med:.3f}× "
+                f"[{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})")
+
+    return config_table("fine A/B, single items with recording switched at every item: median over processes "
+                        "of each one's median pair ratio [min, max]; pooled median [95 % bootstrap interval] "
+                        "(pairs / processes)", got, cell)
 
 
 def pooled_table(d):
@@ -212,6 +238,7 @@ if __name__ == "__main__":
     print(ab_table(sys.argv[1], "ab_pairs", "in-process A/B, median over block pairs of recording / paused"))
     print(ab_table(sys.argv[1], "ab_fastest", "in-process A/B, fastest block of each side"))
     print(pooled_table(sys.argv[1]))
+    print(fine_table(sys.argv[1]))
     print(ab_off_note(sys.argv[1]))
     print(issue_table(sys.argv[1]))
     print(table(runs))

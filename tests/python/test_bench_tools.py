@@ -352,6 +352,34 @@ def test_always_on_report_pools_every_block_pair(tmp_path):
     assert pooled_table(tmp_path / "none") == ""
 
 
+def test_always_on_report_reads_the_fine_ab(tmp_path):
+    """bench/always_on_report.py's fine table: each process's single items are paired in
+    order (on[i] with off[i]; a pair whose paused item took no time is passed over),
+    each process gives its median pair ratio, and every pair of a configuration is
+    pooled with its bootstrap interval and the numbers of pairs and processes."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import fine_table
+
+    def write(config, rnd, on, off):
+        (tmp_path / f"{config}-{rnd}.json").write_text(json.dumps(
+            {"config": config, "round": rnd, "ab_fine_items": {"tsr_8B_us": {"on": on, "off": off}}}))
+
+    # Process 0: ratios 1.02, 1.04, 1.06 (and one pair with a zero paused item);
+    # process 1: 1.00, 1.01, 1.02.
+    write("default", 0, [102, 104, 106, 500], [100, 100, 100, 0])
+    write("default", 1, [100, 101, 102], [100, 100, 100])
+    write("plain", 0, [100, 100], [100, 100])
+    table = fine_table(tmp_path)
+    assert table.splitlines()[1] == "| measure | plain | default |", table
+    row = next(line for line in table.splitlines() if line.startswith("| tsr_8B_us"))
+    cells = [c.strip() for c in row.split("|")[2:4]]
+    assert cells[0].startswith("**1.000×** [1.000, 1.000]; pooled 1.000×") and cells[0].endswith("(2 / 1)"), cells
+    # Processes' medians 1.04 and 1.01: their median 1.025; pooled median of the six
+    # ratios 1.02.
+    assert cells[1].startswith("**1.025×** [1.010, 1.040]; pooled 1.020×") and cells[1].endswith("(6 / 2)"), cells
+    assert fine_table(tmp_path / "none") == ""
+
+
 def test_always_on_report_splits_the_steps_cost_into_issuing_and_the_rest(tmp_path):
     """bench/always_on_report.py's issue table: per process the median over block pairs
     (either order) of recording / paused, for the whole step and for its issuing; runs
