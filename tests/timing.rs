@@ -67,16 +67,19 @@ fn every_op_and_every_group_gets_one_stamp_pair() {
     assert_eq!(p.u64("timing_pool_empty"), Some(0));
     assert_eq!(p.u64("ops_timing_lost"), Some(0));
     assert_eq!(p.u64("timing_errors"), Some(0));
-    // Two stamps per timed launching call; the rest are the writer's clock anchors
-    // (three tries each) on a stream of its own.
-    let anchors = stats["stamps"] - 2 * 6;
+    // Two stamps per timed launching call; the writer's clock anchors (three tries
+    // each) are the anchor kernel's, on a stream of its own.
+    assert_eq!(stats["stamps"], 2 * 6, "{stats:?}");
+    let anchors = stats["anchors"];
     assert!(anchors > 0 && anchors % 3 == 0 && anchors <= 3 * 8, "{stats:?}");
+    assert_eq!(stats["anchors_failed"], 0, "{stats:?}");
     assert_eq!(stats["stamps_on_capturing"], 0, "{stats:?}");
     assert_eq!(stats["stamps_failed"], 0, "{stats:?}");
     // Every stamp ran (none was lost): the fake GPU wrote each one's slot.
     assert_eq!(stats["stamps_written"], stats["stamps"], "{stats:?}");
-    // The stamp kernel and its slots are made once for the one context.
-    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    // zcta's kernels (stamp and anchor, a module each) and their slots are made once
+    // for the one context.
+    assert_eq!((stats["modules"], stats["host_allocs"]), (2, 1), "{stats:?}");
     // And no CUDA event is made, recorded or asked about any more.
     for k in [
         "events_created",
@@ -253,9 +256,13 @@ fn nothing_is_launched_into_a_capturing_stream() {
     assert_eq!(stats["stamps_on_capturing"], 0, "{stats:?}");
     assert_eq!(stats.get("captures_invalidated"), Some(&0), "{stats:?}");
     assert_eq!(stats["unsafe_during_capture"], 0, "{stats:?}");
-    // The 6 ops outside the capture were stamped (two each), the rest are anchors.
-    let anchors = stats["stamps"] - 2 * 6;
-    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
+    // The 6 ops outside the capture were stamped (two each); anchors are the anchor
+    // kernel's.
+    assert_eq!(stats["stamps"], 2 * 6, "{stats:?}");
+    assert!(
+        stats["anchors"] > 0 && stats["anchors"].is_multiple_of(3),
+        "{stats:?}"
+    );
     let ops = run.rows("ops");
     let captured: Vec<&Row> = ops.iter().filter(|o| o.u64("stream") == Some(0x6000)).collect();
     assert_eq!(captured.len(), 3 + 2);
@@ -324,11 +331,14 @@ fn an_empty_pool_is_counted_and_never_waited_for() {
     }
     // Every timed call was still in flight at the end: lost, once each.
     assert_eq!(p.u64("ops_timing_lost"), Some(timed), "{p:?}");
-    // Two stamps per timed call, the rest anchors; of the calls' stamps only the first
-    // one's ready stamp ran (on an idle stream), the others wait behind the work.
-    let anchors = stats["stamps"] - 2 * timed;
-    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
-    assert_eq!(stats["stamps_written"], anchors + 1, "{stats:?}");
+    // Two stamps per timed call (anchors are the anchor kernel's); only the first
+    // call's ready stamp ran (on an idle stream), the others wait behind the work.
+    assert_eq!(stats["stamps"], 2 * timed, "{stats:?}");
+    assert!(
+        stats["anchors"] > 0 && stats["anchors"].is_multiple_of(3),
+        "{stats:?}"
+    );
+    assert_eq!(stats["stamps_written"], 1, "{stats:?}");
     assert_eq!(stats["stamps_failed"], 0, "{stats:?}");
 }
 

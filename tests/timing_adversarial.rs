@@ -196,9 +196,9 @@ fn many_threads_on_many_streams_at_once() {
     assert_eq!(t.timed_without_times, 0);
     assert_eq!(stats["stamps_on_capturing"], 0);
     assert_eq!(stats["stamps_failed"], 0);
-    // One stamp kernel and one set of slots for the one context, however many threads
-    // met it at once.
-    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    // zcta's two kernels (stamp and anchor, a module each) and one set of slots for the
+    // one context, however many threads met it at once.
+    assert_eq!((stats["modules"], stats["host_allocs"]), (2, 1), "{stats:?}");
     // Each stream is one in-order queue: its timed ops, in call order, never overlap
     // (the clock anchor is the same for all; allow its error and a little drift).
     let mut by_stream: HashMap<u64, Vec<&Row>> = HashMap::new();
@@ -288,8 +288,8 @@ fn threads_without_a_context() {
     assert_eq!(t.timed_without_times, 0, "{p:?}");
     assert_eq!(p.u64("timing_errors"), Some(0), "{p:?}");
     assert_eq!(stats["stamps_failed"], 0, "{stats:?}");
-    // The writer made the stamp kernel and its slots, with the context made current.
-    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    // The writer made zcta's kernels and their slots, with the context made current.
+    assert_eq!((stats["modules"], stats["host_allocs"]), (2, 1), "{stats:?}");
 }
 
 #[test]
@@ -567,9 +567,12 @@ fn pause_and_resume_around_timed_ops() {
     assert_eq!(ops.len(), 6, "the paused ops have no rows");
     assert_eq!(t.n("timed"), 6, "{:?}", t.by_timing);
     assert_eq!(t.timed_without_times, 0);
-    // No stamp for the paused ops: two per timed op, the rest are anchors.
-    let anchors = stats["stamps"] - 12;
-    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
+    // No stamp for the paused ops: two per timed op (anchors are the anchor kernel's).
+    assert_eq!(stats["stamps"], 12, "{stats:?}");
+    assert!(
+        stats["anchors"] > 0 && stats["anchors"].is_multiple_of(3),
+        "{stats:?}"
+    );
     assert_eq!(stats["stamps_written"], stats["stamps"], "{stats:?}");
 }
 
@@ -619,9 +622,41 @@ fn a_slow_driver_costs_the_budget_too() {
         t.by_timing
     );
     assert_eq!(t.n("error"), 0, "{:?} {p:?}", t.by_timing);
-    // Two stamps per timed op, the rest are anchors (whose stamps are slow too).
-    let anchors = stats["stamps"] - 2 * timed;
+    // Two stamps per timed op; anchors are the anchor kernel's (whose launches are
+    // slow too).
+    assert_eq!(stats["stamps"], 2 * timed, "{stats:?}");
+    assert!(
+        stats["anchors"] > 0 && stats["anchors"].is_multiple_of(3),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_slow_launch_does_not_widen_the_clock_anchors() {
+    // Each cuLaunchKernel takes 300 µs. An anchor taken with a stamp brackets its
+    // launch (the GPU time lies somewhere in it): an error of at least 150 µs. The
+    // anchor kernel is launched first and brackets only the release of its flag and
+    // the sight of its time, so the launch does not count.
+    let slow = [("HOST_ITER_GAP_MS", "1"), ("FAKE_CUDA_LAUNCH_NS", "300000")];
+    let run = Run::new("adv-anchor-gated");
+    let (_, stats) = run_driver(&run, &["threads", "1", "300"], &slow, Duration::from_secs(30));
+    let (p, _, _) = counts_agree(&run);
+    assert!(stats["anchors"] > 0, "{stats:?}");
+    let gated = p.req_i64("gpu_clock_error_ns");
+    assert!(gated < 150_000, "the anchor kernel's error {gated} ns: {p:?}");
+    // The same where the driver gives no anchor kernel: anchors are stamps.
+    let run = Run::new("adv-anchor-stamped");
+    let env = [slow[0], slow[1], ("FAKE_CUDA_NO_ANCHOR", "1")];
+    let (_, stats) = run_driver(&run, &["threads", "1", "300"], &env, Duration::from_secs(30));
+    let (p, _, t) = counts_agree(&run);
+    assert_eq!(stats["anchors"], 0, "{stats:?}");
+    let anchors = stats["stamps"] - 2 * t.n("timed");
     assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
+    let stamped = p.req_i64("gpu_clock_error_ns");
+    assert!(
+        stamped >= 150_000,
+        "a stamp's error {stamped} ns brackets its launch: {p:?}"
+    );
 }
 
 #[test]
@@ -693,9 +728,12 @@ fn a_group_over_many_streams() {
     assert_eq!(ops.len(), 128);
     assert_eq!(t.n("streams"), 1, "{:?}", t.by_timing);
     assert_eq!(t.n("timed"), 1, "{:?}", t.by_timing);
-    // One pair for the group on one stream; the rest are anchors.
-    let anchors = stats["stamps"] - 2;
-    assert!(anchors > 0 && anchors.is_multiple_of(3), "{stats:?}");
+    // One pair for the group on one stream (anchors are the anchor kernel's).
+    assert_eq!(stats["stamps"], 2, "{stats:?}");
+    assert!(
+        stats["anchors"] > 0 && stats["anchors"].is_multiple_of(3),
+        "{stats:?}"
+    );
 }
 
 #[test]
@@ -787,7 +825,7 @@ fn a_driver_that_cannot_make_the_stamp_kernel_or_its_slots() {
     // (knob, modules loaded, host allocations made)
     for (knob, modules, allocs) in [
         ("FAKE_CUDA_MODULE_FAIL", 0, 0),
-        ("FAKE_CUDA_HOST_ALLOC_FAIL", 1, 0),
+        ("FAKE_CUDA_HOST_ALLOC_FAIL", 2, 0),
     ] {
         let run = Run::new("adv-stamper-fail");
         let (_, stats) = run_driver(
@@ -920,7 +958,7 @@ fn a_first_communicator_made_during_another_threads_capture() {
     let (_, stats) = run_driver(&run, &["capture_first"], &[("ZCTA_BUDGET", "all")], LIMIT);
     assert_eq!(stats["captures_invalidated"], 0, "{stats:?}");
     assert_eq!(stats["unsafe_during_capture"], 0, "{stats:?}");
-    assert_eq!((stats["modules"], stats["host_allocs"]), (1, 1), "{stats:?}");
+    assert_eq!((stats["modules"], stats["host_allocs"]), (2, 1), "{stats:?}");
     let ops = run.rows("ops");
     assert_eq!(ops.len(), 1);
     assert_eq!(

@@ -28,9 +28,10 @@
 //! joined; then the row is written with whatever arrived. GPU rows that arrive later
 //! still name their op in the `gpu` table.
 
-/// The name of zcta's stamp kernel (`zcta_stamp` in the shim's `STAMP_PTX`), which
-/// CUPTI reports among the process's kernels in deep mode.
-pub const STAMP_KERNEL: &str = "zcta_stamp";
+/// The names of zcta's kernels (the shim's `STAMP_PTX`: the stamp on an op's stream,
+/// the anchor on zcta's own), which CUPTI reports among the process's kernels in deep
+/// mode.
+pub const ZCTA_KERNELS: [&str; 2] = ["zcta_stamp", "zcta_anchor"];
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -487,7 +488,9 @@ impl Attributor {
             GpuItem::Activity(a) => {
                 // zcta's own stamps (the default timing, on in deep mode too) are
                 // neither NCCL's work nor the program's.
-                if a.raw.kind == GpuKind::Kernel && a.name.as_deref() == Some(STAMP_KERNEL) {
+                if a.raw.kind == GpuKind::Kernel
+                    && a.name.as_deref().is_some_and(|n| ZCTA_KERNELS.contains(&n))
+                {
                     return;
                 }
                 if a.raw.kind == GpuKind::Kernel && !a.name.as_deref().is_some_and(cupti::is_nccl_kernel) {
@@ -1329,16 +1332,17 @@ mod tests {
         assert_eq!(split_ext(ext_id(4, None)), (Some(4), None));
     }
 
-    /// zcta's own stamp kernels (deep mode sees them) are neither an op's kernels nor
-    /// counted among the program's.
+    /// zcta's own kernels, stamps and anchors (deep mode sees them), are neither an
+    /// op's kernels nor counted among the program's.
     #[test]
     fn zctas_stamp_kernels_are_nobodys() {
         let items = vec![
             act(GpuKind::Kernel, 3, 100, 500, Some("scale"), None),
-            act(GpuKind::Kernel, 4, 500, 510, Some(STAMP_KERNEL), None),
+            act(GpuKind::Kernel, 4, 500, 510, Some(ZCTA_KERNELS[0]), None),
             api(10, 200, 1),
             ext(1, 10),
-            act(GpuKind::Kernel, 5, 520, 530, Some(STAMP_KERNEL), None),
+            act(GpuKind::Kernel, 5, 520, 530, Some(ZCTA_KERNELS[0]), None),
+            act(GpuKind::Kernel, 6, 530, 535, Some(ZCTA_KERNELS[1]), None),
             act(
                 GpuKind::Kernel,
                 10,

@@ -14,8 +14,9 @@
 //! that is being captured into a CUDA graph (its capture is asked before each stamp
 //! of the pair). The writer reads the slots off the hot
 //! path (memory reads, no driver call) and puts their times on CLOCK_REALTIME through
-//! anchors: a stamp of its own, on a stream of its own, seen written within a few µs
-//! bracket of host time, renewed every [`ANCHOR_EVERY_NS`].
+//! anchors on a stream of its own, renewed every [`ANCHOR_EVERY_NS`]: the anchor
+//! kernel, which writes the GPU's time once the writer releases it, between two reads
+//! of the host clock ([`Clock::anchor`]).
 //!
 //! What this costs grows with NCCL operations only (the program's own kernels are not
 //! touched), and the budget ([`zcta::budget`]) keeps it under a share of wall time.
@@ -102,30 +103,40 @@ struct Pair {
     end: usize,
 }
 
-/// Slots of a context: a pair for each of [`POOL_MAX`] ops, then the anchors'.
-const SLOTS: usize = 2 * POOL_MAX + ANCHOR_SLOTS;
+/// Slots of a context: a pair for each of [`POOL_MAX`] ops, then the anchors': for
+/// each of [`ANCHOR_SLOTS`] its time, then their flags, then their "running" marks.
+const SLOTS: usize = 2 * POOL_MAX + 3 * ANCHOR_SLOTS;
 const ANCHOR_SLOTS: usize = 16;
 
-/// A context's stamp kernel and the slots it writes.
+/// A context's kernels and the slots they write.
 struct Stamper {
     func: usize,
+    /// The anchor kernel, where the driver gave it ([`cuda::Kernels`]).
+    anchor: Option<usize>,
     slots: cuda::Slots,
 }
 
 impl Stamper {
     /// Made in the calling thread's current context.
     fn new() -> Result<Self, i32> {
+        let k = cuda::kernels()?;
         Ok(Self {
-            func: cuda::stamp_kernel()?,
+            func: k.stamp,
+            anchor: k.anchor,
             slots: cuda::host_slots(SLOTS)?,
         })
+    }
+
+    /// The device address of slot `i`.
+    fn dev(&self, i: usize) -> u64 {
+        self.slots.dev + 8 * i as u64
     }
 
     /// Clears slot `i` and launches a stamp into it on `stream`.
     #[inline]
     fn stamp(&self, i: usize, stream: usize) -> Result<(), i32> {
         self.slots.cells[i].store(0, Ordering::Relaxed);
-        cuda::stamp(self.func, self.slots.dev + 8 * i as u64, stream)
+        cuda::stamp(self.func, self.dev(i), stream)
     }
 
     /// Slot `i`'s GPU time, once its stamp ran (the GPU's timer is never 0).
@@ -639,9 +650,31 @@ const ANCHORS_KEPT: usize = 4;
 const ANCHOR_TRIES: usize = 3;
 const ANCHOR_SPIN_NS: i64 = 2_000_000;
 
+/// Spins until `seen` gives a value, for at most [`ANCHOR_SPIN_NS`] after `since`;
+/// past its first 10 µs it lets other threads run between looks (the GPU answers in
+/// a few µs; a driver that stands in for the GPU with a thread on the same CPUs
+/// needs them).
+fn wait_until(since: i64, mut seen: impl FnMut() -> Option<u64>) -> Option<u64> {
+    loop {
+        if let Some(v) = seen() {
+            return Some(v);
+        }
+        let waited = now_ns() - since;
+        if waited > ANCHOR_SPIN_NS {
+            return None;
+        }
+        if waited > 10_000 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 impl Clock {
-    /// Launches a stamp on our own stream and spins until it is seen written: its GPU
-    /// time lies in that bracket of host time. Caller made `ctx` current.
+    /// The best of [`ANCHOR_TRIES`] anchors made on our own stream (the narrowest
+    /// bracket), with the anchor kernel where there is one ([`Clock::gated`]), else
+    /// with a stamp ([`Clock::stamped`]). Caller made `ctx` current.
     fn anchor(&mut self, now: i64, st: &Stamper) -> Option<Anchor> {
         self.last_try_ns = now;
         if self.stream == 0 {
@@ -649,21 +682,16 @@ impl Clock {
         }
         let mut best: Option<Anchor> = None;
         for _ in 0..ANCHOR_TRIES {
-            // A slot a stamp that was given up on may still write is not reused soon:
-            // the anchors' slots are taken in turn.
-            let slot = 2 * POOL_MAX + self.tries % ANCHOR_SLOTS;
+            // A slot whose kernel was given up on may still write: the anchors' slots
+            // are taken in turn.
+            let i = self.tries % ANCHOR_SLOTS;
             self.tries += 1;
-            let t0 = now_ns();
-            if st.stamp(slot, self.stream).is_err() {
-                break;
-            }
-            let mut t1 = now_ns();
-            let mut got = st.read(slot);
-            while got.is_none() && t1 - t0 <= ANCHOR_SPIN_NS {
-                t1 = now_ns();
-                got = st.read(slot);
-            }
-            let Some(gpu_ns) = got else { continue };
+            let tried = match st.anchor {
+                Some(func) => Self::gated(st, func, i, self.stream),
+                None => Self::stamped(st, i, self.stream),
+            };
+            let Ok(got) = tried else { break };
+            let Some((gpu_ns, t0, t1)) = got else { continue };
             let a = Anchor {
                 gpu_ns,
                 host_ns: t0 + (t1 - t0) / 2,
@@ -675,6 +703,47 @@ impl Clock {
             }
         }
         best
+    }
+
+    /// An anchor from the anchor kernel in anchor slot `i`: launched, seen running,
+    /// then released by the flag between two reads of the host clock, `t0` before the
+    /// flag is set and `t1` after its time is seen: `Ok(Some((gpu_ns, t0, t1)))`;
+    /// `Ok(None)` when it did not run or answer within [`ANCHOR_SPIN_NS`] (its flag is
+    /// set anyway, so that it ends as soon as it runs); `Err` when it could not be
+    /// launched.
+    fn gated(st: &Stamper, func: usize, i: usize, stream: usize) -> Result<Option<(u64, i64, i64)>, i32> {
+        let base = 2 * POOL_MAX;
+        let (time, flag, running) = (base + i, base + ANCHOR_SLOTS + i, base + 2 * ANCHOR_SLOTS + i);
+        for c in [time, flag, running] {
+            st.slots.cells[c].store(0, Ordering::Relaxed);
+        }
+        cuda::anchor(func, st.dev(time), st.dev(flag), st.dev(running), stream)?;
+        let release = || st.slots.cells[flag].store(1, Ordering::Release);
+        let launched = now_ns();
+        if wait_until(launched, || st.read(running)).is_none() {
+            release();
+            return Ok(None);
+        }
+        let t0 = now_ns();
+        release();
+        let Some(gpu_ns) = wait_until(t0, || st.read(time)) else {
+            return Ok(None);
+        };
+        let t1 = crate::ffi::sys::now_ns_after_loads();
+        // 1: the kernel gave up waiting (this thread was held past its 5 ms).
+        Ok((gpu_ns != 1).then_some((gpu_ns, t0, t1)))
+    }
+
+    /// An anchor from a stamp in anchor slot `i`, launched between two reads of the
+    /// host clock and spun on until it is seen written (the bracket holds its launch).
+    fn stamped(st: &Stamper, i: usize, stream: usize) -> Result<Option<(u64, i64, i64)>, i32> {
+        let slot = 2 * POOL_MAX + i;
+        let t0 = now_ns();
+        st.stamp(slot, stream)?;
+        Ok(
+            wait_until(t0, || st.read(slot))
+                .map(|gpu_ns| (gpu_ns, t0, crate::ffi::sys::now_ns_after_loads())),
+        )
     }
 
     fn nearest(&self, t: i64) -> Option<Anchor> {

@@ -189,12 +189,24 @@ pub fn stream_create() -> Result<usize, i32> {
     }
 }
 
-/// The stamp kernel (PTX, compiled by the driver for the GPU at hand): one thread
-/// writes the GPU's `%globaltimer` (ns) to the address it is given. Launched on an
-/// op's stream, it runs when everything ahead of it there is done, like an event
-/// record, but it is a kernel: unlike a timing event's record it does not make the
-/// GPU wait for its other streams' work (docs/PERFORMANCE.md, "What one timed op
-/// costs").
+/// zcta's kernels (PTX, compiled by the driver for the GPU at hand), one thread each.
+///
+/// `zcta_stamp(p)` writes the GPU's `%globaltimer` (ns) to the address it is given.
+/// Launched on an op's stream, it runs when everything ahead of it there is done, like
+/// an event record, but it is a kernel: unlike a timing event's record it does not
+/// make the GPU wait for its other streams' work (docs/PERFORMANCE.md, "What one timed
+/// op costs").
+///
+/// `zcta_anchor(p, flag, running)` puts the GPU's clock on the host's (the writer's
+/// clock anchors, on a stream of zcta's own): it writes `%globaltimer` to `running`,
+/// waits until the host makes `flag` non-zero, and then writes `%globaltimer` to `p`;
+/// the host's clock read just before it sets the flag and just after it sees `p`
+/// written brackets that time by about a PCIe round trip, where a stamp's own launch
+/// took tens of µs to bracket. It waits at most 5 ms of GPU time: then it writes 1 to
+/// `p` (not a GPU time) and ends, so a host that went away never holds the GPU.
+///
+/// Each is a module of its own: where the driver refuses the anchor's, stamps still
+/// work (anchors are then taken with stamps).
 const STAMP_PTX: &CStr = c".version 7.0
 .target sm_70
 .address_size 64
@@ -209,19 +221,69 @@ const STAMP_PTX: &CStr = c".version 7.0
 }
 ";
 
-/// Loads the stamp kernel into the current context: its function handle.
-pub fn stamp_kernel() -> Result<usize, i32> {
+/// The anchor kernel ([`STAMP_PTX`] says what it does).
+const ANCHOR_PTX: &CStr = c".version 7.0
+.target sm_70
+.address_size 64
+.visible .entry zcta_anchor(.param .u64 p, .param .u64 flag, .param .u64 running)
+{
+  .reg .u64 %rd<9>;
+  .reg .pred %pr<3>;
+  ld.param.u64 %rd1, [p];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.param.u64 %rd2, [flag];
+  cvta.to.global.u64 %rd2, %rd2;
+  ld.param.u64 %rd3, [running];
+  cvta.to.global.u64 %rd3, %rd3;
+  mov.u64 %rd4, %globaltimer;
+  st.volatile.global.u64 [%rd3], %rd4;
+WAIT:
+  ld.volatile.global.u64 %rd5, [%rd2];
+  setp.ne.u64 %pr1, %rd5, 0;
+  @%pr1 bra SEEN;
+  mov.u64 %rd6, %globaltimer;
+  sub.u64 %rd7, %rd6, %rd4;
+  setp.lt.u64 %pr2, %rd7, 5000000;
+  @%pr2 bra WAIT;
+  mov.u64 %rd8, 1;
+  st.volatile.global.u64 [%rd1], %rd8;
+  ret;
+SEEN:
+  mov.u64 %rd8, %globaltimer;
+  st.volatile.global.u64 [%rd1], %rd8;
+  ret;
+}
+";
+
+/// zcta's kernels in one context ([`STAMP_PTX`]): the stamp, and the anchor where
+/// the driver gave it (else anchors are taken with stamps).
+pub struct Kernels {
+    pub stamp: usize,
+    pub anchor: Option<usize>,
+}
+
+/// Loads zcta's kernels into the current context: the stamp's module must load, the
+/// anchor's may not.
+pub fn kernels() -> Result<Kernels, i32> {
+    Ok(Kernels {
+        stamp: kernel(STAMP_PTX, c"zcta_stamp")?,
+        anchor: kernel(ANCHOR_PTX, c"zcta_anchor").ok(),
+    })
+}
+
+/// Loads the module `ptx` into the current context: its function `name`.
+fn kernel(ptx: &CStr, name: &CStr) -> Result<usize, i32> {
     let a = api().ok_or(-1)?;
     let mut m: Handle = std::ptr::null_mut();
     // SAFETY: NUL-terminated PTX text; valid out-pointer.
-    match unsafe { (a.module_load_data)(&mut m, STAMP_PTX.as_ptr().cast()) } {
+    match unsafe { (a.module_load_data)(&mut m, ptx.as_ptr().cast()) } {
         0 if !m.is_null() => {}
         0 => return Err(-1),
         e => return Err(e),
     }
     let mut f: Handle = std::ptr::null_mut();
     // SAFETY: m is the module just loaded; the name is NUL-terminated.
-    match unsafe { (a.module_get_function)(&mut f, m, c"zcta_stamp".as_ptr()) } {
+    match unsafe { (a.module_get_function)(&mut f, m, name.as_ptr()) } {
         0 if !f.is_null() => Ok(f as usize),
         0 => Err(-1),
         e => Err(e),
@@ -284,11 +346,31 @@ pub fn host_slots(n: usize) -> Result<Slots, i32> {
 /// the device address `dev` (a slot of [`host_slots`]).
 #[inline]
 pub fn stamp(func: usize, dev: u64, stream: usize) -> Result<(), i32> {
-    let a = api().ok_or(-1)?;
-    let mut arg = dev;
-    let mut params = [(&raw mut arg).cast::<c_void>()];
     // SAFETY: func is the stamp kernel, which takes one u64; the stream is the
     // program's, not capturing (checked by the caller just before) or our own.
+    unsafe { launch(func, &mut [dev], stream) }
+}
+
+/// Launches the anchor kernel `func` on `stream` (zcta's own), with the device
+/// addresses of three slots of [`host_slots`]: where it writes its time, the flag it
+/// waits for, and where it says it is running.
+pub fn anchor(func: usize, dev: u64, flag: u64, running: u64, stream: usize) -> Result<(), i32> {
+    // SAFETY: func is the anchor kernel, which takes three u64; the stream is ours.
+    unsafe { launch(func, &mut [dev, flag, running], stream) }
+}
+
+/// Launches one thread of kernel `func` on `stream` with the u64 parameters `args`.
+///
+/// # Safety
+/// `func` takes exactly `args.len()` u64 parameters, and may be launched on `stream`.
+#[inline]
+unsafe fn launch(func: usize, args: &mut [u64], stream: usize) -> Result<(), i32> {
+    let a = api().ok_or(-1)?;
+    let mut params = [std::ptr::null_mut::<c_void>(); 3];
+    for (p, v) in params.iter_mut().zip(args.iter_mut()) {
+        *p = (v as *mut u64).cast::<c_void>();
+    }
+    // SAFETY: by the caller; `params` points at `args`, which outlive the call.
     match unsafe {
         (a.launch_kernel)(
             func as Handle,
@@ -339,12 +421,14 @@ pub fn relax_capture_mode() {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_stamp_kernel_has_the_name_deep_mode_leaves_out() {
-        let ptx = super::STAMP_PTX.to_str().unwrap();
-        assert!(
-            ptx.contains(&format!(".entry {}(", zcta::gpu::STAMP_KERNEL)),
-            "{ptx}"
-        );
-        assert_eq!(ptx.matches(".entry").count(), 1, "{ptx}");
+    fn zctas_kernels_have_the_names_deep_mode_leaves_out() {
+        for (ptx, name) in [super::STAMP_PTX, super::ANCHOR_PTX]
+            .iter()
+            .zip(zcta::gpu::ZCTA_KERNELS)
+        {
+            let ptx = ptx.to_str().unwrap();
+            assert!(ptx.contains(&format!(".entry {name}(")), "{ptx}");
+            assert_eq!(ptx.matches(".entry").count(), 1, "{ptx}");
+        }
     }
 }

@@ -41,6 +41,19 @@ pub fn now_ns() -> i64 {
     realtime_ns()
 }
 
+/// [`now_ns`], read only once every load before it has completed: the time a value
+/// was seen is then never earlier than when it arrived (a counter read may otherwise
+/// run ahead of a load still in flight). For the clock anchors' brackets.
+#[inline]
+pub fn now_ns_after_loads() -> i64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: LFENCE has no operands and exists on every x86-64 processor.
+    unsafe {
+        std::arch::x86_64::_mm_lfence()
+    };
+    now_ns()
+}
+
 /// CLOCK_REALTIME from `clock_gettime`, whatever the counter does. Read straight from
 /// the vDSO: through `SystemTime` and `duration_since` each read cost ~85 more
 /// instructions (callgrind, docs/PERFORMANCE.md).
