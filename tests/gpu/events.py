@@ -6,6 +6,8 @@ tests/gpu/events.sh:
     python3 events.py capture OUT_JSON             (plain, then under the shim)
     python3 events.py check-capture PLAIN_JSON ZCTA_JSON RUN_DIR
     python3 events.py check-report RUN_DIR         (after `zcta phases RUN_DIR`)
+    python3 events.py anchors                      (under the shim, ZCTA_BUDGET=all)
+    python3 events.py check-anchors RUN_DIR
 
 accuracy: send/recv to itself and all_to_all_single at 1, 16 and 64 MiB, each op
 between two CUDA events of the program's own, with the stream kept busy (a sleep
@@ -38,6 +40,13 @@ capture: NCCL ops captured into a CUDA graph (torch.cuda.graph, global capture m
 and replayed; the check wants the same graph (node types and counts) and the same
 results with and without zcta, and zcta's rows of the captured ops marked
 graph_capture with no GPU times.
+anchors: 8-byte send/recv groups to itself for ANCHOR_S (4) seconds, the stream idle
+before each (synchronised, then 1 ms apart), every group timed; the check reads each
+group's ready stamp on CLOCK_REALTIME against its ncclGroupEnd's entry: the stamp is
+launched there and runs once the idle stream takes it, so it cannot come before that
+entry, and it comes a launch's latency after. A ready time earlier than the entry by
+more than the error the process row claims (`gpu_clock_error_ns`) is a clock that
+lies; the check wants none, and prints the claimed error and the offsets' spread.
 """
 
 import json
@@ -333,12 +342,59 @@ def check_report(run_dir):
     return good
 
 
+def anchors():
+    import time
+
+    torch, dist, nb, dev = setup()
+    stream = torch.cuda.current_stream()
+    me = nb.SelfComm(stream)
+    a, b = torch.ones(2, device=dev), torch.empty(2, device=dev)
+    run = me.sendrecv(a, b)
+    end = time.monotonic() + float(os.environ.get("ANCHOR_S", "4"))
+    n = 0
+    while time.monotonic() < end:
+        torch.cuda.synchronize()
+        time.sleep(0.001)
+        run(1)
+        n += 1
+    torch.cuda.synchronize()
+    me.destroy()
+    dist.destroy_process_group()
+    print(f"anchors: {n} groups")
+
+
+def check_anchors(run_dir):
+    """Each timed group's gpu_ready_ns against its ncclGroupEnd's api_start_ns: never
+    earlier by more than the claimed anchor error."""
+    p = rows(run_dir, "process", ["gpu_clock_error_ns", "gpu_clock_drift_ns_per_s"])
+    err = p.gpu_clock_error_ns.dropna()
+    ops = rows(run_dir, "ops", ["group_id", "gpu_ready_ns"]).dropna()
+    calls = rows(run_dir, "calls", ["call", "group_id", "api_start_ns"])
+    ends = calls[calls.call == "GroupEnd"].dropna()
+    j = ops.drop_duplicates("group_id").merge(ends, on="group_id")
+    if err.empty or j.empty:
+        print(f"FAIL anchors: claimed error {list(err)}, {len(j)} groups with a ready time")
+        return False
+    e = int(err.max())
+    d = sorted(int(x) for x in (j.gpu_ready_ns - j.api_start_ns))
+    q = lambda f: d[min(len(d) - 1, int(f * len(d)))] / 1e3  # noqa: E731
+    lies = sum(x < -e for x in d)
+    print(f"{'ok  ' if lies == 0 else 'FAIL'} anchors: claimed error {e / 1e3:.2f} us (drift "
+          f"{list(p.gpu_clock_drift_ns_per_s)} ns/s); {len(d)} groups, ready - GroupEnd entry: min {d[0] / 1e3:.2f}, "
+          f"p1 {q(0.01):.2f}, median {q(0.5):.2f}, p99 {q(0.99):.2f} us; earlier than the entry "
+          f"{sum(x < 0 for x in d)}, by more than the claimed error {lies}")
+    return lies == 0
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "accuracy":
         accuracy(sys.argv[2])
     elif cmd == "capture":
         capture(*sys.argv[2:])
+    elif cmd == "anchors":
+        anchors()
     else:
-        fn = {"check-accuracy": check_accuracy, "check-capture": check_capture, "check-report": check_report}[cmd]
+        fn = {"check-accuracy": check_accuracy, "check-capture": check_capture, "check-report": check_report,
+              "check-anchors": check_anchors}[cmd]
         sys.exit(0 if fn(*sys.argv[2:]) else 1)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One-GPU checks of the default GPU side (GPU stamps): accuracy against the program's
-# own CUDA events, a CUDA-graph capture with and without zcta, and the default report
-# of a 1-rank training run (examples/train.py). tests/gpu/events.py says what each
+# own CUDA events, a CUDA-graph capture with and without zcta, the clock anchors
+# (no ready time before its call), and the default report of a 1-rank training run
+# (examples/train.py). tests/gpu/events.py says what each
 # checks. Expects the shim and CLI built beforehand (SHIM_DIR, default .carry).
 #   bash tests/gpu/events.sh [SHIM_DIR]        logs under $OUT (default ./gpu-out)
 set -u
@@ -14,7 +15,7 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 shim=$bin/libzcta_prof.so
 work=$(mktemp -d)
 status=0
-parts=${PARTS:-accuracy capture report}
+parts=${PARTS:-accuracy capture anchors report}
 py() { timeout "${PART_TIMEOUT:-120}" python3 "$here/events.py" "$@" >>"$out/events.log" 2>&1; }
 check() { python3 "$here/events.py" "$@" 2>>"$out/events.log" | tee -a "$out/events_summary.txt" || status=1; }
 
@@ -32,6 +33,10 @@ if [[ " $parts " == *" capture "* ]]; then
       { echo "FAIL capture $what under zcta (rc $?)"; status=1; continue; }
     check check-capture "$work/cap-$what-plain.json" "$work/cap-$what-zcta.json" "$work/cap-$what"
   done
+fi
+if [[ " $parts " == *" anchors "* ]]; then
+  LD_PRELOAD=$shim ZCTA_BUDGET=all ZCTA_OUT=$work ZCTA_RUN_ID=anchors py anchors || { echo "FAIL anchors run"; status=1; }
+  check check-anchors "$work/anchors"
 fi
 [[ " $parts " == *" report "* ]] || { tar czf "$out/events_runs.tgz" -C "$work" . 2>/dev/null; exit $status; }
 timeout "${TRAIN_TIMEOUT:-300}" "$bin/zcta" run --out "$work" --run-id train --shim "$shim" -- \
