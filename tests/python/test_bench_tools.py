@@ -747,9 +747,9 @@ def test_gpu_report_check_says_not_measured_never_0(tmp_path, capsys):
 
 def test_gpu_anchor_check_wants_no_ready_time_before_its_call(tmp_path, capsys):
     """tests/gpu/events.py's anchor check: each group's ready time (one per group, of
-    its ops) against its ncclGroupEnd's entry; earlier by more than the process row's
-    claimed error fails, earlier within it passes (and is counted), and a run without a
-    claimed error or a timed group fails."""
+    its ops) against the last return of its ops; earlier by more than the process
+    row's claimed error fails, earlier within it passes (and is counted), and a run
+    without a claimed error or a timed group fails."""
     sys.path.insert(0, str(ROOT / "tests" / "gpu"))
     try:
         import events
@@ -761,22 +761,25 @@ def test_gpu_anchor_check_wants_no_ready_time_before_its_call(tmp_path, capsys):
             (d / t).mkdir(parents=True)
         pd.DataFrame({"gpu_clock_error_ns": pd.array([err], dtype="Int64"),
                       "gpu_clock_drift_ns_per_s": pd.array([0], dtype="Int64")}).to_parquet(d / "process" / "p.parquet")
-        # Two ops a group, one group not timed.
+        # Two ops a group (their returns 8 and 10 us, then 18 and 20 us), one group not
+        # timed.
         pd.DataFrame({"group_id": pd.array([1, 1, 2, 2, 3, 3], dtype="UInt64"),
-                      "gpu_ready_ns": pd.array([ready[0]] * 2 + [ready[1]] * 2 + [None] * 2, dtype="Int64")}
+                      "gpu_ready_ns": pd.array([ready[0]] * 2 + [ready[1]] * 2 + [None] * 2, dtype="Int64"),
+                      "api_end_ns": pd.array([8_000, 10_000, 18_000, 20_000, 28_000, 30_000], dtype="Int64")}
                      ).to_parquet(d / "ops" / "o.parquet")
         pd.DataFrame({"call": ["GroupStart", "GroupEnd", "GroupEnd", "GroupEnd"],
                       "group_id": pd.array([1, 1, 2, 3], dtype="UInt64"),
-                      "api_start_ns": pd.array([0, 10_000, 20_000, 30_000], dtype="Int64")}
+                      "api_start_ns": pd.array([0, 12_000, 22_000, 32_000], dtype="Int64")}
                      ).to_parquet(d / "calls" / "c.parquet")
         return d
 
-    # Ready 5 us after the entry, and 1 us before it (within the claimed 2 us).
+    # Ready 5 us after the last return, and 1 us before it (within the claimed 2 us).
     assert events.check_anchors(run(tmp_path / "a", [15_000, 19_000]))
     out = capsys.readouterr().out
     assert out.startswith("ok   anchors: claimed error 2.00 us"), out
-    assert "2 groups" in out and "min -1.00" in out and "earlier than the entry 1, by more than the claimed error 0" in out, out
-    # 3 us before the entry: a clock that lies.
+    assert "2 groups, ready - last op's return: min -1.00" in out, out
+    assert "earlier 1, by more than the claimed error 0" in out and "api_start_ns: min -3.00" in out, out
+    # 3 us before the last return: a clock that lies.
     assert not events.check_anchors(run(tmp_path / "b", [15_000, 17_000]))
     assert capsys.readouterr().out.startswith("FAIL anchors: claimed error 2.00 us")
     assert not events.check_anchors(run(tmp_path / "c", [15_000, 19_000], err=None))
