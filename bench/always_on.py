@@ -43,9 +43,10 @@ fit: five training steps, some 7,000 send/recv groups): the budget allows a burs
 20 us of timing after any quiet stretch, a paused block included, so a block of 2 ms
 would pay ~1 % for it where a continuous loop pays it once; at 100 ms it is 0.02 %.
 --ab-block-ms 0 keeps the loop lengths above. With --ab-fine N each repetition of a
-loop whose items take under 2 ms ends with N pairs of single items, recording switched
-at every item (`fine_ab`): the fine A/B (`ab_fine`: the median over the pairs of their
-ratio; `ab_fine_items`: every item's ns). Every block's time per item is kept
+loop ends with up to N pairs of single items (at most --ab-fine-s seconds of them),
+recording switched at every item (`fine_ab`): the fine A/B (`ab_fine`: the median over
+the pairs of their ratio; `ab_fine_items`: every item's ns). Not for the 64 MiB loops:
+their items queue behind each other on the GPU, so one item's time is not its own. Every block's time per item is kept
 (`ab_blocks`), for a training step with the part spent issuing its work (before the
 synchronize that ends it): a cost that grows the step but not its issuing lies on the
 GPU. Writes DIR/<config>-<round>.json.
@@ -83,8 +84,10 @@ ap.add_argument("--ab", action="store_true")
 ap.add_argument("--ab-blocks", type=int, default=10)
 ap.add_argument("--ab-block-ms", type=float, default=100.0)
 ap.add_argument("--ab-fine", type=int, default=0,
-                help="with --ab, also this many item pairs per repetition of each loop of items "
-                     "under 2 ms, recording switched at every item (the fine A/B)")
+                help="with --ab, also up to this many item pairs per repetition of each loop but "
+                     "the 64 MiB ones, recording switched at every item (the fine A/B)")
+ap.add_argument("--ab-fine-s", type=float, default=10.0,
+                help="the fine A/B's pairs stop after this many seconds per loop and repetition")
 ap.add_argument("--isolate", action="store_true",
                 help="after the warm-up, keep this (the measuring) thread alone on one CPU core "
                      "and the process's other threads on the other cores (bench/affinity.py)")
@@ -247,15 +250,13 @@ if args.ab:
         # own noise.
         def set_recording(_on):
             return 0
-# Loops whose items take under this get the fine A/B (not the training step, not the
-# 64 MiB loops, which wait on the GPU).
-FINE_ITEM_S = 2e-3
 
 
-def fine_ab(m, n):
-    """The fine A/B of loop `m`: `n` pairs of single items, one with recording on and
-    one paused (for psr paused on both sides; for the raw loops the paused side calls
-    libnccl's own functions), the order swapped every pair (on-off, off-on, ...), each
+def fine_ab(m, n, seconds):
+    """The fine A/B of loop `m`: `n` pairs of single items (fewer where they would take
+    more than `seconds`), one with recording on and one paused (for psr paused on both
+    sides; for the raw loops the paused side calls libnccl's own functions; a training
+    step is an item, synchronised at its end), the order swapped every pair (on-off, off-on, ...), each
     item timed alone and the switch left out of its time. Neighbouring items share the
     machine's state of the moment, so the drifts and two speeds that move whole blocks
     (docs/PERFORMANCE.md) fall on both sides of nearly every pair. What it measures is
@@ -266,7 +267,10 @@ def fine_ab(m, n):
     record = m not in PAUSED_BOTH
     clock = time.perf_counter_ns
     got = fine[m]
+    stop = time.monotonic() + seconds
     for i in range(n):
+        if time.monotonic() > stop:
+            break
         for on in ((True, False) if i % 2 == 0 else (False, True)):
             set_recording(int(on and record))
             f = fn if on else off_fn
@@ -315,8 +319,8 @@ with prof:
                     fastest[on][m] = min(fastest[on].get(m, t), t)
                     block_log[m].append([on, t, issued[0] / per_block if fn is train_steps else None])
                 ratios.append(pair[True] / pair[False])
-            if args.ab_fine > 0 and item_s[m] < FINE_ITEM_S:
-                fine_ab(m, args.ab_fine)
+            if args.ab_fine > 0 and not m.endswith("_64MiB_us"):
+                fine_ab(m, args.ab_fine, args.ab_fine_s)
             set_recording(1)
             pairs[m].append(statistics.median(ratios))
             res[m].append(sums[True] / blocks * scale)

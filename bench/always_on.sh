@@ -7,8 +7,9 @@
 # Env: ROUNDS (5), REPS (7), CONFIGS ("plain default deep profiler"; also off, nomask,
 # noplugin, disabled, all, tiny, half, events0: see below), MEASURES, AB=1 (in-process
 # A/B against paused recording in zcta's configurations; the same blocks, an A/A, in
-# the others; AB_BLOCK_MS: each block's least length, 100 by default; AB_FINE=N: also N
-# pairs of single items a repetition, recording switched at every item), PROC_TIMEOUT
+# the others; AB_BLOCK_MS: each block's least length, 100 by default; AB_FINE=N: also up
+# to N pairs of single items a repetition, recording switched at every item, for at most
+# AB_FINE_S seconds (10) a loop), PROC_TIMEOUT
 # (seconds a process may run, 150 by default; torch.profiler's three times that), PIN (a CPU list
 # for taskset, e.g. 2-5), ISOLATE=1 (after the warm-up, the measuring thread alone on
 # one core of PIN's CPUs and the process's other threads on the rest:
@@ -36,7 +37,7 @@ for ((r = 0; r < rounds; r++)); do
     fi
     ab=()
     # Every process runs the same blocks (plain and torch.profiler an A/A).
-    [ "${AB:-0}" = 1 ] && ab=(--ab ${AB_BLOCK_MS:+--ab-block-ms "$AB_BLOCK_MS"} ${AB_FINE:+--ab-fine "$AB_FINE"})
+    [ "${AB:-0}" = 1 ] && ab=(--ab ${AB_BLOCK_MS:+--ab-block-ms "$AB_BLOCK_MS"} ${AB_FINE:+--ab-fine "$AB_FINE"} ${AB_FINE_S:+--ab-fine-s "$AB_FINE_S"})
     iso=()
     [ "${ISOLATE:-0}" = 1 ] && iso=(--isolate)
     pin=()
