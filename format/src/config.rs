@@ -129,8 +129,8 @@ impl Config {
         }
         if env("ZCTA_GPU_READY").is_some_and(|v| !v.trim().is_empty()) {
             warnings.push(
-                "ZCTA_GPU_READY is not used any more: gpu_ready_ns comes from each timed op's CUDA \
-                 events (ZCTA_BUDGET=all times every op)"
+                "ZCTA_GPU_READY is not used any more: gpu_ready_ns comes from each timed op's GPU \
+                 stamps (ZCTA_BUDGET=all times every op)"
                     .into(),
             );
         }
