@@ -107,6 +107,8 @@ struct Pair {
 /// each of [`ANCHOR_SLOTS`] its time, then their flags, then their "running" marks.
 const SLOTS: usize = 2 * POOL_MAX + 3 * ANCHOR_SLOTS;
 const ANCHOR_SLOTS: usize = 16;
+// [`Clock::in_flight`] has a bit per anchor slot.
+const _: () = assert!(ANCHOR_SLOTS <= 32);
 
 /// A context's kernels and the slots they write.
 struct Stamper {
@@ -639,8 +641,11 @@ impl Anchor {
 struct Clock {
     stream: usize,
     anchors: VecDeque<Anchor>,
-    /// Anchor stamps launched so far (they take the anchors' slots in turn).
+    /// Anchor tries so far (they take the anchors' slots in turn).
     tries: usize,
+    /// Anchor slots whose kernel or stamp was launched and whose time was not seen:
+    /// given up on, it may still write there (bit `i` for slot `i`).
+    in_flight: u32,
     last_try_ns: i64,
     broken: bool,
 }
@@ -673,25 +678,48 @@ fn wait_until(since: i64, mut seen: impl FnMut() -> Option<u64>) -> Option<u64> 
 
 impl Clock {
     /// The best of [`ANCHOR_TRIES`] anchors made on our own stream (the narrowest
-    /// bracket), with the anchor kernel where there is one ([`Clock::gated`]), else
-    /// with a stamp ([`Clock::stamped`]). Caller made `ctx` current.
+    /// bracket), with the anchor kernel where there is one ([`Clock::gated`]); with a
+    /// stamp ([`Clock::stamped`]) where there is none, and in a round where no try of
+    /// the anchor kernel answered (a writer held past the kernel's wait on a loaded
+    /// host: a wider bracket, rather than no anchor). Caller made `ctx` current.
     fn anchor(&mut self, now: i64, st: &Stamper) -> Option<Anchor> {
         self.last_try_ns = now;
         if self.stream == 0 {
             self.stream = cuda::stream_create().ok()?;
         }
+        let gated = st
+            .anchor
+            .and_then(|func| self.tries_with(st, |i, stream| Self::gated(st, func, i, stream)));
+        gated.or_else(|| self.tries_with(st, |i, stream| Self::stamped(st, i, stream)))
+    }
+
+    /// The best anchor of [`ANCHOR_TRIES`] tries of `make` (anchor slot, stream). The
+    /// anchors' slots are taken in turn, and one whose last kernel or stamp has not
+    /// written its time yet (given up on, it may still write) is passed over.
+    fn tries_with(
+        &mut self,
+        st: &Stamper,
+        mut make: impl FnMut(usize, usize) -> Result<Option<(u64, i64, i64)>, i32>,
+    ) -> Option<Anchor> {
         let mut best: Option<Anchor> = None;
         for _ in 0..ANCHOR_TRIES {
-            // A slot whose kernel was given up on may still write: the anchors' slots
-            // are taken in turn.
             let i = self.tries % ANCHOR_SLOTS;
             self.tries += 1;
-            let tried = match st.anchor {
-                Some(func) => Self::gated(st, func, i, self.stream),
-                None => Self::stamped(st, i, self.stream),
+            let bit = 1u32 << i;
+            if self.in_flight & bit != 0 {
+                if st.read(2 * POOL_MAX + i).is_none() {
+                    continue;
+                }
+                self.in_flight &= !bit;
+            }
+            let got = match make(i, self.stream) {
+                Ok(got) => got,
+                Err(_) => break,
             };
-            let Ok(got) = tried else { break };
-            let Some((gpu_ns, t0, t1)) = got else { continue };
+            let Some((gpu_ns, t0, t1)) = got else {
+                self.in_flight |= bit;
+                continue;
+            };
             let a = Anchor {
                 gpu_ns,
                 host_ns: t0 + (t1 - t0) / 2,
@@ -730,7 +758,7 @@ impl Clock {
             return Ok(None);
         };
         let t1 = crate::ffi::sys::now_ns_after_loads();
-        // 1: the kernel gave up waiting (this thread was held past its 5 ms).
+        // 1: the kernel gave up waiting (this thread was held past its 1 ms).
         Ok((gpu_ns != 1).then_some((gpu_ns, t0, t1)))
     }
 

@@ -348,6 +348,19 @@ pub fn read_cuda_stats(path: &Path) -> HashMap<String, u64> {
     read_name_value_lines(path)
 }
 
+/// The writer's clock-anchor launches in a stand-in driver's counters (`stats`), given
+/// `timed` launching calls of two stamps each: its anchor kernels, and the stamps it
+/// took as anchors (where no try of the anchor kernel answered in a round, as on a
+/// loaded machine). Asserts there are at least the timed calls' stamps.
+#[allow(dead_code)]
+pub fn anchor_launches(stats: &HashMap<String, u64>, timed: u64) -> u64 {
+    assert!(
+        stats["stamps"] >= 2 * timed,
+        "two stamps per timed call: {stats:?}"
+    );
+    stats["anchors"] + stats["stamps"] - 2 * timed
+}
+
 /// "name value" lines, as both stats files are written.
 fn read_name_value_lines(path: &Path) -> HashMap<String, u64> {
     let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));

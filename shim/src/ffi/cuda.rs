@@ -202,7 +202,7 @@ pub fn stream_create() -> Result<usize, i32> {
 /// waits until the host makes `flag` non-zero, and then writes `%globaltimer` to `p`;
 /// the host's clock read just before it sets the flag and just after it sees `p`
 /// written brackets that time by about a PCIe round trip, where a stamp's own launch
-/// took tens of µs to bracket. It waits at most 5 ms of GPU time: then it writes 1 to
+/// took tens of µs to bracket. It waits at most 1 ms of GPU time: then it writes 1 to
 /// `p` (not a GPU time) and ends, so a host that went away never holds the GPU.
 ///
 /// Each is a module of its own: where the driver refuses the anchor's, stamps still
@@ -243,7 +243,7 @@ WAIT:
   @%pr1 bra SEEN;
   mov.u64 %rd6, %globaltimer;
   sub.u64 %rd7, %rd6, %rd4;
-  setp.lt.u64 %pr2, %rd7, 5000000;
+  setp.lt.u64 %pr2, %rd7, 1000000;
   @%pr2 bra WAIT;
   mov.u64 %rd8, 1;
   st.volatile.global.u64 [%rd1], %rd8;
