@@ -14,7 +14,8 @@
 #   bash bench/callgrind_group.sh [SHIM_SO (target/release/libzcta_prof.so)]
 # Env: FX (the stand-in's build dir; built with tests/fixtures/build.sh when missing,
 # default $TMPDIR/zcta-fx), N1 (2000), N2 (12000), MODES ("alone disabled paused nomask
-# default tiny"). Needs valgrind.
+# default tiny"), PAIRS (1: the sends and receives a group holds; e.g. PAIRS=1000 N1=10
+# N2=30 for an all_to_all of uneven splits over a thousand ranks). Needs valgrind.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 so=$(realpath "${1:-$root/target/release/libzcta_prof.so}")
@@ -26,7 +27,7 @@ command -v valgrind >/dev/null || { echo "callgrind_group.sh: valgrind is needed
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 count() { # mode N -> the calling thread's instruction count
-  local env_args=(ZCTA_OUT="$work/out" ZCTA_NCCL_PLUGIN=0 ZCTA_QUEUE_CAPACITY=262144 HOST_BENCH_SR=1)
+  local env_args=(ZCTA_OUT="$work/out" ZCTA_NCCL_PLUGIN=0 ZCTA_QUEUE_CAPACITY=262144 HOST_BENCH_SR="${PAIRS:-1}")
   local pre=(LD_PRELOAD="$so")
   case $1 in
   alone) pre=() ;;

@@ -9,6 +9,8 @@
 //! [`protect`], and return the real result unchanged.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,6 +55,8 @@ struct Hot {
     pending: RefCell<Vec<OpRaw>>,
     /// What the open outermost group's ops with rows add up to.
     group_ops: GroupOps,
+    /// The open group's ops per sequence counter, once it is long ([`pending_ahead`]).
+    ahead: RefCell<AheadIndex>,
     /// Communicators created inside the open outermost group whose records lack what
     /// NCCL says only once it ran (rank, size, device): asked at its successful end, so
     /// that the budget's key of their later ops is the same on every rank.
@@ -84,6 +88,7 @@ thread_local! {
             group_level: Cell::new(None),
             pending: RefCell::new(Vec::new()),
             group_ops: GroupOps::new(),
+            ahead: RefCell::new(AheadIndex::new()),
             made_in_group: RefCell::new(Vec::new()),
             opened: Cell::new(None),
             comms: comms::Cache::new(),
@@ -871,30 +876,89 @@ fn pick_op(
 /// Ops of the open group ahead of one about to be issued that will take a sequence
 /// number of the same counter (communicator, and peer and direction for Send/Recv)
 /// at the group's end: those NCCL accepted, with rows or kept while recording was
-/// paused ([`flush_group`] numbers both).
+/// paused ([`flush_group`] numbers both). Up to [`AHEAD_WALK_MAX`] ops the group's list
+/// is walked; past that the counts come from [`Hot::ahead`], brought up to date with
+/// the ops added since it was last asked, so that a group of n ops costs O(n), not
+/// O(n²) (an all_to_all of uneven splits over a thousand ranks is a group of two
+/// thousand sends and receives).
 fn pending_ahead(h: &Hot, kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
-    h.pending
-        .try_borrow()
-        .map_or(0, |p| ahead_on_counter(&p, kind, comm, peer))
+    let Ok(p) = h.pending.try_borrow() else {
+        return 0;
+    };
+    if p.len() <= AHEAD_WALK_MAX {
+        return ahead_on_counter(&p, kind, comm, peer);
+    }
+    let Ok(mut index) = h.ahead.try_borrow_mut() else {
+        return ahead_on_counter(&p, kind, comm, peer);
+    };
+    index.count(current_group(h).unwrap_or(0), &p, counter(kind, comm, peer))
+}
+
+/// Groups up to this many ops have [`pending_ahead`] walk their list.
+const AHEAD_WALK_MAX: usize = 32;
+
+/// The sequence counter an op takes its number from: (communicator, and for Send/Recv
+/// the direction and peer; every collective shares one).
+type Counter = (usize, OpKind, Option<i32>);
+
+fn counter(op: OpKind, comm: usize, peer: Option<i32>) -> Counter {
+    match op {
+        OpKind::Send | OpKind::Recv => (comm, op, peer),
+        _ => (comm, OpKind::AllReduce, None),
+    }
+}
+
+/// The counter of an op in the group's list, when NCCL accepted it (else it takes no
+/// sequence number).
+fn pending_counter(x: &OpRaw) -> Option<Counter> {
+    nccl::accepted(x.result).then(|| {
+        counter(
+            x.op,
+            x.comm_ptr as usize,
+            (x.present & OpRaw::PEER != 0).then_some(x.peer),
+        )
+    })
 }
 
 fn ahead_on_counter(pending: &[OpRaw], kind: OpKind, comm: usize, peer: Option<i32>) -> u64 {
-    let counter = |op: OpKind, comm: usize, peer: Option<i32>| match op {
-        OpKind::Send | OpKind::Recv => (comm, op, peer),
-        _ => (comm, OpKind::AllReduce, None),
-    };
     let me = counter(kind, comm, peer);
-    pending
-        .iter()
-        .filter(|x| {
-            nccl::accepted(x.result)
-                && counter(
-                    x.op,
-                    x.comm_ptr as usize,
-                    (x.present & OpRaw::PEER != 0).then_some(x.peer),
-                ) == me
-        })
-        .count() as u64
+    pending.iter().filter(|x| pending_counter(x) == Some(me)).count() as u64
+}
+
+/// The open group's accepted ops per sequence counter, for long groups
+/// ([`pending_ahead`]): which group it counts (its id), and how many of its list's ops
+/// it has counted. The memory is reused by the next long group.
+struct AheadIndex {
+    group: u64,
+    counted: usize,
+    per_counter: HashMap<Counter, u64, BuildHasherDefault<comms::PeerHasher>>,
+}
+
+impl AheadIndex {
+    const fn new() -> Self {
+        Self {
+            group: 0,
+            counted: 0,
+            per_counter: HashMap::with_hasher(BuildHasherDefault::new()),
+        }
+    }
+
+    /// How many ops of group `group`'s list `pending` take a number of `me`, counting
+    /// the ops added since the last call (all of them for another group).
+    fn count(&mut self, group: u64, pending: &[OpRaw], me: Counter) -> u64 {
+        if self.group != group || self.counted > pending.len() {
+            self.group = group;
+            self.counted = 0;
+            self.per_counter.clear();
+        }
+        for x in &pending[self.counted..] {
+            if let Some(c) = pending_counter(x) {
+                *self.per_counter.entry(c).or_insert(0) += 1;
+            }
+        }
+        self.counted = pending.len();
+        self.per_counter.get(&me).copied().unwrap_or(0)
+    }
 }
 
 /// The level the open group's ops are selected at: the one its first op saw.
@@ -1501,5 +1565,44 @@ mod tests {
         assert_eq!(ahead_on_counter(&pending, OpKind::Send, 1, Some(3)), 1);
         assert_eq!(ahead_on_counter(&pending, OpKind::Recv, 1, Some(3)), 1);
         assert_eq!(ahead_on_counter(&pending, OpKind::Recv, 1, Some(4)), 0);
+    }
+
+    #[test]
+    fn a_long_groups_counts_per_counter_agree_with_walking_its_list() {
+        // A deterministic mix: two communicators, collectives and sends/receives to
+        // five peers (and none), some refused; the list grows op by op as in a group,
+        // and each op asks before it is added, as `pick_op` does.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let kinds = [OpKind::AllReduce, OpKind::AllGather, OpKind::Send, OpKind::Recv];
+        let mut index = AheadIndex::new();
+        for group in [7, 8] {
+            let mut pending = Vec::new();
+            for id in 1..=400u64 {
+                let kind = kinds[next(4) as usize];
+                let comm = 1 + next(2) as usize;
+                let peer = matches!(kind, OpKind::Send | OpKind::Recv).then(|| next(5) as i32);
+                let rc = if next(10) == 0 { 4 } else { nccl::NCCL_SUCCESS };
+                let want = ahead_on_counter(&pending, kind, comm, peer);
+                assert_eq!(
+                    index.count(group, &pending, counter(kind, comm, peer)),
+                    want,
+                    "group {group}, op {id}"
+                );
+                pending.push(op_raw(kind, &args(comm, peer), id, 0, 0, rc));
+            }
+            // Asked again with a shorter list of the same group (it was cleared and
+            // refilled): counted afresh.
+            let me = counter(OpKind::Send, 1, Some(2));
+            assert_eq!(
+                index.count(group, &pending[..10], me),
+                ahead_on_counter(&pending[..10], OpKind::Send, 1, Some(2))
+            );
+        }
     }
 }
