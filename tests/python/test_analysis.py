@@ -61,20 +61,22 @@ def test_compare_a_run_with_itself(run):
 
 
 def test_sql_files_run_in_duckdb(run):
+    from test_analysis_sql_rules import _text
+
     con = duckdb.connect()
     con.execute(f"set variable run = '{run}'")
     for f in sorted((ROOT / "analysis" / "sql").glob("*.sql")):
-        rows = con.execute(f.read_text()).fetchall()
+        rows = con.execute(_text(f.name)).fetchall()
         assert rows, f.name
 
 
 def test_sql_files_give_a_run_zcta_wrote_the_figures_they_gave_before_their_rules(run):
     """The recipes' file and row rules (test_analysis_sql_rules) leave nothing out of a
     sound run that zcta wrote: each gives what its text before the rules gave."""
-    from test_analysis_sql_rules import _before, _run
+    from test_analysis_sql_rules import _before, _run, _text
 
     for f in sorted((ROOT / "analysis" / "sql").glob("*.sql")):
-        assert _run(f.read_text(), run) == _run(_before(f.name), run), f.name
+        assert _run(_text(f.name), run) == _run(_before(f.name), run), f.name
 
 
 PLOTS = pathlib.Path(os.environ.get("ZCTA_PLOT_DIR", "")) if os.environ.get("ZCTA_PLOT_DIR") else None

@@ -160,6 +160,14 @@ def runs(tmp_path_factory):
     return bad, clean
 
 
+def _text(name):
+    """A recipe's SQL as the DuckDB CLI runs it from the repository's root: its
+    `.read FILE` lines (the shared view, views/zcta_ops.sql) replaced by that file's
+    text."""
+    lines = (SQL / name).read_text().splitlines(keepends=True)
+    return "".join((ROOT / line.split()[1]).read_text() if line.startswith(".read ") else line for line in lines)
+
+
 def _run(text, run):
     """A recipe's rows, as the README runs it (the variable, then the file)."""
     con = duckdb.connect()
@@ -212,7 +220,7 @@ def test_a_recipe_leaves_out_the_rows_and_files_zcta_analysis_leaves_out(runs, n
     """Every recipe gives the figures of the run without its damaged rows and files; the
     recipe as it was (BEFORE) did not (the damage shows in every one)."""
     bad, clean = runs
-    text = (SQL / name).read_text()
+    text = _text(name)
     want = _run(text, clean)
     assert want
     assert _run(text, bad) == want
@@ -223,14 +231,14 @@ def test_a_recipe_leaves_out_the_rows_and_files_zcta_analysis_leaves_out(runs, n
 @pytest.mark.parametrize("name", RECIPES)
 def test_a_clean_run_gives_the_figures_it_gave_before(runs, name):
     _, clean = runs
-    assert _run((SQL / name).read_text(), clean) == _run(_before(name), clean)
+    assert _run(_text(name), clean) == _run(_before(name), clean)
 
 
 @pytest.mark.parametrize("name", OPS_RECIPES)
 def test_the_ops_recipes_rows_left_out_are_each_rules(runs, name):
     """Each damaged row alone changes the figures (no rule is covered by another)."""
     _, clean = runs
-    text = (SQL / name).read_text()
+    text = _text(name)
     want = _run(text, clean)
     for row in DAMAGED:
         one = clean.parent / f"one-{name}-{row['seq']}"
@@ -243,12 +251,13 @@ def test_the_ops_recipes_rows_left_out_are_each_rules(runs, name):
 
 def test_the_ops_recipes_rules_are_zcta_analysis_s_text():
     """The rules are one text: zcta_analysis._rules_sql's over every column it judges
-    (whitespace aside), as `connect` applies it; the phases table has none."""
+    (whitespace aside), as `connect` applies it, in the view both ops recipes read
+    (views/zcta_ops.sql); the phases table has none."""
     times, size = za._rules_sql("ops", za.TIME_COLUMNS["ops"] + ("bytes", "result"))
     want = f"({times}) and ({size})"
+    assert want in " ".join((SQL / "views" / "zcta_ops.sql").read_text().split())
     for name in OPS_RECIPES:
-        text = " ".join((SQL / name).read_text().split())
-        assert want in text, name
+        assert ".read analysis/sql/views/zcta_ops.sql\n" in (SQL / name).read_text(), name
     assert za._rules_sql("phases", [c for c, _, _ in _schema.COLUMNS["phases"]]) == ("true", "true")
 
 
@@ -262,7 +271,7 @@ def test_the_recipes_run_where_no_file_has_the_later_gpu_columns(tmp_path):
         _file(run / "ops" / f"h-{100 + rank}.parquet", "ops", [r for r in GOOD if r["rank"] == rank], drop=later)
     _file(run / "phases" / "h.parquet", "phases", _phases([r for r in GOOD if r["seq"] < 10]))
     for name in RECIPES:
-        got = _run((SQL / name).read_text(), run)
+        got = _run(_text(name), run)
         assert got and got == _run(_before(name), run), name
 
 
