@@ -337,7 +337,9 @@ fn a_blocking_capture_while_another_thread_uses_the_legacy_stream() {
 fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
     // The GPU clock runs 2 % fast. Each op's stream is idle when it is called, so its
     // ready stamp runs when it was launched, just before the call. The process
-    // row claims anchor errors and a drift; times must lie within what they allow.
+    // row's error covers the anchors' errors and the drift over the farthest a time
+    // was from its anchor: every time must lie within it (1 ms for the call's own
+    // host-side span).
     let run = Run::new("adv-drift");
     run_driver(
         &run,
@@ -349,9 +351,13 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
     let err = p.req_i64("gpu_clock_error_ns");
     let drift = p.req_i64("gpu_clock_drift_ns_per_s");
     assert!(drift > 10_000_000, "a 2 % drift is seen: {p:?}");
-    // An op uses the nearest anchor it has; anchors are renewed every 0.5 s (the
-    // writer polls every 20 ms).
-    let allow = err + drift * 6 / 10 + 1_000_000;
+    // Anchors are renewed every 0.5 s and an op uses the nearest it has, so the
+    // drift's part of the error is most of it.
+    assert!(
+        err > drift / 10,
+        "the error covers the drift over 100 ms and more: {p:?}"
+    );
+    let allow = err + 1_000_000;
     let mut worst = 0;
     for o in ops.iter().filter(|o| o.u64("group_id").is_none()) {
         let off = (o.req_i64("gpu_ready_ns") - o.req_i64("api_start_ns")).abs();

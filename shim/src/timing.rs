@@ -799,6 +799,9 @@ pub struct Timer {
     max_drift_ns_per_s: i64,
     /// Whether two anchors of a clock were ever compared (else no drift was seen).
     drift_measured: bool,
+    /// Farthest a GPU time written was from the anchor that placed it: the drift
+    /// between anchors grows the error with it ([`Timer::status`]).
+    max_dist_ns: i64,
     lost: u64,
 }
 
@@ -818,6 +821,7 @@ impl Timer {
             max_err_ns: 0,
             max_drift_ns_per_s: 0,
             drift_measured: false,
+            max_dist_ns: 0,
             lost: 0,
         }
     }
@@ -954,11 +958,16 @@ impl Timer {
                 continue;
             };
             pool.give(f.pair);
+            let (ready_ns, end_ns) = (anchor.host(ready), anchor.host(end));
             self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
+            let dist = (ready_ns - anchor.host_ns)
+                .abs()
+                .max((end_ns - anchor.host_ns).abs());
+            self.max_dist_ns = self.max_dist_ns.max(dist);
             out.push(GpuItem::Timed {
                 ext: f.ext,
-                ready_ns: anchor.host(ready),
-                end_ns: anchor.host(end),
+                ready_ns,
+                end_ns,
             });
         }
     }
@@ -1000,6 +1009,18 @@ impl Timer {
         self.pending.clear();
     }
 
+    /// The error of any GPU time written: its anchor's, and the drift seen between
+    /// anchors over the farthest a time was from its anchor (nothing for drift when no
+    /// two anchors were compared: then none was seen, and the row says so).
+    fn error_bound_ns(&self) -> i64 {
+        let drift = if self.drift_measured {
+            (self.max_drift_ns_per_s as f64 * self.max_dist_ns as f64 / 1e9).ceil() as i64
+        } else {
+            0
+        };
+        self.max_err_ns.saturating_add(drift)
+    }
+
     /// For the `process` row.
     pub fn status(&self) -> TimingStatus {
         let state = match STATE.load(Ordering::Acquire) {
@@ -1034,7 +1055,7 @@ impl Timer {
             on,
             errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
-            clock_error_ns: (on && self.max_err_ns > 0).then_some(self.max_err_ns),
+            clock_error_ns: (on && self.max_err_ns > 0).then(|| self.error_bound_ns()),
             // Not measured is not 0: a run shorter than an anchor's renewal has one.
             drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift_measured)
                 .then_some(self.max_drift_ns_per_s),
