@@ -632,7 +632,12 @@ struct Anchor {
 impl Anchor {
     /// GPU time `gpu` on CLOCK_REALTIME.
     fn host(&self, gpu: u64) -> i64 {
-        self.host_ns + gpu.wrapping_sub(self.gpu_ns) as i64
+        self.host_ns.wrapping_add(gpu.wrapping_sub(self.gpu_ns) as i64)
+    }
+
+    /// How far GPU time `gpu` is from this anchor, in ns either way.
+    fn distance(&self, gpu: u64) -> u64 {
+        (gpu.wrapping_sub(self.gpu_ns) as i64).unsigned_abs()
     }
 }
 
@@ -801,7 +806,7 @@ pub struct Timer {
     drift_measured: bool,
     /// Farthest a GPU time written was from the anchor that placed it: the drift
     /// between anchors grows the error with it ([`Timer::status`]).
-    max_dist_ns: i64,
+    max_dist_ns: u64,
     lost: u64,
 }
 
@@ -958,16 +963,13 @@ impl Timer {
                 continue;
             };
             pool.give(f.pair);
-            let (ready_ns, end_ns) = (anchor.host(ready), anchor.host(end));
             self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
-            let dist = (ready_ns - anchor.host_ns)
-                .abs()
-                .max((end_ns - anchor.host_ns).abs());
+            let dist = anchor.distance(ready).max(anchor.distance(end));
             self.max_dist_ns = self.max_dist_ns.max(dist);
             out.push(GpuItem::Timed {
                 ext: f.ext,
-                ready_ns,
-                end_ns,
+                ready_ns: anchor.host(ready),
+                end_ns: anchor.host(end),
             });
         }
     }
