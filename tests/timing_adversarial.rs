@@ -638,13 +638,20 @@ fn a_slow_launch_does_not_widen_the_clock_anchors() {
     // anchor kernel is launched first and brackets only the release of its flag and
     // the sight of its time, so the launch does not count.
     // (On a loaded machine a try's bracket can also hold the writer's time off the
-    // CPU, and a round where no try answered falls back to a stamp: the smallest
-    // error of up to three runs is taken.)
+    // CPU, and a round where no try answered falls back to a stamp: the kernel here
+    // waits 50 ms for its flag, not 1, so that a writer held off the CPU still gets
+    // its answer, and the smallest error of up to three runs is taken.)
     let slow = [("HOST_ITER_GAP_MS", "1"), ("FAKE_CUDA_LAUNCH_NS", "300000")];
+    let gated_env = [slow[0], slow[1], ("FAKE_CUDA_ANCHOR_WAIT_NS", "50000000")];
     let mut gated = Vec::new();
     for _ in 0..3 {
         let run = Run::new("adv-anchor-gated");
-        let (_, stats) = run_driver(&run, &["threads", "1", "300"], &slow, Duration::from_secs(30));
+        let (_, stats) = run_driver(
+            &run,
+            &["threads", "1", "300"],
+            &gated_env,
+            Duration::from_secs(30),
+        );
         let (p, _, _) = counts_agree(&run);
         assert!(stats["anchors"] > 0, "{stats:?}");
         gated.push(p.req_i64("gpu_clock_error_ns"));
