@@ -641,6 +641,37 @@ impl Anchor {
     }
 }
 
+/// What consecutive anchors of the clocks said of the GPU timer's drift against the
+/// host clock, in ns per s. Between two anchors the timer and the host clock disagree
+/// by `off` more than at the first, each anchor within its own error: the drift lies
+/// between `(off - e1 - e2) / span` (seen: what the errors cannot explain) and
+/// `(off + e1 + e2) / span` (the most the anchors allow).
+#[derive(Default)]
+struct Drift {
+    seen_ns_per_s: i64,
+    bound_ns_per_s: f64,
+    /// Whether two anchors of a clock were ever compared.
+    measured: bool,
+}
+
+impl Drift {
+    /// Adds anchor `a` to `clock`, comparing it with the one before.
+    fn push(&mut self, clock: &mut Clock, a: Anchor) {
+        if let Some(prev) = clock.anchors.back().copied() {
+            let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
+            let off = a.host_ns.wrapping_sub(prev.host(a.gpu_ns)).unsigned_abs() as f64;
+            let errs = prev.err_ns.saturating_add(a.err_ns) as f64;
+            self.seen_ns_per_s = self.seen_ns_per_s.max(((off - errs).max(0.0) / span_s) as i64);
+            self.bound_ns_per_s = self.bound_ns_per_s.max((off + errs) / span_s);
+            self.measured = true;
+        }
+        clock.anchors.push_back(a);
+        if clock.anchors.len() > ANCHORS_KEPT {
+            clock.anchors.pop_front();
+        }
+    }
+}
+
 /// One context's clock anchors, newest last.
 #[derive(Default)]
 struct Clock {
@@ -798,12 +829,10 @@ pub struct Timer {
     last_budget_ns: i64,
     /// When the driver was last asked ([`POLL_EVERY_NS`]).
     last_poll_ns: i64,
-    /// Largest half-bracket of an anchor used, and largest drift seen between
-    /// consecutive anchors (ns of disagreement per s).
+    /// Largest half-bracket of an anchor used.
     max_err_ns: i64,
-    max_drift_ns_per_s: i64,
-    /// Whether two anchors of a clock were ever compared (else no drift was seen).
-    drift_measured: bool,
+    /// What consecutive anchors said of the GPU timer's drift.
+    drift: Drift,
     /// Farthest a GPU time written was from the anchor that placed it: the drift
     /// between anchors grows the error with it ([`Timer::status`]).
     max_dist_ns: u64,
@@ -824,8 +853,7 @@ impl Timer {
             last_budget_ns: 0,
             last_poll_ns: 0,
             max_err_ns: 0,
-            max_drift_ns_per_s: 0,
-            drift_measured: false,
+            drift: Drift::default(),
             max_dist_ns: 0,
             lost: 0,
         }
@@ -881,17 +909,7 @@ impl Timer {
                 && let Some(st) = p.stamper.get()
                 && let Some(a) = clock.anchor(now, st)
             {
-                if let Some(prev) = clock.anchors.back().copied() {
-                    let predicted = prev.host(a.gpu_ns);
-                    let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
-                    let off = ((a.host_ns - predicted).abs() - prev.err_ns - a.err_ns).max(0);
-                    self.max_drift_ns_per_s = self.max_drift_ns_per_s.max((off as f64 / span_s) as i64);
-                    self.drift_measured = true;
-                }
-                clock.anchors.push_back(a);
-                if clock.anchors.len() > ANCHORS_KEPT {
-                    clock.anchors.pop_front();
-                }
+                self.drift.push(clock, a);
             }
         }
         // What reading the timed ops' slots cost this thread counts in the budget.
@@ -999,6 +1017,7 @@ impl Timer {
     /// At the end: gives the GPU up to `wait_ns` to finish what is pending.
     pub fn finish(&mut self, wait_ns: i64, out: &mut Vec<GpuItem>) {
         let until = now_ns() + wait_ns;
+        self.close_anchors();
         loop {
             self.last_poll_ns = 0;
             self.poll(out);
@@ -1011,15 +1030,41 @@ impl Timer {
         self.pending.clear();
     }
 
-    /// The error of any GPU time written: its anchor's, and the drift seen between
-    /// anchors over the farthest a time was from its anchor (nothing for drift when no
-    /// two anchors were compared: then none was seen, and the row says so).
+    /// A clock with one anchor, made before the last renewal was due (a run shorter
+    /// than [`ANCHOR_EVERY_NS`]), gets a second one at the end, so that its drift is
+    /// measured and bounds the times placed by the first.
+    fn close_anchors(&mut self) {
+        if STATE.load(Ordering::Acquire) != ON {
+            return;
+        }
+        let now = now_ns();
+        let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for p in &pools {
+            let Some(clock) = self.clocks.get_mut(&p.key()) else {
+                continue;
+            };
+            let lone = clock.anchors.len() == 1
+                && clock.anchors.back().is_some_and(|a| now - a.host_ns >= 1_000_000);
+            if !lone || clock.broken || p.retired.load(Ordering::Relaxed) {
+                continue;
+            }
+            if cuda::set_current(p.ctx).is_err() {
+                clock.broken = true;
+                continue;
+            }
+            if let Some(st) = p.stamper.get()
+                && let Some(a) = clock.anchor(now, st)
+            {
+                self.drift.push(clock, a);
+            }
+        }
+    }
+
+    /// The error of any GPU time written: its anchor's, and the most drift the anchors
+    /// allow over the farthest a time was from its anchor (nothing for drift when no
+    /// two anchors were compared: then the row's drift is NULL).
     fn error_bound_ns(&self) -> i64 {
-        let drift = if self.drift_measured {
-            (self.max_drift_ns_per_s as f64 * self.max_dist_ns as f64 / 1e9).ceil() as i64
-        } else {
-            0
-        };
+        let drift = (self.drift.bound_ns_per_s * self.max_dist_ns as f64 / 1e9).ceil() as i64;
         self.max_err_ns.saturating_add(drift)
     }
 
@@ -1059,8 +1104,8 @@ impl Timer {
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then(|| self.error_bound_ns()),
             // Not measured is not 0: a run shorter than an anchor's renewal has one.
-            drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift_measured)
-                .then_some(self.max_drift_ns_per_s),
+            drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift.measured)
+                .then_some(self.drift.seen_ns_per_s),
         }
     }
 }
