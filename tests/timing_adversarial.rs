@@ -1231,3 +1231,75 @@ fn a_device_reset_while_anchor_kernels_wait() {
         }
     }
 }
+
+#[test]
+fn long_mixed_groups_select_the_ops_every_rank_would() {
+    // At a budget level above 0 an op inside a group is chosen by its key, a hash of
+    // its communicator, ranks and the sequence number it will take at the group's
+    // end; past 32 ops the ops ahead of it on its counter are counted as the group
+    // grows. Groups of 200 and 1,000 Sends, Recvs and AllReduces to pseudo-random
+    // peers on two communicators over two streams, at a budget (10 %) whose level
+    // lands at 5-8 here: every op the shim chose (NCCL
+    // generated its API event, so its row has graph_captured) must have, from its
+    // row's comm_id, rank, peer and seq (what the peer rank computes), a key chosen
+    // at the level of the ungrouped ops around its group.
+    for (glen, iters) in [("200", "300"), ("1000", "300")] {
+        let run = Run::new("adv-mixed-groups");
+        run_driver(
+            &run,
+            &["mixed_groups", iters, glen, "100", "4000"],
+            &[("ZCTA_BUDGET", "10%")],
+            Duration::from_secs(60),
+        );
+        let ops = run.rows("ops");
+        let mut ungrouped: Vec<&Row> = ops.iter().filter(|o| o.is_null("group_id")).collect();
+        ungrouped.sort_by_key(|o| o.req_i64("api_start_ns"));
+        let mut groups: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
+        for o in ops.iter() {
+            if let Some(g) = o.u64("group_id") {
+                groups.entry(g).or_default().push(o);
+            }
+        }
+        let (mut checked, mut chosen, mut wrong) = (0, 0, Vec::new());
+        for (g, rows) in &groups {
+            let first = rows.iter().map(|o| o.req_i64("api_start_ns")).min().unwrap();
+            let i = ungrouped.partition_point(|o| o.req_i64("api_start_ns") < first);
+            let level_at = |j: Option<usize>| j.and_then(|j| ungrouped.get(j)?.u64("timing_level"));
+            // The level moves at most every 250 ms: the same on both sides, it held
+            // through the group.
+            let (Some(before), Some(after)) = (level_at(i.checked_sub(1)), level_at(Some(i))) else {
+                continue;
+            };
+            if before != after || before == 0 {
+                continue;
+            }
+            checked += 1;
+            for o in rows.iter().filter(|o| !o.is_null("graph_captured")) {
+                chosen += 1;
+                let (comm, seq, rank) = (o.req_u64("comm_id"), o.req_u64("seq"), o.req_i64("rank") as i32);
+                let key = match (o.req_str("op"), o.i64("peer")) {
+                    ("Send", Some(p)) => zcta::budget::p2p_key(comm, rank, p as i32, seq),
+                    ("Recv", Some(p)) => zcta::budget::p2p_key(comm, p as i32, rank, seq),
+                    _ => zcta::budget::coll_key(comm, seq),
+                };
+                if u64::from(key.trailing_zeros()) < before {
+                    wrong.push((*g, o.req_u64("op_id"), before, key.trailing_zeros()));
+                }
+            }
+        }
+        let captured = ops.iter().filter(|o| !o.is_null("graph_captured")).count();
+        let levels: BTreeMap<u64, usize> = ungrouped.iter().fold(BTreeMap::new(), |mut m, o| {
+            *m.entry(o.u64("timing_level").unwrap_or(99)).or_default() += 1;
+            m
+        });
+        eprintln!("glen {glen}: checked {checked} chosen {chosen} captured {captured} levels {levels:?}");
+        assert!(checked >= 10, "glen {glen}: {checked} groups at a level above 0");
+        assert!(chosen >= 20, "glen {glen}: {chosen} ops chosen in them");
+        assert!(
+            wrong.is_empty(),
+            "glen {glen}: {} of {chosen} ops chosen whose row's key is not chosen at the level (group, op_id, level, trailing zeros; the first 10): {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        );
+    }
+}
