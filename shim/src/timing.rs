@@ -1103,7 +1103,8 @@ impl Timer {
             errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
             clock_error_ns: (on && self.max_err_ns > 0).then(|| self.error_bound_ns()),
-            // Not measured is not 0: a run shorter than an anchor's renewal has one.
+            // Not measured is not 0: a clock whose second anchor (at the latest, at the
+            // end) did not answer has one.
             drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift.measured)
                 .then_some(self.drift.seen_ns_per_s),
         }
