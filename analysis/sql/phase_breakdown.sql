@@ -4,9 +4,8 @@
 -- share: not measured.
 -- duckdb -c "SET VARIABLE run = 'zcta-runs/<run id>'" -c ".read analysis/sql/phase_breakdown.sql"
 -- The phases files zcta_analysis reads (analysis/zcta_analysis/__init__.py), the others
--- left out silently: files whose footer gives no zcta.schema_version, a bad one or a
--- newer one than 2 (its SCHEMA_VERSION; `_version`), or another zcta.table than phases
--- (`_footer_problem`). Its row rules judge no column of phases (`_rules_sql("phases",
+-- left out silently: those zcta_files('phases') leaves out (views/zcta_files.sql: their
+-- footers). Its row rules judge no column of phases (`_rules_sql("phases",
 -- ...)` is true): `zcta phases` writes no row for an op they leave out. Not checked
 -- here: a column of another type, a required column missing or NULL (a file that is not
 -- Parquet stops the query). zcta_analysis.connect(run) applies every rule and names
@@ -15,16 +14,7 @@ set variable phases_files = (
   select case when count(*) = 0 then error('no phases table in ' || getvariable('run')
               || ': run `zcta phases ' || getvariable('run') || '` first') else count(*) end
   from glob(getvariable('run') || '/phases/*.parquet'));
-with files as (
-  select file_name from (
-    select file_name,
-           cast(first(value) filter (where key = 'zcta.schema_version') as varchar) as version,
-           first(value) filter (where key = 'zcta.table') as tbl
-    from parquet_kv_metadata(getvariable('run') || '/phases/*.parquet')
-    group by file_name)
-  where regexp_full_match(version, '\+?[0-9]+') and try_cast(version as uinteger) <= 2
-    and coalesce(tbl = 'phases', true)
-)
+.read analysis/sql/views/zcta_files.sql
 select op,
        cast(pow(2, floor(log2(greatest(bytes, 1)))) as bigint) as size,
        coalesce(engine, 'not measured') as engine,
@@ -39,6 +29,6 @@ select op,
        sum(proxy_ns) / sum(window_ns) as proxy,
        sum(unresolved_ns) / sum(window_ns) as unresolved
 from read_parquet(getvariable('run') || '/phases/*.parquet', union_by_name = true, filename = true)
-where window_ns is not null and filename in (from files)
+where window_ns is not null and filename in (from zcta_files('phases'))
 group by all
 order by op, size;

@@ -150,10 +150,12 @@ def test_phase_breakdown_sql_without_phases_names_the_command(run, tmp_path):
 
     bare = tmp_path / "bare"
     shutil.copytree(run, bare, ignore=shutil.ignore_patterns("phases"))
+    from test_analysis_sql_rules import _text
+
     con = duckdb.connect()
     con.execute(f"set variable run = '{bare}'")
     with pytest.raises(duckdb.Error, match=f"run `zcta phases {bare}` first"):
-        con.execute((ROOT / "analysis" / "sql" / "phase_breakdown.sql").read_text())
+        con.execute(_text("phase_breakdown.sql"))
 
 
 def _cli_line(f: pathlib.Path) -> str:

@@ -160,12 +160,12 @@ def runs(tmp_path_factory):
     return bad, clean
 
 
-def _text(name):
+def _text(name, base=SQL):
     """A recipe's SQL as the DuckDB CLI runs it from the repository's root: its
-    `.read FILE` lines (the shared view, views/zcta_ops.sql) replaced by that file's
-    text."""
-    lines = (SQL / name).read_text().splitlines(keepends=True)
-    return "".join((ROOT / line.split()[1]).read_text() if line.startswith(".read ") else line for line in lines)
+    `.read FILE` lines (the shared views/zcta_ops.sql and views/zcta_files.sql)
+    replaced by that file's text, read the same way."""
+    lines = (base / name).read_text().splitlines(keepends=True)
+    return "".join(_text(line.split()[1], ROOT) if line.startswith(".read ") else line for line in lines)
 
 
 def _run(text, run):
