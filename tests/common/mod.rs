@@ -71,7 +71,7 @@ impl Fixtures {
     }
 }
 
-const SOURCES: [&str; 10] = [
+const SOURCES: [&str; 11] = [
     "fake_disk.c",
     "fake_cupti.c",
     "fake_cuda.c",
@@ -79,6 +79,7 @@ const SOURCES: [&str; 10] = [
     "profiler_v5_min.h",
     "profiler_v7_min.h",
     "fake_nccl.h",
+    "detached.h",
     "fake_nccl.c",
     "glue.c",
     "host.c",
