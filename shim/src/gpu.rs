@@ -495,12 +495,14 @@ impl Debug {
 
 impl CuptiSource {
     /// The writer's side of capture; made once per process, with the recorder.
-    pub fn new() -> Self {
+    /// `hold`: how long the writer holds an op's row for its GPU side.
+    pub fn new(hold: std::time::Duration) -> Self {
+        let hold_ns = i64::try_from(hold.as_nanos()).unwrap_or(i64::MAX);
         let (tx, rx) = queue::bounded(1 << 16);
         // Only the first source's queue is fed (there is one recorder per process).
         let _ = NOTES.set(tx);
         Self {
-            timer: crate::timing::Timer::new(),
+            timer: crate::timing::Timer::new(hold_ns),
             notes: rx,
             names: HashMap::new(),
             proxy_seen: 0,

@@ -187,7 +187,7 @@ fn activate() -> Option<Recorder> {
     };
     let mut writer = Writer::new(info, policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
-    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new()), cfg.gpu);
+    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new(cfg.gpu.hold)), cfg.gpu);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()

@@ -16,7 +16,8 @@
 //! path (memory reads, no driver call) and puts their times on CLOCK_REALTIME through
 //! anchors on a stream of its own, renewed every [`ANCHOR_EVERY_NS`]: the anchor
 //! kernel, which writes the GPU's time once the writer releases it, between two reads
-//! of the host clock ([`Clock::anchor`]).
+//! of the host clock ([`Clock::anchor`]). An op's ready time waits for the anchor
+//! after it and is placed on the line through the two around it ([`Timer::place`]).
 //!
 //! What this costs grows with NCCL operations only (the program's own kernels are not
 //! touched), and the budget ([`zcta::budget`]) keeps it under a share of wall time.
@@ -639,6 +640,33 @@ impl Anchor {
     fn distance(&self, gpu: u64) -> u64 {
         (gpu.wrapping_sub(self.gpu_ns) as i64).unsigned_abs()
     }
+
+    /// GPU time `gpu`, which lies between this anchor and the later anchor `b`, on
+    /// CLOCK_REALTIME: on the line through the two (the timer's drift taken as steady
+    /// between them), within the larger of their errors. `None` when `gpu` is not
+    /// between them or they do not both move forward.
+    fn between(&self, b: &Anchor, gpu: u64) -> Option<i64> {
+        let span_gpu = b.gpu_ns.wrapping_sub(self.gpu_ns) as i64;
+        let span_host = b.host_ns.wrapping_sub(self.host_ns);
+        let into = gpu.wrapping_sub(self.gpu_ns) as i64;
+        if span_gpu <= 0 || span_host <= 0 || !(0..=span_gpu).contains(&into) {
+            return None;
+        }
+        // Rounded to the nearest ns (both spans are positive).
+        let moved = (2 * i128::from(into) * i128::from(span_host) + i128::from(span_gpu))
+            / (2 * i128::from(span_gpu));
+        Some(self.host_ns.wrapping_add(moved as i64))
+    }
+}
+
+/// Where a GPU time was put on CLOCK_REALTIME, and what its error is made of.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Placed {
+    /// Between two anchors: within the larger of their errors.
+    Between { err_ns: i64 },
+    /// From one anchor, `dist_ns` away from it: its error, and the drift over that
+    /// distance ([`Timer::error_bound_ns`]).
+    From { err_ns: i64, dist_ns: u64 },
 }
 
 /// What consecutive anchors of the clocks said of the GPU timer's drift against the
@@ -816,6 +844,58 @@ impl Clock {
             .copied()
             .min_by_key(|a| (a.host_ns - t).unsigned_abs())
     }
+
+    /// GPU time `gpu` between two consecutive anchors, placed on the line through
+    /// them ([`Anchor::between`]).
+    fn between(&self, gpu: u64) -> Option<(i64, Placed)> {
+        let (a, b) = self
+            .anchors
+            .iter()
+            .zip(self.anchors.iter().skip(1))
+            .find(|(a, b)| {
+                let into = gpu.wrapping_sub(a.gpu_ns) as i64;
+                into >= 0 && into <= b.gpu_ns.wrapping_sub(a.gpu_ns) as i64
+            })?;
+        let host = a.between(b, gpu)?;
+        Some((
+            host,
+            Placed::Between {
+                err_ns: a.err_ns.max(b.err_ns),
+            },
+        ))
+    }
+
+    /// GPU time `gpu` from the anchor nearest to the call at `call_ns` (no later
+    /// anchor came in time).
+    fn by_nearest(&self, call_ns: i64, gpu: u64) -> Option<(i64, Placed)> {
+        let a = self.nearest(call_ns)?;
+        Some((
+            a.host(gpu),
+            Placed::From {
+                err_ns: a.err_ns,
+                dist_ns: a.distance(gpu),
+            },
+        ))
+    }
+
+    /// Whether the newest anchor was taken after GPU time `gpu` (a time not between
+    /// two anchors yet will be once the next one is taken).
+    fn passed(&self, gpu: u64) -> bool {
+        self.anchors
+            .back()
+            .is_some_and(|b| gpu.wrapping_sub(b.gpu_ns) as i64 <= 0)
+    }
+}
+
+/// An op whose stamps were read (its pair is back in its pool), waiting for the anchor
+/// after its times so that they are placed between two anchors ([`Timer::place`]).
+#[derive(Clone, Copy)]
+struct Read {
+    ext: u64,
+    ctx: CtxKey,
+    call_ns: i64,
+    ready: u64,
+    end: u64,
 }
 
 /// The writer's side: fills the pools, anchors the clocks, reads the slots and turns
@@ -829,19 +909,38 @@ pub struct Timer {
     last_budget_ns: i64,
     /// When the driver was last asked ([`POLL_EVERY_NS`]).
     last_poll_ns: i64,
-    /// Largest half-bracket of an anchor used.
+    /// Ops read, waiting for the anchor after their times ([`Timer::place`]).
+    read: VecDeque<Read>,
+    /// How long an op waits for that anchor after its call: half of how long the
+    /// writer holds an op's row for its GPU side (`ZCTA_GPU_HOLD_MS`), so that its
+    /// times still arrive in time when they are placed from one anchor instead.
+    wait_ns: i64,
+    /// Largest error of the anchors around a ready time placed between two.
+    between_err_ns: i64,
+    /// Longest op (end − ready, on the GPU's timer) whose ready time was placed between
+    /// two anchors: its end is off by the drift over it too.
+    max_span_ns: u64,
+    placed_between: bool,
+    placed_from_one: bool,
+    /// Largest error of an anchor that placed a GPU time alone.
     max_err_ns: i64,
     /// What consecutive anchors said of the GPU timer's drift.
     drift: Drift,
-    /// Farthest a GPU time written was from the anchor that placed it: the drift
-    /// between anchors grows the error with it ([`Timer::status`]).
+    /// Farthest a GPU time placed from one anchor was from it: the drift since the
+    /// anchor grows its error with it ([`Timer::status`]).
     max_dist_ns: u64,
     lost: u64,
 }
 
+/// Anchors taken early for ops waiting for one ([`Timer::poll`]) are at least this
+/// far apart: with a short `ZCTA_GPU_HOLD_MS`, ops that cannot wait are placed from
+/// one anchor rather than anchors taken hundreds of times a second.
+const EARLY_ANCHOR_GAP_NS: i64 = 20_000_000;
+
 impl Timer {
-    /// Made once per process, with the recorder (before timing can start).
-    pub fn new() -> Self {
+    /// Made once per process, with the recorder (before timing can start); `hold_ns`:
+    /// how long the writer holds an op's row for its GPU side.
+    pub fn new(hold_ns: i64) -> Self {
         let (tx, rx) = queue::bounded(POOL_MAX);
         let _ = FLIGHTS.set(tx);
         Self {
@@ -852,6 +951,12 @@ impl Timer {
             ctl: None,
             last_budget_ns: 0,
             last_poll_ns: 0,
+            read: VecDeque::new(),
+            wait_ns: (hold_ns / 2).max(0),
+            between_err_ns: 0,
+            max_span_ns: 0,
+            placed_between: false,
+            placed_from_one: false,
             max_err_ns: 0,
             drift: Drift::default(),
             max_dist_ns: 0,
@@ -880,6 +985,7 @@ impl Timer {
             return;
         }
         self.last_poll_ns = now;
+        let due = self.anchors_due(now);
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for p in &pools {
             if p.retired.load(Ordering::Relaxed) {
@@ -890,11 +996,12 @@ impl Timer {
                 continue;
             }
             let low = p.rx.len() < POOL_READY && (p.made.load(Ordering::Relaxed) as usize) < POOL_MAX;
-            let stale = clock
+            let stale = (clock
                 .anchors
                 .back()
                 .is_none_or(|a| now - a.host_ns >= ANCHOR_EVERY_NS)
-                && now - clock.last_try_ns >= ANCHOR_EVERY_NS / 10;
+                && now - clock.last_try_ns >= ANCHOR_EVERY_NS / 10)
+                || (due.contains(&p.key()) && now - clock.last_try_ns >= EARLY_ANCHOR_GAP_NS);
             if !(low || stale) {
                 continue;
             }
@@ -913,16 +1020,89 @@ impl Timer {
             }
         }
         // What reading the timed ops' slots cost this thread counts in the budget.
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.read.is_empty() {
             let t0 = now_ns();
-            self.resolve(now, out);
+            self.resolve(now);
+            self.place(now, out, false);
             let t1 = now_ns();
             charge((t1 - t0).max(0) as u64, t1);
         }
         self.budget(now);
     }
 
-    fn resolve(&mut self, now: i64, out: &mut Vec<GpuItem>) {
+    /// Contexts with an op read whose times no anchor has passed yet and whose wait
+    /// ends within a quarter of it ([`Timer::wait_ns`]): their next anchor is taken
+    /// now rather than when it is due.
+    fn anchors_due(&self, now: i64) -> Vec<CtxKey> {
+        let mut due: Vec<CtxKey> = Vec::new();
+        for r in &self.read {
+            if due.contains(&r.ctx) || now < r.call_ns + self.wait_ns - self.wait_ns / 4 {
+                continue;
+            }
+            if self.clocks.get(&r.ctx).is_some_and(|c| !c.passed(r.ready)) {
+                due.push(r.ctx);
+            }
+        }
+        due
+    }
+
+    /// Puts the times of the ops read on CLOCK_REALTIME: between the anchors around
+    /// each time once the anchor after it is taken; from the anchor nearest to the call
+    /// once the op has waited [`Timer::wait_ns`], or when `last`.
+    fn place(&mut self, now: i64, out: &mut Vec<GpuItem>, last: bool) {
+        for _ in 0..self.read.len() {
+            let Some(r) = self.read.pop_front() else { break };
+            let Some(clock) = self.clocks.get(&r.ctx) else {
+                self.lost += 1;
+                continue;
+            };
+            let late = last || now - r.call_ns >= self.wait_ns;
+            // The ready time is placed; the end keeps its distance from it on the GPU's
+            // timer (the op's duration as CUDA events measure it), so within the drift
+            // over that duration of where the ready time lies.
+            let span = r.end.wrapping_sub(r.ready) as i64;
+            let placed = clock
+                .between(r.ready)
+                .or_else(|| late.then(|| clock.by_nearest(r.call_ns, r.ready)).flatten());
+            let Some((ready_ns, placed)) = placed else {
+                if late {
+                    // No anchor at all (every try failed): given up like an op whose
+                    // clock never had one.
+                    if last || now - r.call_ns >= GIVE_UP_NS {
+                        self.lost += 1;
+                    } else {
+                        self.read.push_back(r);
+                    }
+                } else {
+                    self.read.push_back(r);
+                }
+                continue;
+            };
+            match placed {
+                Placed::Between { err_ns } => {
+                    self.between_err_ns = self.between_err_ns.max(err_ns);
+                    self.max_span_ns = self.max_span_ns.max(span.unsigned_abs());
+                    self.placed_between = true;
+                }
+                Placed::From { err_ns, dist_ns } => {
+                    self.placed_from_one = true;
+                    self.max_err_ns = self.max_err_ns.max(err_ns);
+                    // The end is at most its span farther from the anchor.
+                    let end_dist = dist_ns.saturating_add(span.unsigned_abs());
+                    self.max_dist_ns = self.max_dist_ns.max(end_dist);
+                }
+            }
+            out.push(GpuItem::Timed {
+                ext: r.ext,
+                ready_ns,
+                end_ns: ready_ns.wrapping_add(span),
+            });
+        }
+    }
+
+    /// Reads the slots of the ops in flight whose stamps were written, gives their pairs
+    /// back and keeps their times for [`Timer::place`].
+    fn resolve(&mut self, now: i64) {
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
         // Streams with an op not done yet: their later ops were launched after it and
         // are not read now, so slots are read no more than needed; the ops of other
@@ -971,7 +1151,10 @@ impl Timer {
                 }
                 continue;
             };
-            let Some(anchor) = self.clocks.get(&f.ctx).and_then(|c| c.nearest(f.call_ns)) else {
+            // Read once its clock has an anchor: until then its pair stays taken, so
+            // that a clock never anchored runs its pool dry (ops not timed, counted)
+            // rather than piling up times it cannot place.
+            if self.clocks.get(&f.ctx).is_none_or(|c| c.anchors.is_empty()) {
                 if now - f.call_ns < GIVE_UP_NS {
                     self.pending.push_back(f);
                 } else {
@@ -979,15 +1162,14 @@ impl Timer {
                     pool.give(f.pair);
                 }
                 continue;
-            };
+            }
             pool.give(f.pair);
-            self.max_err_ns = self.max_err_ns.max(anchor.err_ns);
-            let dist = anchor.distance(ready).max(anchor.distance(end));
-            self.max_dist_ns = self.max_dist_ns.max(dist);
-            out.push(GpuItem::Timed {
+            self.read.push_back(Read {
                 ext: f.ext,
-                ready_ns: anchor.host(ready),
-                end_ns: anchor.host(end),
+                ctx: f.ctx,
+                call_ns: f.call_ns,
+                ready,
+                end,
             });
         }
     }
@@ -1017,7 +1199,6 @@ impl Timer {
     /// At the end: gives the GPU up to `wait_ns` to finish what is pending.
     pub fn finish(&mut self, wait_ns: i64, out: &mut Vec<GpuItem>) {
         let until = now_ns() + wait_ns;
-        self.close_anchors();
         loop {
             self.last_poll_ns = 0;
             self.poll(out);
@@ -1028,11 +1209,15 @@ impl Timer {
         }
         self.lost += self.pending.iter().filter(|f| f.keep).count() as u64;
         self.pending.clear();
+        // The ops read are placed between anchors once one is taken after them.
+        self.close_anchors();
+        self.place(now_ns(), out, true);
     }
 
-    /// A clock with one anchor, made before the last renewal was due (a run shorter
-    /// than [`ANCHOR_EVERY_NS`]), gets a second one at the end, so that its drift is
-    /// measured and bounds the times placed by the first.
+    /// At the end, a clock gets one more anchor where an op read waits for it (its
+    /// times are then placed between two anchors), and where it has only one, made
+    /// before the last renewal was due (a run shorter than [`ANCHOR_EVERY_NS`]), so
+    /// that its drift is measured and bounds the times placed by the first.
     fn close_anchors(&mut self) {
         if STATE.load(Ordering::Acquire) != ON {
             return;
@@ -1045,7 +1230,9 @@ impl Timer {
             };
             let lone = clock.anchors.len() == 1
                 && clock.anchors.back().is_some_and(|a| now - a.host_ns >= 1_000_000);
-            if !lone || clock.broken || p.retired.load(Ordering::Relaxed) {
+            let key = p.key();
+            let waited = self.read.iter().any(|r| r.ctx == key && !clock.passed(r.ready));
+            if !(lone || waited) || clock.broken || p.retired.load(Ordering::Relaxed) {
                 continue;
             }
             if cuda::set_current(p.ctx).is_err() {
@@ -1060,12 +1247,29 @@ impl Timer {
         }
     }
 
-    /// The error of any GPU time written: its anchor's, and the most drift the anchors
-    /// allow over the farthest a time was from its anchor (nothing for drift when no
-    /// two anchors were compared: then the row's drift is NULL).
+    /// The error of any GPU time written: for one placed between two anchors the larger
+    /// of their errors; for one placed from a single anchor its error and the most
+    /// drift the anchors allow over the farthest such a time was from its anchor
+    /// (nothing for drift when no two anchors were compared: then the row's drift is
+    /// NULL).
     fn error_bound_ns(&self) -> i64 {
-        let drift = (self.drift.bound_ns_per_s * self.max_dist_ns as f64 / 1e9).ceil() as i64;
-        self.max_err_ns.saturating_add(drift)
+        let drift_over = |d: u64| (self.drift.bound_ns_per_s * d as f64 / 1e9).ceil() as i64;
+        let between = if self.placed_between {
+            self.between_err_ns.saturating_add(drift_over(self.max_span_ns))
+        } else {
+            0
+        };
+        let from_one = if self.placed_from_one {
+            self.max_err_ns.saturating_add(drift_over(self.max_dist_ns))
+        } else {
+            0
+        };
+        between.max(from_one)
+    }
+
+    /// Whether a GPU time was placed.
+    fn placed(&self) -> bool {
+        self.placed_between || self.placed_from_one
     }
 
     /// For the `process` row.
@@ -1102,11 +1306,10 @@ impl Timer {
             on,
             errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
-            clock_error_ns: (on && self.max_err_ns > 0).then(|| self.error_bound_ns()),
+            clock_error_ns: (on && self.placed()).then(|| self.error_bound_ns()),
             // Not measured is not 0: a clock whose second anchor (at the latest, at the
             // end) did not answer has one.
-            drift_ns_per_s: (on && self.max_err_ns > 0 && self.drift.measured)
-                .then_some(self.drift.seen_ns_per_s),
+            drift_ns_per_s: (on && self.placed() && self.drift.measured).then_some(self.drift.seen_ns_per_s),
         }
     }
 }
@@ -1129,5 +1332,78 @@ mod tests {
             c.add_to(&total);
         }
         assert_eq!(total.load(Ordering::Relaxed), u64::from(11 * CHOSEN_BATCH));
+    }
+
+    /// A GPU timer running 2 % fast against the host clock, offset far from it.
+    fn truth(gpu: u64) -> i64 {
+        1_700_000_000_000_000_000 + ((gpu - 5_000_000_000) as f64 / 1.02) as i64
+    }
+
+    fn anchor(gpu: u64, off: i64, err: i64) -> Anchor {
+        Anchor {
+            gpu_ns: gpu,
+            host_ns: truth(gpu) + off,
+            err_ns: err,
+        }
+    }
+
+    #[test]
+    fn a_time_between_two_anchors_lies_within_the_larger_of_their_errors() {
+        // Three anchors 0.5 s apart, each off by up to its error; the timer drifts 2 %.
+        let mut clock = Clock::default();
+        let mut drift = Drift::default();
+        for (g, off, err) in [
+            (5_000_000_000, 900, 1_000),
+            (5_510_000_000, -1_400, 1_500),
+            (6_020_000_000, 200, 300),
+        ] {
+            drift.push(&mut clock, anchor(g, off, err));
+        }
+        for g in (5_000_000_000..=6_020_000_000u64).step_by(7_919_111) {
+            let (host, placed) = clock.between(g).unwrap();
+            let Placed::Between { err_ns } = placed else {
+                panic!("{placed:?}")
+            };
+            let err = (host - truth(g)).abs();
+            assert!(err <= err_ns, "{g}: {err} ns off, claimed {err_ns}");
+            // From one anchor the same time may be off by ~2 % of its distance.
+            let (one, _) = clock.by_nearest(truth(g), g).unwrap();
+            assert!((one - truth(g)).abs() <= 5_200_000, "{g}");
+            assert!(clock.passed(g));
+        }
+        // Outside the anchors: not between any two.
+        assert!(clock.between(4_999_999_999).is_none());
+        assert!(clock.between(6_020_000_001).is_none());
+        assert!(!clock.passed(6_020_000_001));
+        let (_, p) = clock.by_nearest(truth(6_100_000_000), 6_100_000_000).unwrap();
+        assert_eq!(
+            p,
+            Placed::From {
+                err_ns: 300,
+                dist_ns: 80_000_000
+            }
+        );
+    }
+
+    #[test]
+    fn anchors_that_do_not_both_move_forward_place_nothing_between_them() {
+        let a = anchor(5_000_000_000, 0, 100);
+        let mut b = anchor(5_500_000_000, 0, 100);
+        assert!(a.between(&b, 5_200_000_000).is_some());
+        assert!(b.between(&a, 5_200_000_000).is_none());
+        b.host_ns = a.host_ns;
+        assert!(a.between(&b, 5_200_000_000).is_none());
+        // The timer wrapped between them: still forward.
+        let a = Anchor {
+            gpu_ns: u64::MAX - 10,
+            host_ns: 1_000,
+            err_ns: 1,
+        };
+        let b = Anchor {
+            gpu_ns: 89,
+            host_ns: 1_100,
+            err_ns: 1,
+        };
+        assert_eq!(a.between(&b, 39), Some(1_050));
     }
 }
