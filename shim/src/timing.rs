@@ -680,6 +680,8 @@ struct Drift {
     bound_ns_per_s: f64,
     /// Whether two anchors of a clock were ever compared.
     measured: bool,
+    /// Anchors taken, of any clock.
+    pushes: u64,
 }
 
 impl Drift {
@@ -693,6 +695,7 @@ impl Drift {
             self.bound_ns_per_s = self.bound_ns_per_s.max((off + errs) / span_s);
             self.measured = true;
         }
+        self.pushes += 1;
         clock.anchors.push_back(a);
         if clock.anchors.len() > ANCHORS_KEPT {
             clock.anchors.pop_front();
@@ -911,6 +914,14 @@ pub struct Timer {
     last_poll_ns: i64,
     /// Ops read, waiting for the anchor after their times ([`Timer::place`]).
     read: VecDeque<Read>,
+    /// How many ops at the front of `read` were looked at with the anchors there were
+    /// when [`Drift::pushes`] was `scanned_at`; the earliest time one of them is late
+    /// (waited its wait, or [`GIVE_UP_NS`] without an anchor to place it), and when and
+    /// for which context one of them first wants an early anchor.
+    scanned: usize,
+    scanned_at: u64,
+    next_late_ns: i64,
+    next_due: Option<(i64, CtxKey)>,
     /// How long an op waits for that anchor after its call: half of how long the
     /// writer holds an op's row for its GPU side (`ZCTA_GPU_HOLD_MS`), so that its
     /// times still arrive in time when they are placed from one anchor instead.
@@ -952,6 +963,10 @@ impl Timer {
             last_budget_ns: 0,
             last_poll_ns: 0,
             read: VecDeque::new(),
+            scanned: 0,
+            scanned_at: 0,
+            next_late_ns: i64::MAX,
+            next_due: None,
             wait_ns: (hold_ns / 2).max(0),
             between_err_ns: 0,
             max_span_ns: 0,
@@ -985,7 +1000,7 @@ impl Timer {
             return;
         }
         self.last_poll_ns = now;
-        let due = self.anchors_due(now);
+        let due = self.anchor_due(now);
         let pools: Vec<Arc<Pool>> = POOLS.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for p in &pools {
             if p.retired.load(Ordering::Relaxed) {
@@ -1001,7 +1016,7 @@ impl Timer {
                 .back()
                 .is_none_or(|a| now - a.host_ns >= ANCHOR_EVERY_NS)
                 && now - clock.last_try_ns >= ANCHOR_EVERY_NS / 10)
-                || (due.contains(&p.key()) && now - clock.last_try_ns >= EARLY_ANCHOR_GAP_NS);
+                || (due == Some(p.key()) && now - clock.last_try_ns >= EARLY_ANCHOR_GAP_NS);
             if !(low || stale) {
                 continue;
             }
@@ -1030,74 +1045,105 @@ impl Timer {
         self.budget(now);
     }
 
-    /// Contexts with an op read whose times no anchor has passed yet and whose wait
-    /// ends within a quarter of it ([`Timer::wait_ns`]): their next anchor is taken
-    /// now rather than when it is due.
-    fn anchors_due(&self, now: i64) -> Vec<CtxKey> {
-        let mut due: Vec<CtxKey> = Vec::new();
-        for r in &self.read {
-            if due.contains(&r.ctx) || now < r.call_ns + self.wait_ns - self.wait_ns / 4 {
-                continue;
-            }
-            if self.clocks.get(&r.ctx).is_some_and(|c| !c.passed(r.ready)) {
-                due.push(r.ctx);
-            }
-        }
-        due
+    /// The context whose next anchor is taken now rather than when it is due: that of
+    /// the op read whose ready time no anchor has passed yet and whose wait
+    /// ([`Timer::wait_ns`]) ends first, once half of it is over (the other half leaves
+    /// room for a writer held up on a loaded machine, or an anchor that failed once).
+    fn anchor_due(&self, now: i64) -> Option<CtxKey> {
+        self.next_due.filter(|&(t, _)| now >= t).map(|(_, ctx)| ctx)
     }
 
     /// Puts the times of the ops read on CLOCK_REALTIME: between the anchors around
-    /// each time once the anchor after it is taken; from the anchor nearest to the call
-    /// once the op has waited [`Timer::wait_ns`], or when `last`.
+    /// each ready time once the anchor after it is taken; from the anchor nearest to the
+    /// call once the op has waited [`Timer::wait_ns`], or when `last`. An op is looked at
+    /// again only when an anchor was taken or its wait ran out, so a round costs the
+    /// ops read since the last one, not all that wait.
     fn place(&mut self, now: i64, out: &mut Vec<GpuItem>, last: bool) {
-        for _ in 0..self.read.len() {
-            let Some(r) = self.read.pop_front() else { break };
-            let Some(clock) = self.clocks.get(&r.ctx) else {
-                self.lost += 1;
-                continue;
-            };
-            let late = last || now - r.call_ns >= self.wait_ns;
-            // The ready time is placed; the end keeps its distance from it on the GPU's
-            // timer (the op's duration as CUDA events measure it), so within the drift
-            // over that duration of where the ready time lies.
-            let span = r.end.wrapping_sub(r.ready) as i64;
-            let placed = clock
-                .between(r.ready)
-                .or_else(|| late.then(|| clock.by_nearest(r.call_ns, r.ready)).flatten());
-            let Some((ready_ns, placed)) = placed else {
-                if late {
-                    // No anchor at all (every try failed): given up like an op whose
-                    // clock never had one.
-                    if last || now - r.call_ns >= GIVE_UP_NS {
-                        self.lost += 1;
-                    } else {
-                        self.read.push_back(r);
-                    }
-                } else {
-                    self.read.push_back(r);
-                }
-                continue;
-            };
-            match placed {
-                Placed::Between { err_ns } => {
-                    self.between_err_ns = self.between_err_ns.max(err_ns);
-                    self.max_span_ns = self.max_span_ns.max(span.unsigned_abs());
-                    self.placed_between = true;
-                }
-                Placed::From { err_ns, dist_ns } => {
-                    self.placed_from_one = true;
-                    self.max_err_ns = self.max_err_ns.max(err_ns);
-                    // The end is at most its span farther from the anchor.
-                    let end_dist = dist_ns.saturating_add(span.unsigned_abs());
-                    self.max_dist_ns = self.max_dist_ns.max(end_dist);
+        let full = last || self.drift.pushes != self.scanned_at || now >= self.next_late_ns;
+        let start = if full {
+            0
+        } else {
+            self.scanned.min(self.read.len())
+        };
+        if start == self.read.len() {
+            return;
+        }
+        let mut read = std::mem::take(&mut self.read);
+        let (mut next_late, mut next_due) = if full {
+            (i64::MAX, None)
+        } else {
+            (self.next_late_ns, self.next_due)
+        };
+        let mut i = 0;
+        read.retain(|r| {
+            i += 1;
+            if i <= start || self.place_one(r, now, last, out) {
+                return i <= start;
+            }
+            let late = now - r.call_ns >= self.wait_ns;
+            next_late = next_late.min(
+                r.call_ns
+                    .saturating_add(if late { GIVE_UP_NS } else { self.wait_ns }),
+            );
+            if self.clocks.get(&r.ctx).is_some_and(|c| !c.passed(r.ready)) {
+                let due = r.call_ns + self.wait_ns / 2;
+                if next_due.is_none_or(|(d, _)| due < d) {
+                    next_due = Some((due, r.ctx));
                 }
             }
-            out.push(GpuItem::Timed {
-                ext: r.ext,
-                ready_ns,
-                end_ns: ready_ns.wrapping_add(span),
-            });
+            true
+        });
+        self.read = read;
+        self.scanned = self.read.len();
+        self.scanned_at = self.drift.pushes;
+        self.next_late_ns = next_late;
+        self.next_due = next_due;
+    }
+
+    /// [`Timer::place`] for one op: whether it is done with (written, or given up).
+    fn place_one(&mut self, r: &Read, now: i64, last: bool, out: &mut Vec<GpuItem>) -> bool {
+        let Some(clock) = self.clocks.get(&r.ctx) else {
+            self.lost += 1;
+            return true;
+        };
+        let late = last || now - r.call_ns >= self.wait_ns;
+        // The ready time is placed; the end keeps its distance from it on the GPU's
+        // timer (the op's duration as CUDA events measure it), so within the drift
+        // over that duration of where the ready time lies.
+        let span = r.end.wrapping_sub(r.ready) as i64;
+        let placed = clock
+            .between(r.ready)
+            .or_else(|| late.then(|| clock.by_nearest(r.call_ns, r.ready)).flatten());
+        let Some((ready_ns, placed)) = placed else {
+            // Not placed from one anchor when late: its clock has none (not reached: an
+            // op is read only once its clock has one); given up like an op whose clock
+            // never had one.
+            if late && (last || now - r.call_ns >= GIVE_UP_NS) {
+                self.lost += 1;
+                return true;
+            }
+            return false;
+        };
+        match placed {
+            Placed::Between { err_ns } => {
+                self.between_err_ns = self.between_err_ns.max(err_ns);
+                self.max_span_ns = self.max_span_ns.max(span.unsigned_abs());
+                self.placed_between = true;
+            }
+            Placed::From { err_ns, dist_ns } => {
+                self.placed_from_one = true;
+                self.max_err_ns = self.max_err_ns.max(err_ns);
+                // The end is at most its span farther from the anchor.
+                let end_dist = dist_ns.saturating_add(span.unsigned_abs());
+                self.max_dist_ns = self.max_dist_ns.max(end_dist);
+            }
         }
+        out.push(GpuItem::Timed {
+            ext: r.ext,
+            ready_ns,
+            end_ns: ready_ns.wrapping_add(span),
+        });
+        true
     }
 
     /// Reads the slots of the ops in flight whose stamps were written, gives their pairs
