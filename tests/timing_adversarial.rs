@@ -335,19 +335,19 @@ fn a_blocking_capture_while_another_thread_uses_the_legacy_stream() {
 
 #[test]
 fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
-    // The GPU clock runs 2 % fast. Each op's stream is idle when it is called, so its
+    // The GPU clock runs 20 % fast. Each op's stream is idle when it is called, so its
     // ready stamp runs when it was launched, just before the call. Every time must lie
     // within the process row's error (1 ms for the call's own host-side span).
     // With the default hold an op's ready time waits for the anchor after it and is
     // placed on the line through the two around it: the drift does not move it (the
-    // typical op lies within the anchors' own errors of where it ran, where from an
-    // anchor a quarter of a second away it would be ~5 ms out). With a 10 ms hold
-    // (`ZCTA_GPU_HOLD_MS`) times cannot wait for an anchor and are placed from one:
-    // the error then covers the most drift the anchors allow over the farthest a time
-    // was from its anchor.
+    // typical op lies within the anchors' own errors of where it ran — milliseconds
+    // on a loaded machine — where from an anchor a quarter of a second away it would
+    // be ~50 ms out). With a 10 ms hold (`ZCTA_GPU_HOLD_MS`) times are placed from the
+    // nearest anchor as soon as they are read: the error then covers the most drift
+    // the anchors allow over the farthest a time was from its anchor.
     for (hold, between) in [(None, true), (Some("10"), false)] {
         let run = Run::new("adv-drift");
-        let mut env = vec![("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CLOCK_PPM", "20000")];
+        let mut env = vec![("ZCTA_BUDGET", "all"), ("FAKE_CUDA_CLOCK_PPM", "200000")];
         if let Some(h) = hold {
             env.push(("ZCTA_GPU_HOLD_MS", h));
         }
@@ -356,7 +356,7 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
         assert_eq!(t.timed_without_times, 0, "{hold:?}: {p:?}");
         let err = p.req_i64("gpu_clock_error_ns");
         let drift = p.req_i64("gpu_clock_drift_ns_per_s");
-        assert!(drift > 10_000_000, "{hold:?}: a 2 % drift is seen: {p:?}");
+        assert!(drift > 100_000_000, "{hold:?}: a 20 % drift is seen: {p:?}");
         let mut offs: Vec<i64> = ops
             .iter()
             .filter(|o| o.u64("group_id").is_none())
@@ -365,11 +365,8 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
         offs.sort_unstable();
         let (median, worst) = (offs[offs.len() / 2], offs[offs.len() - 1]);
         if between {
-            // 200 µs: the drift over 10 ms, and anchors' errors widened on a loaded
-            // machine (where a failed anchor can also leave a few times to be placed
-            // from one, which the row's error then covers).
             assert!(
-                median < 200_000,
+                median < 10_000_000,
                 "between anchors the drift does not move a time: median {median} ns off: {p:?}"
             );
         } else {
@@ -381,7 +378,7 @@ fn a_drifting_gpu_clock_stays_within_the_claimed_bound() {
         // The drift seen is what lies beyond both anchors' errors, so it reads low by
         // up to their sum over the 0.5 s between them (wide on a loaded machine): 0.1 s
         // of the drift for that. Without the drift's part an op placed from an anchor
-        // 0.5 s away is ~10 ms out.
+        // 0.5 s away is ~100 ms out.
         let allow = err + 1_000_000 + drift / 10;
         assert!(
             worst <= allow,
@@ -1136,12 +1133,15 @@ fn gpu_times_lie_within_the_claimed_error_of_the_truth() {
     // GPU time), with an anchor kernel slow to start, and with stamps for anchors.
     // With a drifting clock too, where anchors late by the same amount hide part of
     // the drift from their difference (2 % and 100 ppm, each anchor 300 µs late): the
-    // row's error takes the most drift the anchors allow, not the least.
+    // row's error takes the most drift the anchors allow, not the least. With a timer
+    // running at half speed and times placed from one anchor (a 10 ms hold): the
+    // drift's bound is per second of the GPU's timer, over which distances are taken.
     for knobs in [
+        &[("FAKE_CUDA_CLOCK_PPM", "-500000"), ("ZCTA_GPU_HOLD_MS", "10")][..],
         &[
             ("FAKE_CUDA_CLOCK_PPM", "20000"),
             ("FAKE_CUDA_ANCHOR_LAG_NS", "300000"),
-        ][..],
+        ],
         &[
             ("FAKE_CUDA_CLOCK_PPM", "100"),
             ("FAKE_CUDA_ANCHOR_LAG_NS", "300000"),

@@ -672,8 +672,9 @@ enum Placed {
 /// What consecutive anchors of the clocks said of the GPU timer's drift against the
 /// host clock, in ns per s. Between two anchors the timer and the host clock disagree
 /// by `off` more than at the first, each anchor within its own error: the drift lies
-/// between `(off - e1 - e2) / span` (seen: what the errors cannot explain) and
-/// `(off + e1 + e2) / span` (the most the anchors allow).
+/// between `(off - e1 - e2) / span` (seen: what the errors cannot explain, per host
+/// second) and `(off + e1 + e2) / span` (the most the anchors allow, per second of the
+/// GPU's timer, over which distances from an anchor are measured).
 #[derive(Default)]
 struct Drift {
     seen_ns_per_s: i64,
@@ -689,10 +690,14 @@ impl Drift {
     fn push(&mut self, clock: &mut Clock, a: Anchor) {
         if let Some(prev) = clock.anchors.back().copied() {
             let span_s = ((a.host_ns - prev.host_ns) as f64 / 1e9).max(1e-3);
+            // The bound is applied to distances on the GPU's timer
+            // ([`Timer::error_bound_ns`]): per second of it (a timer running slow
+            // covers fewer of its own seconds than of the host's).
+            let span_gpu_s = ((a.gpu_ns.wrapping_sub(prev.gpu_ns) as i64) as f64 / 1e9).max(1e-3);
             let off = a.host_ns.wrapping_sub(prev.host(a.gpu_ns)).unsigned_abs() as f64;
             let errs = prev.err_ns.saturating_add(a.err_ns) as f64;
             self.seen_ns_per_s = self.seen_ns_per_s.max(((off - errs).max(0.0) / span_s) as i64);
-            self.bound_ns_per_s = self.bound_ns_per_s.max((off + errs) / span_s);
+            self.bound_ns_per_s = self.bound_ns_per_s.max((off + errs) / span_gpu_s);
             self.measured = true;
         }
         self.pushes += 1;
@@ -924,7 +929,8 @@ pub struct Timer {
     next_due: Option<(i64, CtxKey)>,
     /// How long an op waits for that anchor after its call: half of how long the
     /// writer holds an op's row for its GPU side (`ZCTA_GPU_HOLD_MS`), so that its
-    /// times still arrive in time when they are placed from one anchor instead.
+    /// times still arrive in time when they are placed from one anchor instead; 0
+    /// (no wait) under [`MIN_WAIT_NS`].
     wait_ns: i64,
     /// Largest error of the anchors around a ready time placed between two.
     between_err_ns: i64,
@@ -942,6 +948,12 @@ pub struct Timer {
     max_dist_ns: u64,
     lost: u64,
 }
+
+/// The shortest wait for the anchor after an op ([`Timer::wait_ns`]): with a hold
+/// (`ZCTA_GPU_HOLD_MS`) under twice this, times are placed from the nearest anchor as
+/// soon as they are read, rather than raced against the hold by anchors taken every
+/// few milliseconds.
+const MIN_WAIT_NS: i64 = 100_000_000;
 
 /// Anchors taken early for ops waiting for one ([`Timer::poll`]) are at least this
 /// far apart: with a short `ZCTA_GPU_HOLD_MS`, ops that cannot wait are placed from
@@ -967,7 +979,11 @@ impl Timer {
             scanned_at: 0,
             next_late_ns: i64::MAX,
             next_due: None,
-            wait_ns: (hold_ns / 2).max(0),
+            wait_ns: if hold_ns / 2 >= MIN_WAIT_NS {
+                hold_ns / 2
+            } else {
+                0
+            },
             between_err_ns: 0,
             max_span_ns: 0,
             placed_between: false,
@@ -1036,9 +1052,11 @@ impl Timer {
         }
         // What reading the timed ops' slots cost this thread counts in the budget.
         if !self.pending.is_empty() || !self.read.is_empty() {
+            // A fresh time: the anchors above may have taken milliseconds, and an op's
+            // wait must end before the writer's hold of its row does.
             let t0 = now_ns();
-            self.resolve(now);
-            self.place(now, out, false);
+            self.resolve(t0);
+            self.place(t0, out, false);
             let t1 = now_ns();
             charge((t1 - t0).max(0) as u64, t1);
         }
