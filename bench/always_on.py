@@ -45,7 +45,8 @@ would pay ~1 % for it where a continuous loop pays it once; at 100 ms it is 0.02
 --ab-block-ms 0 keeps the loop lengths above. With --ab-fine N each repetition of a
 loop ends with up to N pairs of single items (at most --ab-fine-s seconds of them),
 recording switched at every item (`fine_ab`): the fine A/B (`ab_fine`: the median over
-the pairs of their ratio; `ab_fine_items`: every item's ns). Not for the 64 MiB loops:
+the pairs of their ratio; `ab_fine_items`: every item's ns, and which side of each pair
+ran first). Not for the 64 MiB loops:
 their items queue behind each other on the GPU, so one item's time is not its own. Every block's time per item is kept
 (`ab_blocks`), for a training step with the part spent issuing its work (before the
 synchronize that ends it): a cost that grows the step but not its issuing lies on the
@@ -56,6 +57,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -256,8 +258,11 @@ def fine_ab(m, n, seconds):
     """The fine A/B of loop `m`: `n` pairs of single items (fewer where they would take
     more than `seconds`), one with recording on and one paused (for psr paused on both
     sides; for the raw loops the paused side calls libnccl's own functions; a training
-    step is an item, synchronised at its end), the order swapped every pair (on-off, off-on, ...), each
-    item timed alone and the switch left out of its time. Neighbouring items share the
+    step is an item, synchronised at its end), the order of each pair drawn at random
+    (seeded by the configuration, round and loop: a pattern of the loop's own with any
+    period cannot fall on one side more than the other, as one of period 4 does on
+    alternating orders on-off, off-on, ...), each item timed alone and the switch left
+    out of its time. Neighbouring items share the
     machine's state of the moment, so the drifts and two speeds that move whole blocks
     (docs/PERFORMANCE.md) fall on both sides of nearly every pair. What it measures is
     what the calling thread pays per item: work zcta does later or on another thread
@@ -267,11 +272,14 @@ def fine_ab(m, n, seconds):
     record = m not in PAUSED_BOTH
     clock = time.perf_counter_ns
     got = fine[m]
+    order = random.Random(f"{args.config}/{args.round}/{m}/{len(got['on'])}")
     stop = time.monotonic() + seconds
     for i in range(n):
         if time.monotonic() > stop:
             break
-        for on in ((True, False) if i % 2 == 0 else (False, True)):
+        on_first = order.random() < 0.5
+        got["on_first"].append(on_first)
+        for on in ((True, False) if on_first else (False, True)):
             set_recording(int(on and record))
             f = fn if on else off_fn
             t = clock()
@@ -289,7 +297,7 @@ ab_items = {}
 pairs = {m: [] for m in wanted}
 # The fine A/B: each item timed alone, recording switched at every item (ns; pair i is
 # on[i] with off[i]).
-fine = {m: {"on": [], "off": []} for m in wanted}
+fine = {m: {"on": [], "off": [], "on_first": []} for m in wanted}
 # Every block, in the order run: [recording?, seconds per item, of which issuing
 # (training steps only, else null)] (a slow block's place among the others; where a
 # cost lies).

@@ -98,22 +98,39 @@ def fine_table(d):
     """The fine A/B (`ab_fine_items`: single items, recording switched at every item):
     per measure and configuration, the median over processes of each one's median pair
     ratio recording / paused [min, max], then every pair of every process pooled: its
-    median with the 95 % bootstrap interval of `median_interval` (pairs / processes)."""
+    median with the 95 % bootstrap interval of `median_interval` (pairs / processes);
+    where the JSON says which side ran first, the pooled median of the pairs that ran
+    recording first and of those that ran it second (their gap is what running first
+    does to an item, which a random order spreads over both sides)."""
     got = {}
+    order = {}
     for f in sorted(Path(d).glob("*.json")):
         j = json.loads(f.read_text())
         for m, v in j.get("ab_fine_items", {}).items():
             r = [a / b for a, b in zip(v["on"], v["off"]) if b > 0]
             if r:
                 got.setdefault(j["config"], {}).setdefault(m, []).append(r)
+            first = v.get("on_first")
+            if first and len(first) == len(v["on"]) == len(v["off"]):
+                o = order.setdefault((j["config"], m), ([], []))
+                for a, b, on_first in zip(v["on"], v["off"], first):
+                    if b > 0:
+                        o[0 if on_first else 1].append(a / b)
     if not got:
         return ""
+    # config_table hands `cell` a configuration's list for a measure: which one it is.
+    keys = {id(g): (c, m) for c, ms in got.items() for m, g in ms.items()}
 
     def cell(g):
+        key = keys.get(id(g))
         per = [statistics.median(r) for r in g]
         med, lo, hi = median_interval(g, resamples=1000)
-        return (f"**{statistics.median(per):.3f}×** [{min(per):.3f}, {max(per):.3f}]; pooled {med:.3f}× "
+        text = (f"**{statistics.median(per):.3f}×** [{min(per):.3f}, {max(per):.3f}]; pooled {med:.3f}× "
                 f"[{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})")
+        o = order.get(key)
+        if o and o[0] and o[1]:
+            text += f"; recording first {statistics.median(o[0]):.3f}×, second {statistics.median(o[1]):.3f}×"
+        return text
 
     return config_table("fine A/B, single items with recording switched at every item: median over processes "
                         "of each one's median pair ratio [min, max]; pooled median [95 % bootstrap interval] "

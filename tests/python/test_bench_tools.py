@@ -380,6 +380,28 @@ def test_always_on_report_reads_the_fine_ab(tmp_path):
     assert fine_table(tmp_path / "none") == ""
 
 
+def test_always_on_report_splits_the_fine_ab_by_which_side_ran_first(tmp_path):
+    """Where the JSON says which side of each pair ran first (`on_first`), the fine
+    table gives the pooled median of the pairs that ran recording first and of those
+    that ran it second; without it (or with a list of another length) neither."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import fine_table
+
+    def write(name, config, v):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"config": config, "round": 0,
+                                                           "ab_fine_items": {"a2a_8B_us": v}}))
+
+    # Running first costs 2 %: recording first 1.02 × 1.01, second 1.01 / 1.02.
+    write("default-0", "default", {"on": [103.02, 103.02, 99.02], "off": [100, 100, 100],
+                                    "on_first": [True, True, False]})
+    write("plain-0", "plain", {"on": [100, 100], "off": [100, 100], "on_first": [True]})
+    table = fine_table(tmp_path)
+    row = next(line for line in table.splitlines() if line.startswith("| a2a_8B_us"))
+    plain, default = (c.strip() for c in row.split("|")[2:4])
+    assert default.endswith("; recording first 1.030×, second 0.990×"), default
+    assert "first" not in plain, plain
+
+
 def test_always_on_report_splits_the_steps_cost_into_issuing_and_the_rest(tmp_path):
     """bench/always_on_report.py's issue table: per process the median over block pairs
     (either order) of recording / paused, for the whole step and for its issuing; runs
