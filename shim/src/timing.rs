@@ -1313,10 +1313,13 @@ impl Timer {
 
     /// The error of any GPU time written: for one placed between two anchors the larger
     /// of their errors; for one placed from a single anchor its error and the most
-    /// drift the anchors allow over the farthest such a time was from its anchor
-    /// (nothing for drift when no two anchors were compared: then the row's drift is
-    /// NULL).
-    fn error_bound_ns(&self) -> i64 {
+    /// drift the anchors allow over the farthest such a time was from its anchor.
+    /// `None` (not known) where times were placed from one anchor while no two anchors
+    /// were ever compared: their drift was not measured.
+    fn error_bound_ns(&self) -> Option<i64> {
+        if self.placed_from_one && !self.drift.measured {
+            return None;
+        }
         let drift_over = |d: u64| (self.drift.bound_ns_per_s * d as f64 / 1e9).ceil() as i64;
         let between = if self.placed_between {
             self.between_err_ns.saturating_add(drift_over(self.max_span_ns))
@@ -1328,7 +1331,7 @@ impl Timer {
         } else {
             0
         };
-        between.max(from_one)
+        Some(between.max(from_one))
     }
 
     /// Whether a GPU time was placed.
@@ -1370,7 +1373,7 @@ impl Timer {
             on,
             errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
-            clock_error_ns: (on && self.placed()).then(|| self.error_bound_ns()),
+            clock_error_ns: (on && self.placed()).then(|| self.error_bound_ns()).flatten(),
             // Not measured is not 0: a clock whose second anchor (at the latest, at the
             // end) did not answer has one.
             drift_ns_per_s: (on && self.placed() && self.drift.measured).then_some(self.drift.seen_ns_per_s),
