@@ -886,6 +886,13 @@ impl Clock {
         ))
     }
 
+    /// Whether GPU time `gpu` is before the oldest anchor kept.
+    fn before_oldest(&self, gpu: u64) -> bool {
+        self.anchors
+            .front()
+            .is_some_and(|a| (gpu.wrapping_sub(a.gpu_ns) as i64) < 0)
+    }
+
     /// Whether the newest anchor was taken after GPU time `gpu` (a time not between
     /// two anchors yet will be once the next one is taken).
     fn passed(&self, gpu: u64) -> bool {
@@ -1124,7 +1131,9 @@ impl Timer {
             self.lost += 1;
             return true;
         };
-        let late = last || now - r.call_ns >= self.wait_ns;
+        // A ready time before the clock's oldest anchor (an op run before the clock was
+        // first anchored) will never lie between two: no wait for it.
+        let late = last || now - r.call_ns >= self.wait_ns || clock.before_oldest(r.ready);
         // The ready time is placed; the end keeps its distance from it on the GPU's
         // timer (the op's duration as CUDA events measure it), so within the drift
         // over that duration of where the ready time lies.
