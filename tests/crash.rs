@@ -373,7 +373,7 @@ const SLACK: i64 = 3 * SEC / 10;
 /// Default GPU mode (every op timed with GPU stamps: `ZCTA_BUDGET=all`, the stand-in
 /// driver): an op row waits for its stamps and the clock anchor after them (taken at
 /// the latest a quarter of the hold after its call), so after a SIGKILL nothing older
-/// than that, the flush interval and the writer's round is lost (measured: 0.63-0.66 s).
+/// than that, the flush interval and the writer's round is lost (measured: 0.63-0.67 s).
 #[test]
 fn crash_window_with_gpu_stamps() {
     let age = worst_window(
