@@ -856,21 +856,18 @@ impl Clock {
     /// GPU time `gpu` between two consecutive anchors, placed on the line through
     /// them ([`Anchor::between`]).
     fn between(&self, gpu: u64) -> Option<(i64, Placed)> {
-        let (a, b) = self
-            .anchors
+        self.anchors
             .iter()
             .zip(self.anchors.iter().skip(1))
-            .find(|(a, b)| {
-                let into = gpu.wrapping_sub(a.gpu_ns) as i64;
-                into >= 0 && into <= b.gpu_ns.wrapping_sub(a.gpu_ns) as i64
-            })?;
-        let host = a.between(b, gpu)?;
-        Some((
-            host,
-            Placed::Between {
-                err_ns: a.err_ns.max(b.err_ns),
-            },
-        ))
+            .find_map(|(a, b)| {
+                let host = a.between(b, gpu)?;
+                Some((
+                    host,
+                    Placed::Between {
+                        err_ns: a.err_ns.max(b.err_ns),
+                    },
+                ))
+            })
     }
 
     /// GPU time `gpu` from the anchor nearest to the call at `call_ns` (no later
@@ -939,15 +936,14 @@ pub struct Timer {
     /// times still arrive in time when they are placed from one anchor instead; 0
     /// (no wait) under [`MIN_WAIT_NS`].
     wait_ns: i64,
-    /// Largest error of the anchors around a ready time placed between two.
-    between_err_ns: i64,
+    /// Largest error of the anchors around a ready time placed between two (`None`:
+    /// none was).
+    between_err_ns: Option<i64>,
     /// Longest op (end − ready, on the GPU's timer) whose ready time was placed between
     /// two anchors: its end is off by the drift over it too.
     max_span_ns: u64,
-    placed_between: bool,
-    placed_from_one: bool,
-    /// Largest error of an anchor that placed a GPU time alone.
-    max_err_ns: i64,
+    /// Largest error of an anchor that placed a GPU time alone (`None`: none did).
+    from_one_err_ns: Option<i64>,
     /// What consecutive anchors said of the GPU timer's drift.
     drift: Drift,
     /// Farthest a GPU time placed from one anchor was from it: the drift since the
@@ -991,11 +987,9 @@ impl Timer {
             } else {
                 0
             },
-            between_err_ns: 0,
+            between_err_ns: None,
             max_span_ns: 0,
-            placed_between: false,
-            placed_from_one: false,
-            max_err_ns: 0,
+            from_one_err_ns: None,
             drift: Drift::default(),
             max_dist_ns: 0,
             lost: 0,
@@ -1102,14 +1096,13 @@ impl Timer {
         let mut i = 0;
         read.retain(|r| {
             i += 1;
-            if i <= start || self.place_one(r, now, last, out) {
-                return i <= start;
+            if i <= start {
+                return true;
             }
-            let late = now - r.call_ns >= self.wait_ns;
-            next_late = next_late.min(
-                r.call_ns
-                    .saturating_add(if late { GIVE_UP_NS } else { self.wait_ns }),
-            );
+            let Some(again) = self.place_one(r, now, last, out) else {
+                return false;
+            };
+            next_late = next_late.min(again);
             if self.clocks.get(&r.ctx).is_some_and(|c| !c.passed(r.ready)) {
                 let due = r.call_ns + self.wait_ns / 2;
                 if next_due.is_none_or(|(d, _)| due < d) {
@@ -1125,11 +1118,13 @@ impl Timer {
         self.next_due = next_due;
     }
 
-    /// [`Timer::place`] for one op: whether it is done with (written, or given up).
-    fn place_one(&mut self, r: &Read, now: i64, last: bool, out: &mut Vec<GpuItem>) -> bool {
+    /// [`Timer::place`] for one op: `None` when it is done with (written, or given up),
+    /// else when it is late (its wait over, or [`GIVE_UP_NS`] once it is) and must be
+    /// looked at again.
+    fn place_one(&mut self, r: &Read, now: i64, last: bool, out: &mut Vec<GpuItem>) -> Option<i64> {
         let Some(clock) = self.clocks.get(&r.ctx) else {
             self.lost += 1;
-            return true;
+            return None;
         };
         // A ready time before the clock's oldest anchor (an op run before the clock was
         // first anchored) will never lie between two: no wait for it.
@@ -1147,19 +1142,18 @@ impl Timer {
             // never had one.
             if late && (last || now - r.call_ns >= GIVE_UP_NS) {
                 self.lost += 1;
-                return true;
+                return None;
             }
-            return false;
+            let wait = if late { GIVE_UP_NS } else { self.wait_ns };
+            return Some(r.call_ns.saturating_add(wait));
         };
         match placed {
             Placed::Between { err_ns } => {
-                self.between_err_ns = self.between_err_ns.max(err_ns);
+                self.between_err_ns = self.between_err_ns.max(Some(err_ns));
                 self.max_span_ns = self.max_span_ns.max(span.unsigned_abs());
-                self.placed_between = true;
             }
             Placed::From { err_ns, dist_ns } => {
-                self.placed_from_one = true;
-                self.max_err_ns = self.max_err_ns.max(err_ns);
+                self.from_one_err_ns = self.from_one_err_ns.max(Some(err_ns));
                 // The end is at most its span farther from the anchor.
                 let end_dist = dist_ns.saturating_add(span.unsigned_abs());
                 self.max_dist_ns = self.max_dist_ns.max(end_dist);
@@ -1170,7 +1164,7 @@ impl Timer {
             ready_ns,
             end_ns: ready_ns.wrapping_add(span),
         });
-        true
+        None
     }
 
     /// Reads the slots of the ops in flight whose stamps were written, gives their pairs
@@ -1326,26 +1320,22 @@ impl Timer {
     /// `None` (not known) where times were placed from one anchor while no two anchors
     /// were ever compared: their drift was not measured.
     fn error_bound_ns(&self) -> Option<i64> {
-        if self.placed_from_one && !self.drift.measured {
+        if self.from_one_err_ns.is_some() && !self.drift.measured {
             return None;
         }
         let drift_over = |d: u64| (self.drift.bound_ns_per_s * d as f64 / 1e9).ceil() as i64;
-        let between = if self.placed_between {
-            self.between_err_ns.saturating_add(drift_over(self.max_span_ns))
-        } else {
-            0
-        };
-        let from_one = if self.placed_from_one {
-            self.max_err_ns.saturating_add(drift_over(self.max_dist_ns))
-        } else {
-            0
-        };
-        Some(between.max(from_one))
+        let between = self
+            .between_err_ns
+            .map(|e| e.saturating_add(drift_over(self.max_span_ns)));
+        let from_one = self
+            .from_one_err_ns
+            .map(|e| e.saturating_add(drift_over(self.max_dist_ns)));
+        between.max(from_one)
     }
 
     /// Whether a GPU time was placed.
     fn placed(&self) -> bool {
-        self.placed_between || self.placed_from_one
+        self.between_err_ns.is_some() || self.from_one_err_ns.is_some()
     }
 
     /// For the `process` row.
@@ -1382,7 +1372,7 @@ impl Timer {
             on,
             errors: on.then(|| ERRORS.load(Ordering::Relaxed)),
             lost: on.then_some(self.lost),
-            clock_error_ns: (on && self.placed()).then(|| self.error_bound_ns()).flatten(),
+            clock_error_ns: on.then(|| self.error_bound_ns()).flatten(),
             // Not measured is not 0: a clock whose second anchor (at the latest, at the
             // end) did not answer has one.
             drift_ns_per_s: (on && self.placed() && self.drift.measured).then_some(self.drift.seen_ns_per_s),
