@@ -17,6 +17,12 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   the backend's calls where torch's Python layer refuses a rank sending to itself);
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each);
+- srp_8B_us: the raw 8-byte send/recv group, each followed by 16 us of the program's own
+  host work (a spin on the clock, the same on both sides of the A/B): an item of about
+  25 us, a self send/recv op at the scale of the issue's small ops (~20-30 us), whose
+  A/B is against libnccl's own functions like sr_*'s, so its ratio is zcta's whole cost
+  on the calling thread at that scale (the budget's timing included, which grows with
+  the op's time);
 - psr_8B_us, psr_1MiB_us: the raw send/recv loops with recording paused on both sides
   of the A/B: through the shim's paused path against libnccl's own functions, so that
   their ratio is what the paused path costs a group, the part of the shim's cost that
@@ -71,7 +77,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us", "tsr_1MiB_us",
-            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us", "psr_8B_us", "psr_1MiB_us"]
+            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us", "psr_8B_us", "psr_1MiB_us", "srp_8B_us"]
 
 ap = argparse.ArgumentParser()
 CONFIGS = ["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
@@ -141,6 +147,33 @@ def sr(nbytes):
     run = me.sendrecv(a, b)
     direct[run] = me.sendrecv(a, b, direct=True)
     return run
+
+
+# The host work that pads each of srp's groups (ns).
+PAD_NS = 16_000
+
+
+def padded(run):
+    """`run`'s items one at a time, each followed by PAD_NS of host work: a spin on
+    the clock for a fixed time after the item returned (not up to a deadline, which
+    would hide a slower item)."""
+    clock = time.perf_counter_ns
+
+    def go(k):
+        for _ in range(k):
+            run(1)
+            end = clock() + PAD_NS
+            while clock() < end:
+                pass
+
+    return go
+
+
+def srp(nbytes):
+    run = sr(nbytes)
+    p = padded(run)
+    direct[p] = padded(direct[run])
+    return p
 
 
 def tsr(nbytes):
@@ -217,6 +250,7 @@ work = {
     "a2a_64MiB_us": (a2a(64 * MiB), 100, 1e6),
     "psr_8B_us": (sr(8), 2000, 1e6),
     "psr_1MiB_us": (sr(MiB), 2000, 1e6),
+    "srp_8B_us": (srp(8), 2000, 1e6),
 }
 # Loops whose A/B keeps recording paused on both sides (psr_*).
 PAUSED_BOTH = {"psr_8B_us", "psr_1MiB_us"}

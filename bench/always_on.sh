@@ -15,7 +15,10 @@
 # one core of PIN's CPUs and the process's other threads on the rest:
 # bench/affinity.py), SHIM2 … SHIM9 (other builds' directories: a zcta configuration
 # named with a trailing digit N, e.g. default2, runs build SHIMN, so builds are
-# compared in one run).
+# compared in one run), START_ROUND (0: the first round to run, so that one run's
+# rounds can be spread over several commands, e.g. ROUNDS=3, then START_ROUND=3
+# ROUNDS=5 with the first command's json/ copied into this one's $OUT: the rotation
+# goes on where it stopped, and the report reads every round's JSON).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin1=$(cd "${1:-$root/.carry}" && pwd)
@@ -28,7 +31,7 @@ rounds=${ROUNDS:-5}
 read -r -a configs <<<"${CONFIGS:-plain default deep profiler}"
 measures=${MEASURES:-}
 n=${#configs[@]}
-for ((r = 0; r < rounds; r++)); do
+for ((r = ${START_ROUND:-0}; r < rounds; r++)); do
   for ((i = 0; i < n; i++)); do
     c=${configs[$(((i + r) % n))]}
     if ! config_env "$c" "$bin1"; then

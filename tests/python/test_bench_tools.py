@@ -733,6 +733,25 @@ def test_always_on_gives_torch_profiler_three_times_the_process_limit(tmp_path):
         "plain 40", "default 40", "profiler 120", "default 40", "profiler 120", "plain 40"], log.read_text()
 
 
+def test_always_on_goes_on_from_a_later_round(tmp_path):
+    """bench/always_on.sh with START_ROUND: only the rounds from it to ROUNDS run, each
+    named by its number and in the rotation the whole run would give it, so that one
+    run's rounds can be spread over several commands."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "rounds"
+    (fake / "timeout").write_text(
+        '#!/bin/sh\nwhile [ "$1" != --config ]; do shift; done\n'
+        f'echo "$2 $4" >> {log}\n')
+    (fake / "timeout").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "ROUNDS": "5", "START_ROUND": "3", "CONFIGS": "plain default deep"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "always_on.sh"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().split("\n")[:-1] == [
+        "plain 3", "default 3", "deep 3", "default 4", "deep 4", "plain 4"], log.read_text()
+
 def test_gpu_report_check_says_not_measured_never_0(tmp_path, capsys):
     """tests/gpu/events.py's report check: each phase's share of the summed window, and
     "n/m" for a phase no op measured (pandas would sum its NULLs to 0); it passes at
