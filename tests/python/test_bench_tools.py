@@ -713,44 +713,40 @@ def test_callgrind_group_counts_the_shims_instructions_per_group(tmp_path):
     assert 0 < alone < disabled < nomask, r.stdout
 
 
-def test_always_on_gives_torch_profiler_three_times_the_process_limit(tmp_path):
-    """bench/always_on.sh: each process runs under `timeout PROC_TIMEOUT`, a
-    torch.profiler process (profiler, profiler2, ...) under three times it, in the
-    rotated order (a stand-in `timeout` on PATH records its limit and configuration)."""
+def always_on_processes(tmp_path, fields, **env):
+    """Runs bench/always_on.sh with `env` and a stand-in `timeout` on PATH that starts
+    no process: returns, per process it would have run in order, what `fields` (a
+    shell expression over its limit and its arguments from --config on) says."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    log = tmp_path / "limits"
+    log = tmp_path / "processes"
     (fake / "timeout").write_text(
         '#!/bin/sh\nlimit=$1; shift\nwhile [ "$1" != --config ]; do shift; done\n'
-        f'echo "$2 $limit" >> {log}\n')
+        f'echo "{fields}" >> {log}\n')
     (fake / "timeout").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "ROUNDS": "2", "PROC_TIMEOUT": "40", "CONFIGS": "plain default profiler"}
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), **env}
     r = subprocess.run(["bash", str(ROOT / "bench" / "always_on.sh"), str(tmp_path)], env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert log.read_text().split("\n")[:-1] == [
-        "plain 40", "default 40", "profiler 120", "default 40", "profiler 120", "plain 40"], log.read_text()
+    return log.read_text().split("\n")[:-1]
+
+
+def test_always_on_gives_torch_profiler_three_times_the_process_limit(tmp_path):
+    """bench/always_on.sh: each process runs under `timeout PROC_TIMEOUT`, a
+    torch.profiler process (profiler, profiler2, ...) under three times it, in the
+    rotated order."""
+    got = always_on_processes(tmp_path, "$2 $limit", ROUNDS="2", PROC_TIMEOUT="40",
+                              CONFIGS="plain default profiler")
+    assert got == ["plain 40", "default 40", "profiler 120", "default 40", "profiler 120", "plain 40"], got
 
 
 def test_always_on_goes_on_from_a_later_round(tmp_path):
     """bench/always_on.sh with START_ROUND: only the rounds from it to ROUNDS run, each
     named by its number and in the rotation the whole run would give it, so that one
     run's rounds can be spread over several commands."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    log = tmp_path / "rounds"
-    (fake / "timeout").write_text(
-        '#!/bin/sh\nwhile [ "$1" != --config ]; do shift; done\n'
-        f'echo "$2 $4" >> {log}\n')
-    (fake / "timeout").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "ROUNDS": "5", "START_ROUND": "3", "CONFIGS": "plain default deep"}
-    r = subprocess.run(["bash", str(ROOT / "bench" / "always_on.sh"), str(tmp_path)], env=env,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert log.read_text().split("\n")[:-1] == [
-        "plain 3", "default 3", "deep 3", "default 4", "deep 4", "plain 4"], log.read_text()
+    got = always_on_processes(tmp_path, "$2 $4", ROUNDS="5", START_ROUND="3", CONFIGS="plain default deep")
+    assert got == ["plain 3", "default 3", "deep 3", "default 4", "deep 4", "plain 4"], got
+
 
 def test_gpu_report_check_says_not_measured_never_0(tmp_path, capsys):
     """tests/gpu/events.py's report check: each phase's share of the summed window, and
