@@ -19,7 +19,7 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each);
 - srp_8B_us: the raw 8-byte send/recv group, each followed by 16 us of the program's own
   host work (a spin on the clock, the same on both sides of the A/B): an item of about
-  25 us, a self send/recv op at the scale of the issue's small ops (~20-30 us), whose
+  25 us, a self send/recv op at the scale of the targets' small ops (~20-30 us), whose
   A/B is against libnccl's own functions like sr_*'s, so its ratio is zcta's whole cost
   on the calling thread at that scale (the budget's timing included, which grows with
   the op's time);
