@@ -17,9 +17,10 @@ A 1-rank process group (NCCL), then, each the median of --reps repetitions:
   the backend's calls where torch's Python layer refuses a rank sending to itself);
 - a2a_8B_us, a2a_1MiB_us, a2a_64MiB_us: dist.all_to_all_single (ncclAlltoAll; on one
   rank NCCL's one-rank path: a device copy), loops of 2,000 / 2,000 / 100 (us each);
-- srp_8B_us: the raw 8-byte send/recv group, each followed by 16 us of the program's own
-  host work (a spin on the clock, the same on both sides of the A/B): an item of about
-  25 us, a self send/recv op at the scale of the targets' small ops (~20-30 us), whose
+- srp_8B_us, srp_1MiB_us: the raw send/recv group, each followed by 16 us of the program's
+  own host work (a spin on the clock, the same on both sides of the A/B): an item of about
+  25 us, a self send/recv op at the scale of the targets' small ops (~20-30 us; the 1 MiB
+  copy takes the GPU less than the item, so items do not queue behind each other), whose
   A/B is against libnccl's own functions like sr_*'s, so its ratio is zcta's whole cost
   on the calling thread at that scale (the budget's timing included, which grows with
   the op's time);
@@ -77,7 +78,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 MEASURES = ["train_step_ms", "sr_8B_us", "sr_1MiB_us", "sr_64MiB_us", "tsr_8B_us", "tsr_1MiB_us",
-            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us", "psr_8B_us", "psr_1MiB_us", "srp_8B_us"]
+            "a2a_8B_us", "a2a_1MiB_us", "a2a_64MiB_us", "psr_8B_us", "psr_1MiB_us", "srp_8B_us",
+            "srp_1MiB_us"]
 
 ap = argparse.ArgumentParser()
 CONFIGS = ["plain", "default", "deep", "profiler", "off", "nomask", "noplugin", "disabled",
@@ -251,6 +253,7 @@ work = {
     "psr_8B_us": (sr(8), 2000, 1e6),
     "psr_1MiB_us": (sr(MiB), 2000, 1e6),
     "srp_8B_us": (srp(8), 2000, 1e6),
+    "srp_1MiB_us": (srp(MiB), 2000, 1e6),
 }
 # Loops whose A/B keeps recording paused on both sides (psr_*).
 PAUSED_BOTH = {"psr_8B_us", "psr_1MiB_us"}
