@@ -99,17 +99,27 @@ def fine_table(d):
     per measure and configuration, the median over processes of each one's median pair
     ratio recording / paused [min, max], then every pair of every process pooled: its
     median with the 95 % bootstrap interval of `median_interval` (pairs / processes);
-    where the JSON says which side ran first, the pooled median of the pairs that ran
-    recording first and of those that ran it second (their gap is what running first
-    does to an item, which a random order spreads over both sides)."""
+    then what an item costs in time: the pooled median of the pairs' differences,
+    recording − the other side (paused, or libnccl's own functions), beside the other
+    side's median item (ns, as `ab_fine_items` holds them); where the JSON says which side
+    ran first, the pooled median of the pairs that ran recording first and of those that
+    ran it second (their gap is what running first does to an item, which a random order
+    spreads over both sides)."""
     got = {}
     order = {}
+    # (config, measure) -> (the pairs' differences on − off, the off items), pooled.
+    diffs = {}
     for f in sorted(Path(d).glob("*.json")):
         j = json.loads(f.read_text())
         for m, v in j.get("ab_fine_items", {}).items():
             r = [a / b for a, b in zip(v["on"], v["off"]) if b > 0]
             if r:
                 got.setdefault(j["config"], {}).setdefault(m, []).append(r)
+                dd = diffs.setdefault((j["config"], m), ([], []))
+                for a, b in zip(v["on"], v["off"]):
+                    if b > 0:
+                        dd[0].append(a - b)
+                        dd[1].append(b)
             first = v.get("on_first")
             if first and len(first) == len(v["on"]) == len(v["off"]):
                 o = order.setdefault((j["config"], m), ([], []))
@@ -127,6 +137,10 @@ def fine_table(d):
         med, lo, hi = median_interval(g, resamples=1000)
         text = (f"**{statistics.median(per):.3f}×** [{min(per):.3f}, {max(per):.3f}]; pooled {med:.3f}× "
                 f"[{lo:.3f}, {hi:.3f}] ({sum(map(len, g))} / {len(g)})")
+        dd = diffs.get(key)
+        if dd and dd[0]:
+            text += (f"; on − off {statistics.median(dd[0]):,.0f} ns a pair, off side "
+                     f"{statistics.median(dd[1]):,.0f} ns")
         o = order.get(key)
         if o and o[0] and o[1]:
             text += f"; recording first {statistics.median(o[0]):.3f}×, second {statistics.median(o[1]):.3f}×"
@@ -134,7 +148,8 @@ def fine_table(d):
 
     return config_table("fine A/B, single items with recording switched at every item: median over processes "
                         "of each one's median pair ratio [min, max]; pooled median [95 % bootstrap interval] "
-                        "(pairs / processes)", got, cell)
+                        "(pairs / processes); the pairs' median difference and the off side's median item",
+                        got, cell)
 
 
 def pooled_table(d):

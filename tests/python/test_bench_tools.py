@@ -373,10 +373,13 @@ def test_always_on_report_reads_the_fine_ab(tmp_path):
     assert table.splitlines()[1] == "| measure | plain | default |", table
     row = next(line for line in table.splitlines() if line.startswith("| tsr_8B_us"))
     cells = [c.strip() for c in row.split("|")[2:4]]
-    assert cells[0].startswith("**1.000×** [1.000, 1.000]; pooled 1.000×") and cells[0].endswith("(2 / 1)"), cells
+    assert cells[0].startswith("**1.000×** [1.000, 1.000]; pooled 1.000×"), cells
+    assert cells[0].endswith("(2 / 1); on − off 0 ns a pair, off side 100 ns"), cells
     # Processes' medians 1.04 and 1.01: their median 1.025; pooled median of the six
-    # ratios 1.02.
-    assert cells[1].startswith("**1.025×** [1.010, 1.040]; pooled 1.020×") and cells[1].endswith("(6 / 2)"), cells
+    # ratios 1.02; the six differences 2, 4, 6, 0, 1, 2 (the pair with a zero paused
+    # item passed over here too): median 2.
+    assert cells[1].startswith("**1.025×** [1.010, 1.040]; pooled 1.020×"), cells
+    assert cells[1].endswith("(6 / 2); on − off 2 ns a pair, off side 100 ns"), cells
     assert fine_table(tmp_path / "none") == ""
 
 
