@@ -112,14 +112,12 @@ def fine_table(d):
     for f in sorted(Path(d).glob("*.json")):
         j = json.loads(f.read_text())
         for m, v in j.get("ab_fine_items", {}).items():
-            r = [a / b for a, b in zip(v["on"], v["off"]) if b > 0]
-            if r:
-                got.setdefault(j["config"], {}).setdefault(m, []).append(r)
+            pairs = [(a, b) for a, b in zip(v["on"], v["off"]) if b > 0]
+            if pairs:
+                got.setdefault(j["config"], {}).setdefault(m, []).append([a / b for a, b in pairs])
                 dd = diffs.setdefault((j["config"], m), ([], []))
-                for a, b in zip(v["on"], v["off"]):
-                    if b > 0:
-                        dd[0].append(a - b)
-                        dd[1].append(b)
+                dd[0].extend(a - b for a, b in pairs)
+                dd[1].extend(b for _, b in pairs)
             first = v.get("on_first")
             if first and len(first) == len(v["on"]) == len(v["off"]):
                 o = order.setdefault((j["config"], m), ([], []))
