@@ -398,22 +398,36 @@ fn a_plugin_chosen_in_nccl_conf_or_empty_is_the_users() {
 }
 
 /// A process that inherited NCCL_PROFILER_PLUGIN but does not preload the shim: NCCL
-/// loads the library as its plugin only, which asks for no events and records nothing.
+/// loads the library as its plugin only, which asks for no events and records nothing,
+/// whether libnccl sits in a library's local scope (python loading libtorch_cuda) or
+/// in the global scope (a program linked directly against libnccl), where the
+/// plugin's own reference to `ncclAllReduce` finds libnccl's.
 #[test]
 fn plugin_only_load_records_nothing() {
-    let run = Run::new("pluginonly");
-    let idf = run.scratch("id");
-    common::write_unique_id(&idf);
-    let out = support::host_plain(&["plugin", "0", "1", idf.to_str().unwrap(), "2"])
-        .env("NCCL_PROFILER_PLUGIN", common::shim_path())
-        .env("ZCTA_OUT", run.out_dir())
-        .env("ZCTA_RUN_ID", &run.id)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout_field(&out, "mask"), 0, "no events asked for");
-    assert!(!run.dir().exists(), "nothing written");
+    for global in ["0", "1"] {
+        let run = Run::new(&format!("pluginonly-{global}"));
+        let idf = run.scratch("id");
+        common::write_unique_id(&idf);
+        let out = support::host_plain(&["plugin", "0", "1", idf.to_str().unwrap(), "2"])
+            .env("NCCL_PROFILER_PLUGIN", common::shim_path())
+            .env("HOST_GLUE_GLOBAL", global)
+            .env("ZCTA_OUT", run.out_dir())
+            .env("ZCTA_RUN_ID", &run.id)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "global {global}: {out:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "global {global}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout_field(&out, "mask"),
+            0,
+            "global {global}: no events asked for"
+        );
+        assert!(!run.dir().exists(), "global {global}: nothing written");
+    }
 }
 
 #[test]

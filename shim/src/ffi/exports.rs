@@ -151,7 +151,9 @@ pub fn interposing() -> bool {
             }
             libc::dlsym(main, c"ncclAllReduce".as_ptr())
         };
-        std::ptr::eq(p.cast_const(), ncclAllReduce as *const c_void)
+        // Not `p == ncclAllReduce`: that address, taken in our code, is found through
+        // the global scope too, where a program linked against libnccl has libnccl's.
+        !p.is_null() && real::in_own_object(p)
     })
 }
 

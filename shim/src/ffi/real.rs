@@ -12,7 +12,8 @@
 //! 4. `dlopen("libnccl.so.2")`.
 //!
 //! Each function is then looked up as `pncclX` (NCCL's PMPI-style strong alias)
-//! before `ncclX`, and a result equal to our own export is rejected.
+//! before `ncclX`, and a result inside our own library (our export of the name) is
+//! rejected.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -175,6 +176,15 @@ fn object_base(addr: *const c_void) -> Option<usize> {
     (base != 0).then_some(base)
 }
 
+/// Whether `addr` lies in this library. Unlike comparing with one of our exports'
+/// addresses, it holds wherever the loader put us: an export's address as our own
+/// code takes it resolves through the global scope, which is another library's
+/// function of that name when NCCL dlopened us as its plugin only.
+pub fn in_own_object(addr: *const c_void) -> bool {
+    // A function that is not exported: its address is our own, never interposed.
+    matches!((object_base(addr), object_base(in_own_object as *const c_void)), (Some(a), Some(b)) if a == b)
+}
+
 /// Whether `addr` (e.g. a global NCCL handed us) lies in the libnccl we forward to —
 /// not in another copy of NCCL in the process, which may be unloaded later.
 pub fn in_forwarded_nccl(addr: *const c_void) -> bool {
@@ -259,11 +269,12 @@ impl RealFn {
 
     #[cold]
     fn resolve(&self, own: *const c_void) -> Option<*mut c_void> {
+        let ours = |p: *mut c_void| std::ptr::eq(p, own) || in_own_object(p);
         let mut p = lookup(self.pname);
-        if p.is_null() || std::ptr::eq(p, own) {
+        if p.is_null() || ours(p) {
             p = lookup(self.name);
         }
-        if p.is_null() || std::ptr::eq(p, own) {
+        if p.is_null() || ours(p) {
             self.state.store(2, Ordering::Release);
             return None;
         }
