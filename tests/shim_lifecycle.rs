@@ -181,6 +181,66 @@ fn processes_without_nccl_stay_silent() {
     }
 }
 
+/// Every preloaded process looks for a profiler plugin chosen in NCCL's configuration
+/// files before `main`: a file that is not a regular one is not read, so a pipe given as
+/// `NCCL_CONF_FILE` keeps its data for the program and a FIFO does not hold it up.
+#[test]
+fn a_configuration_file_that_is_no_regular_file_is_left_alone() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut cmd = clean_cmd("cat");
+    preload(&mut cmd)
+        .env("NCCL_CONF_FILE", "/dev/stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"NCCL_PROFILER_PLUGIN=x\nthe program's input\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "NCCL_PROFILER_PLUGIN=x\nthe program's input\n");
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    let run = Run::new("conf-fifo");
+    let fifo = run.scratch(".nccl.conf");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    for (var, value) in [
+        ("NCCL_CONF_FILE", fifo.clone()),
+        ("HOME", fifo.parent().unwrap().to_path_buf()),
+    ] {
+        let mut cmd = clean_cmd("true");
+        preload(&mut cmd)
+            .env(var, &value)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{var}={}: {status:?} (a FIFO must not be opened)",
+            value.display()
+        );
+    }
+}
+
 #[test]
 fn fork_child_is_not_recorded() {
     let run = Run::new("fork");

@@ -95,7 +95,8 @@ fn same_file(a: &str, b: &str) -> bool {
 
 /// NCCL also takes its variables from `NCCL_CONF_FILE`, `~/.nccl.conf` and
 /// `/etc/nccl.conf` (without overriding the environment): a plugin chosen there is
-/// the user's too. Returns the file that sets it.
+/// the user's too. Returns the file that sets it. Every preloaded process asks, most
+/// of which never call NCCL, so only a regular file is read ([`conf_text`]).
 fn conf_sets_plugin() -> Option<String> {
     let home = std::env::var("HOME").ok().map(|h| format!("{h}/.nccl.conf"));
     [
@@ -106,7 +107,7 @@ fn conf_sets_plugin() -> Option<String> {
     .into_iter()
     .flatten()
     .find(|path| {
-        std::fs::read_to_string(path).is_ok_and(|text| {
+        conf_text(path).is_some_and(|text| {
             text.lines().any(|l| {
                 l.trim_start()
                     .strip_prefix("NCCL_PROFILER_PLUGIN")
@@ -114,6 +115,27 @@ fn conf_sets_plugin() -> Option<String> {
             })
         })
     })
+}
+
+/// The text of the configuration file `path` when it is a regular file (its first
+/// MiB): a pipe or a terminal (`NCCL_CONF_FILE=/dev/stdin`) would lose the program
+/// its input, and opening a FIFO would wait for a writer before `main` runs. Opened
+/// without blocking; what it is, is asked of the open file, so it cannot change
+/// between the check and the read.
+fn conf_text(path: &str) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 extern "C" fn after_fork_child() {
