@@ -411,9 +411,26 @@ fn crash_window_in_deep_mode() {
 const OPS_PER_ITER: u64 = 11;
 
 /// `host ops` on one rank for `iters` iterations, on the stand-in disk of `bytes`
-/// (`FAKE_DISK_BYTES`, preloaded next to the shim); the host behaves as without the
-/// shim.
+/// (`FAKE_DISK_BYTES`, preloaded next to the shim) whose file system says it has
+/// 4 GiB more free than it has: a disk that fills up faster than zcta looks, so the
+/// logs keep their claims ([`zcta::sink::CLAIM_FLOOR`]); the host behaves as without
+/// the shim.
 fn on_a_small_disk(name: &str, iters: u64, bytes: u64) -> (Run, std::process::Output) {
+    let (run, out) = on_disk(name, iters, bytes, 4 << 30, |_| Vec::new());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    (run, out)
+}
+
+/// `host ops` as [`on_a_small_disk`], its file system saying it has `spare` bytes
+/// more free than it has, with what `env` gives for the run set too.
+fn on_disk(
+    name: &str,
+    iters: u64,
+    bytes: u64,
+    spare: u64,
+    env: impl FnOnce(&Run) -> Vec<(&'static str, String)>,
+) -> (Run, std::process::Output) {
     let run = Run::new(name);
     let idf = run.scratch("uid");
     common::write_unique_id(&idf);
@@ -424,11 +441,64 @@ fn on_a_small_disk(name: &str, iters: u64, bytes: u64) -> (Run, std::process::Ou
         common::fixtures().libdisk.display()
     );
     cmd.env("LD_PRELOAD", preload)
-        .env("FAKE_DISK_BYTES", bytes.to_string());
+        .env("FAKE_DISK_BYTES", bytes.to_string())
+        .env("FAKE_DISK_SPARE", spare.to_string());
+    for (k, v) in env(&run) {
+        cmd.env(k, v);
+    }
     let out = cmd.output().unwrap();
+    (run, out)
+}
+
+/// The program's own 10 MiB file written after its NCCL calls, on a 16 MiB disk.
+const CHECKPOINT: u64 = 10 << 20;
+const SMALL_DISK: u64 = 16 << 20;
+
+/// The host's setting to write [`CHECKPOINT`] bytes into the run's scratch directory.
+fn checkpoint(run: &Run) -> Vec<(&'static str, String)> {
+    let path = run.scratch("checkpoint");
+    vec![("HOST_WRITE_AFTER", format!("{}:{CHECKPOINT}", path.display()))]
+}
+
+/// A file system with less than [`zcta::sink::CLAIM_FLOOR`] free: zcta claims no disk
+/// ahead of its logs, so the program's write that fits without zcta fits with it (its
+/// rows take only what they use). The same disk saying it has room beyond the floor
+/// lets the ops log claim its 8 MiB, and the write fails: the claim is what took it.
+#[test]
+fn a_nearly_full_disk_leaves_its_room_to_the_program() {
+    const ITERS: u64 = 50;
+    let (run, out) = on_disk("near-full", ITERS, SMALL_DISK, 0, checkpoint);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(text(&out.stdout), "ok\n");
-    (run, out)
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert_eq!(run.rows("ops").len() as u64, ITERS * OPS_PER_ITER);
+
+    let (_, out) = on_disk("near-full-claimed", ITERS, SMALL_DISK, 4 << 30, checkpoint);
+    assert_eq!(out.status.code(), Some(7), "the claim took the room: {out:?}");
+    assert!(
+        text(&out.stderr).contains("No space left"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A file system that runs low while the logs hold their claims (from saying it has
+/// room beyond [`zcta::sink::CLAIM_FLOOR`] to saying it has the 16 MiB it has): the
+/// writer gives back what they claimed and did not use, and the program's write,
+/// made after it, fits.
+#[test]
+fn claims_are_given_back_when_the_disk_runs_low() {
+    const ITERS: u64 = 800;
+    let (run, out) = on_disk("given-back", ITERS, SMALL_DISK, 4 << 30, |run| {
+        let mut env = checkpoint(run);
+        env.push(("HOST_DROP_SPARE_AT", "20".to_string()));
+        // 1.5 s or more of calls after the drop: the writer looks every 100 ms.
+        env.push(("HOST_ITER_GAP_MS", "2".to_string()));
+        env
+    });
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(run.rows("ops").len() as u64, ITERS * OPS_PER_ITER);
 }
 
 /// The run's ops rows, checked to be at least half of the `made` and the first ones,

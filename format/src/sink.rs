@@ -22,7 +22,12 @@
 //! # A full disk
 //! The `ops` log is opened first and claims disk ahead of itself ([`OPS_RESERVE`],
 //! renewed as it grows, with `fallocate` keeping its size), so when the disk fills up
-//! the other tables run out of room first and `ops` goes on. Logs are written in
+//! the other tables run out of room first and `ops` goes on. It claims only out of
+//! what the file system has free beyond [`CLAIM_FLOOR`], and gives back what it has
+//! not used once there is less: the last of the disk is the program's. So the claim
+//! serves a disk that fills up faster than the writer looks (every
+//! [`ROOM_CHECK_EVERY`]); on one that is nearly full, the logs take only what they
+//! write. Logs are written in
 //! slices of [`LOG_SLICE_ROWS`] rows: a write without room loses that slice and the
 //! rows after it, never those before. A table whose log cannot be written stops alone,
 //! counting the rows it could not take (only a full `ops` table stops recording); a
@@ -30,7 +35,7 @@
 //! `zcta recover`. The `process` row says `error`, counts the lost rows in
 //! `records_dropped` and per table in `write_errors`; when its own file has no room, it
 //! goes into its log (disk claimed at the start for a few rows of its size,
-//! [`PROCESS_RESERVE_ROWS`]), where `zcta recover` finds it.
+//! [`PROCESS_RESERVE_ROWS`], under the same floor), where `zcta recover` finds it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter};
@@ -110,11 +115,33 @@ pub struct SinkPolicy {
     /// Claims disk blocks for a file beyond its end without changing its size (the
     /// shim's `fallocate(FALLOC_FL_KEEP_SIZE)`); `None`: nothing is reserved.
     pub reserve: Option<ReserveFn>,
+    /// How much room a file's file system has free (the shim's `fstatvfs`), which
+    /// bounds what is claimed ([`CLAIM_FLOOR`]); `None`: not asked, claims unbounded.
+    pub room: Option<RoomFn>,
 }
 
 /// `reserve(file, offset, len)`: claims `len` bytes of disk from `offset` for `file`,
 /// its size unchanged; whether the blocks were claimed.
 pub type ReserveFn = fn(&File, u64, u64) -> bool;
+
+/// `room(file)`: the bytes free to the program on the file system holding `file`;
+/// `None` when it cannot be told.
+pub type RoomFn = fn(&File) -> Option<u64>;
+
+/// The disk the logs claim is the program's disk too: they claim only out of what
+/// their file system has free beyond this much, and what they claimed and have not
+/// used is given back once it has less ([`Writer::tick`]). So on a file system with
+/// less than this free, a program that fills it gets the room, not zcta's claims;
+/// zcta's rows that then find none are counted as lost.
+pub const CLAIM_FLOOR: u64 = 1 << 30;
+
+/// How often the writer asks how much room is left, to give back its claims.
+const ROOM_CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether the file system holding `f` has less than [`CLAIM_FLOOR`] free.
+fn low_on_room(room: Option<RoomFn>, f: &File) -> bool {
+    room.and_then(|r| r(f)).is_some_and(|free| free < CLAIM_FLOOR)
+}
 
 /// Disk claimed ahead of the `ops` log (renewed while it grows, as much of it as the
 /// disk has room for): when the disk fills up, the other tables run out of room
@@ -128,10 +155,14 @@ const LOG_SLICE_ROWS: usize = 4096;
 /// The least disk claimed at once ahead of the `ops` log.
 const MIN_RESERVE: u64 = 64 << 10;
 
-/// Claims up to `want` bytes from `offset` for `file`, halving what it asks for while
-/// the disk has no room for it; returns what was claimed.
-fn claim(reserve: ReserveFn, file: &File, offset: u64, want: u64) -> u64 {
-    let mut len = want;
+/// Claims up to `want` bytes from `offset` for `file`, out of what its file system
+/// has free beyond [`CLAIM_FLOOR`] (`room`), halving what it asks for while the disk
+/// has no room for it; returns what was claimed.
+fn claim(reserve: ReserveFn, room: Option<RoomFn>, file: &File, offset: u64, want: u64) -> u64 {
+    let spare = room
+        .and_then(|r| r(file))
+        .map_or(u64::MAX, |free| free.saturating_sub(CLAIM_FLOOR));
+    let mut len = want.min(spare);
     while len >= MIN_RESERVE {
         if reserve(file, offset, len) {
             return len;
@@ -161,6 +192,7 @@ impl Default for SinkPolicy {
             segment_age: Duration::from_secs(300),
             row_group_rows: ROW_GROUP_ROWS,
             reserve: None,
+            room: None,
         }
     }
 }
@@ -424,6 +456,21 @@ impl<T: Table> DatasetWriter<T> {
         Ok(())
     }
 
+    /// Gives back the disk claimed ahead of the open segment's log once its file
+    /// system has less than [`CLAIM_FLOOR`] free: the program's room, not the log's.
+    /// The log claims again when there is room beyond the floor.
+    pub fn give_back_if_low(&mut self) {
+        if let Some(seg) = &mut self.segment
+            && seg.reserved > 0
+        {
+            let f = seg.wal.get_ref().get_ref();
+            if low_on_room(self.policy.room, f) {
+                give_back_claim(f);
+                seg.reserved = 0;
+            }
+        }
+    }
+
     /// Then the expensive part: encodes logged batches into Parquet and rolls a full
     /// or old segment.
     pub fn tick_encode(&mut self, now: Instant) -> Result<(), SinkError> {
@@ -515,7 +562,14 @@ impl<T: Table> DatasetWriter<T> {
                     let need = m.len() + per_row * len as u64 + self.reserve_bytes / 4;
                     if need > seg.reserved {
                         let from = seg.reserved.max(m.len());
-                        seg.reserved = from + claim(reserve, f, from, self.reserve_bytes.max(need - from));
+                        seg.reserved = from
+                            + claim(
+                                reserve,
+                                self.policy.room,
+                                f,
+                                from,
+                                self.reserve_bytes.max(need - from),
+                            );
                     }
                     // Less claimed than the slice needs (the disk is full): a slice that
                     // fits what is claimed, so that the claimed space is used to its end
@@ -613,7 +667,7 @@ impl<T: Table> DatasetWriter<T> {
         if self.reserve_bytes > 0
             && let Some(reserve) = self.policy.reserve
         {
-            reserved = claim(reserve, &wal_file, 0, self.reserve_bytes);
+            reserved = claim(reserve, self.policy.room, &wal_file, 0, self.reserve_bytes);
         }
         let wal = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, wal_file), &self.schema)
             .map_err(|e| SinkError::arrow(&wal_path, e));
@@ -937,6 +991,11 @@ pub struct Writer {
     /// What the timing did per launching call, counted from the op rows received.
     timing_calls: TimingCalls,
     reserve: Option<ReserveFn>,
+    room: Option<RoomFn>,
+    /// When the room left was last asked ([`ROOM_CHECK_EVERY`]).
+    room_checked: Option<Instant>,
+    /// The `process` log holds disk claimed for its final row.
+    process_claim: bool,
 }
 
 /// Launching calls (an ungrouped op, or a group: its ops share the outcome) by how
@@ -995,6 +1054,9 @@ impl Writer {
             error: None,
             timing_calls: TimingCalls::default(),
             reserve: policy.reserve,
+            room: policy.room,
+            room_checked: None,
+            process_claim: false,
         }
     }
 
@@ -1024,7 +1086,8 @@ impl Writer {
         if let Some(reserve) = self.reserve {
             let f = w.get_ref().get_ref();
             if let Ok(m) = f.metadata() {
-                reserve(f, 0, (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE));
+                let want = (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE);
+                self.process_claim = claim(reserve, self.room, f, 0, want) > 0;
             }
         }
         self.process_wal = Some((wal_path, w));
@@ -1161,6 +1224,7 @@ impl Writer {
     /// A table that fails stops alone ([`DatasetWriter`]); the first error is returned
     /// after every table had its turn.
     pub fn tick(&mut self, now: Instant) -> Result<(), SinkError> {
+        self.give_back_claims_if_low(now);
         let mut first = None;
         for t in self.datasets() {
             if let Err(e) = t.tick_log(now) {
@@ -1176,6 +1240,30 @@ impl Writer {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Every [`ROOM_CHECK_EVERY`]: when the file system has less than [`CLAIM_FLOOR`]
+    /// free, the disk the `ops` log and the `process` log claimed and have not used is
+    /// given back, so that the program, not zcta, gets the last of the room.
+    fn give_back_claims_if_low(&mut self, now: Instant) {
+        if self.room.is_none()
+            || self
+                .room_checked
+                .is_some_and(|t| now.duration_since(t) < ROOM_CHECK_EVERY)
+        {
+            return;
+        }
+        self.room_checked = Some(now);
+        self.ops.give_back_if_low();
+        if self.process_claim
+            && let Some((_, w)) = &self.process_wal
+        {
+            let f = w.get_ref().get_ref();
+            if low_on_room(self.room, f) {
+                give_back_claim(f);
+                self.process_claim = false;
+            }
+        }
     }
 
     /// Whether the `ops` table failed (then recording stops).
@@ -1524,6 +1612,31 @@ fn report_failure(ctl: &WriterControl, e: &SinkError) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_come_only_out_of_room_beyond_the_floor() {
+        fn granted(_: &File, _: u64, _: u64) -> bool {
+            true
+        }
+        fn a_mib_beyond(_: &File) -> Option<u64> {
+            Some(CLAIM_FLOOR + (1 << 20))
+        }
+        fn under(_: &File) -> Option<u64> {
+            Some(CLAIM_FLOOR - 1)
+        }
+        fn unknown(_: &File) -> Option<u64> {
+            None
+        }
+        let f = File::open("/dev/null").unwrap();
+        let want = 8 << 20;
+        assert_eq!(claim(granted, Some(a_mib_beyond), &f, 0, want), 1 << 20);
+        assert_eq!(claim(granted, Some(under), &f, 0, want), 0);
+        assert_eq!(claim(granted, Some(unknown), &f, 0, want), want);
+        assert_eq!(claim(granted, None, &f, 0, want), want);
+        assert!(low_on_room(Some(under), &f));
+        assert!(!low_on_room(Some(a_mib_beyond), &f));
+        assert!(!low_on_room(Some(unknown), &f));
+    }
 
     #[test]
     fn stems() {

@@ -183,6 +183,7 @@ fn activate() -> Option<Recorder> {
     crate::timing::set_writer(Arc::clone(&ctl));
     let policy = zcta::sink::SinkPolicy {
         reserve: Some(ffi::sys::reserve_space),
+        room: Some(ffi::sys::disk_room),
         ..cfg.policy
     };
     let mut writer = Writer::new(info, policy);

@@ -387,6 +387,21 @@ pub fn reserve_space(file: &std::fs::File, offset: u64, len: u64) -> bool {
     false
 }
 
+/// The bytes free to an unprivileged writer on the file system holding `file`
+/// (`fstatvfs`: available blocks times the fragment size); `None` when it cannot say.
+pub fn disk_room(file: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: a valid open file descriptor (borrowed for the call) and a buffer of
+    // the struct's size.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstatvfs filled it.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 /// The working directory when the library was loaded ([`note_start_dir`]), which a
 /// relative `ZCTA_OUT` (and the default `zcta-runs`) means: a process may change
 /// directory after it started (Hydra does, before the training code runs), and every
