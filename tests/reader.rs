@@ -502,6 +502,35 @@ fn a_file_that_breaks_off_says_how_many_of_its_rows_were_used() {
         }
         assert_eq!(out.status.code(), Some(1), "{what}");
     }
+    // The trace takes the rows read before the damage too, and says so.
+    let trace = run.scratch("trace.json");
+    let out = zcta_cli(&[
+        "export",
+        "--perfetto",
+        "-o",
+        trace.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ]);
+    let err = text(&out.stderr);
+    let what = format!("zcta export exited {:?}, stderr:\n{err}", out.status.code());
+    assert_eq!(out.status.code(), Some(1), "{what}");
+    let said = |p: &Path, end: &str| {
+        let head = format!("zcta: skipped {}: ", p.display());
+        err.lines().any(|l| l.starts_with(&head) && l.ends_with(end))
+    };
+    assert!(said(&first, "(none of its rows were used)"), "{what}");
+    assert!(said(&second, "(its first 65536 rows were used)"), "{what}");
+    let events: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let api = events["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 1)
+        .count();
+    assert!(
+        api >= n + 65_536,
+        "{api} API events: the good file's {n} and the broken one's first 65536"
+    );
     let d = zcta::reader::for_each_batch(&dir, "ops", &["op_id"], |_| {}).unwrap();
     let why: Vec<_> = d
         .skipped

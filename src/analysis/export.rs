@@ -44,20 +44,27 @@ const TID_API: i64 = 1;
 const TID_PROXY: i64 = 2;
 const TID_GPU: i64 = 100;
 
-/// The batches of every file of `table` read, each with its file; its skipped files are
-/// added to `skipped`.
+/// The batches of every file of `table`, each with its file, only `columns`: a file
+/// whose reading breaks off gives the batches read before the damage, as every other
+/// command that streams a table takes them ([`reader::for_each_batch_by_file`]). Its
+/// skipped files (one broken off says how many of its rows were used) are added to
+/// `skipped`.
 fn read_files(
     run_dir: &Path,
     table: &str,
+    columns: &[&str],
     skipped: &mut Vec<Skipped>,
 ) -> Result<Vec<(PathBuf, Vec<RecordBatch>)>, ReadError> {
-    let (data, files) = reader::fold_table(run_dir, table, Vec::new, |v, b| v.push(b.clone()))?;
+    let mut files = Vec::new();
+    let data = reader::for_each_batch_by_file(
+        run_dir,
+        table,
+        columns,
+        |b, batches: &mut Vec<RecordBatch>| batches.push(b.clone()),
+        |path, batches, _| files.push((path.to_path_buf(), batches)),
+    )?;
     skipped.extend(data.skipped);
-    Ok(data
-        .files
-        .into_iter()
-        .zip(files.into_iter().map(|f| f.1))
-        .collect())
+    Ok(files)
 }
 
 /// The rows of `files` that `keep` keeps ([`super::LeftOut`]), as (view of a batch,
@@ -87,9 +94,9 @@ fn rows_kept<'a, V>(
 /// impossible bytes) are left out, and their files listed in [`ExportStats::skipped`].
 pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
     let mut stats = ExportStats::default();
-    let ops = read_files(run_dir, "ops", &mut stats.skipped)?;
-    let gpu = read_files(run_dir, "gpu", &mut stats.skipped)?;
-    let proxy = read_files(run_dir, "proxy", &mut stats.skipped)?;
+    let ops = read_files(run_dir, "ops", OpsCols::COLUMNS, &mut stats.skipped)?;
+    let gpu = read_files(run_dir, "gpu", GpuCols::COLUMNS, &mut stats.skipped)?;
+    let proxy = read_files(run_dir, "proxy", ProxyCols::COLUMNS, &mut stats.skipped)?;
     // Some times judged are not drawn (launch, ready, a step's waits), but a row is
     // left out by the same rule everywhere.
     let ops = rows_kept(
