@@ -482,6 +482,30 @@ fn a_nearly_full_disk_leaves_its_room_to_the_program() {
     );
 }
 
+/// A disk that fills up as it is written, saying truly how much room it has left: below
+/// [`zcta::sink::CLAIM_FLOOR`] the ops log still claims a little
+/// ([`zcta::sink::LOW_CLAIM`]) and keeps it, so it keeps its first rows, without a gap,
+/// when the other tables have run out; the process log kept room for its final row.
+#[test]
+fn a_disk_that_fills_as_it_is_written_keeps_the_first_ops() {
+    const ITERS: u64 = 1500;
+    let (run, out) = on_disk("fills-truly", ITERS, 3_500_000, 0, |_| Vec::new());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(0), "{r:?}");
+    let p = run.rows("process");
+    assert_eq!(p.len(), 1);
+    assert_eq!(
+        p[0].str("end_reason"),
+        Some("error"),
+        "the final row is there: {:?}",
+        p[0]
+    );
+    let why = p[0].req_str("write_errors");
+    the_first_ops_kept(&run, ITERS * OPS_PER_ITER, why);
+}
+
 /// A file system that runs low while the logs hold their claims (from saying it has
 /// room beyond [`zcta::sink::CLAIM_FLOOR`] to saying it has the 16 MiB it has): the
 /// writer gives back what they claimed and did not use, and the program's write,

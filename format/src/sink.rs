@@ -22,12 +22,12 @@
 //! # A full disk
 //! The `ops` log is opened first and claims disk ahead of itself ([`OPS_RESERVE`],
 //! renewed as it grows, with `fallocate` keeping its size), so when the disk fills up
-//! the other tables run out of room first and `ops` goes on. It claims only out of
-//! what the file system has free beyond [`CLAIM_FLOOR`], and gives back what it has
-//! not used once there is less: the last of the disk is the program's. So the claim
-//! serves a disk that fills up faster than the writer looks (every
-//! [`ROOM_CHECK_EVERY`]); on one that is nearly full, the logs take only what they
-//! write. Logs are written in
+//! the other tables run out of room first and `ops` goes on. The claim is the
+//! program's disk too: it comes out of what the file system has free beyond
+//! [`CLAIM_FLOOR`], and once there is less, what the log claimed and has not used is
+//! given back down to [`LOW_CLAIM`] (the writer looks as often as the room beyond the
+//! floor could fill: [`Writer::tick`]), so on a nearly full disk zcta holds at most
+//! that much it has not written. Logs are written in
 //! slices of [`LOG_SLICE_ROWS`] rows: a write without room loses that slice and the
 //! rows after it, never those before. A table whose log cannot be written stops alone,
 //! counting the rows it could not take (only a full `ops` table stops recording); a
@@ -35,7 +35,8 @@
 //! `zcta recover`. The `process` row says `error`, counts the lost rows in
 //! `records_dropped` and per table in `write_errors`; when its own file has no room, it
 //! goes into its log (disk claimed at the start for a few rows of its size,
-//! [`PROCESS_RESERVE_ROWS`], under the same floor), where `zcta recover` finds it.
+//! [`PROCESS_RESERVE_ROWS`], within [`LOW_CLAIM`] below the floor, never given back),
+//! where `zcta recover` finds it.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter};
@@ -128,19 +129,45 @@ pub type ReserveFn = fn(&File, u64, u64) -> bool;
 /// `None` when it cannot be told.
 pub type RoomFn = fn(&File) -> Option<u64>;
 
-/// The disk the logs claim is the program's disk too: they claim only out of what
-/// their file system has free beyond this much, and what they claimed and have not
-/// used is given back once it has less ([`Writer::tick`]). So on a file system with
-/// less than this free, a program that fills it gets the room, not zcta's claims;
-/// zcta's rows that then find none are counted as lost.
+/// The disk the logs claim is the program's disk too: they claim out of what their
+/// file system has free beyond this much, and once it has less, what the `ops` log
+/// claimed and has not used is given back down to [`LOW_CLAIM`] ([`Writer::tick`]).
+/// So on a file system with less than this free, a program that fills it meets at
+/// most [`LOW_CLAIM`] a log of zcta's unwritten claims.
 pub const CLAIM_FLOOR: u64 = 1 << 30;
 
-/// How often the writer asks how much room is left, to give back its claims.
-const ROOM_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// What a log may still claim below [`CLAIM_FLOOR`] (or a sixteenth of what is free,
+/// if less), and keeps: the `ops` log still goes on when the other tables run out,
+/// and the `process` log keeps room for the final row, which says how the process
+/// ended.
+pub const LOW_CLAIM: u64 = 256 << 10;
 
-/// Whether the file system holding `f` has less than [`CLAIM_FLOOR`] free.
-fn low_on_room(room: Option<RoomFn>, f: &File) -> bool {
-    room.and_then(|r| r(f)).is_some_and(|free| free < CLAIM_FLOOR)
+/// The writer looks at the room left at most this often...
+const ROOM_CHECK_MIN: Duration = Duration::from_millis(100);
+/// ...and at least this often, while the `ops` log holds more than [`LOW_CLAIM`]
+/// unwritten: in between, as often as the room beyond [`CLAIM_FLOOR`] could fill at
+/// [`FILL_RATE`] (a file system call that is a server round trip on a network file
+/// system is not made ten times a second while there are terabytes free).
+const ROOM_CHECK_MAX: Duration = Duration::from_secs(10);
+/// The fastest a program is taken to fill its disk, in bytes a second.
+const FILL_RATE: u64 = 8 << 30;
+
+/// The most a log may claim on the file system holding `file` (`room`): what it has
+/// free beyond [`CLAIM_FLOOR`], and at least [`LOW_CLAIM`] or a sixteenth of what is
+/// free; unbounded when the room cannot be told.
+fn claim_cap(room: Option<RoomFn>, file: &File) -> u64 {
+    room.and_then(|r| r(file)).map_or(u64::MAX, |free| {
+        free.saturating_sub(CLAIM_FLOOR).max(LOW_CLAIM.min(free / 16))
+    })
+}
+
+/// When to look at the room again, having seen `free` (None: unknown).
+fn next_room_check(free: Option<u64>) -> Duration {
+    let Some(free) = free else {
+        return ROOM_CHECK_MAX;
+    };
+    let fill = Duration::from_secs_f64(free.saturating_sub(CLAIM_FLOOR) as f64 / FILL_RATE as f64);
+    fill.clamp(ROOM_CHECK_MIN, ROOM_CHECK_MAX)
 }
 
 /// Disk claimed ahead of the `ops` log (renewed while it grows, as much of it as the
@@ -155,14 +182,10 @@ const LOG_SLICE_ROWS: usize = 4096;
 /// The least disk claimed at once ahead of the `ops` log.
 const MIN_RESERVE: u64 = 64 << 10;
 
-/// Claims up to `want` bytes from `offset` for `file`, out of what its file system
-/// has free beyond [`CLAIM_FLOOR`] (`room`), halving what it asks for while the disk
-/// has no room for it; returns what was claimed.
+/// Claims up to `want` bytes from `offset` for `file`, within [`claim_cap`], halving
+/// what it asks for while the disk has no room for it; returns what was claimed.
 fn claim(reserve: ReserveFn, room: Option<RoomFn>, file: &File, offset: u64, want: u64) -> u64 {
-    let spare = room
-        .and_then(|r| r(file))
-        .map_or(u64::MAX, |free| free.saturating_sub(CLAIM_FLOOR));
-    let mut len = want.min(spare);
+    let mut len = want.min(claim_cap(room, file));
     while len >= MIN_RESERVE {
         if reserve(file, offset, len) {
             return len;
@@ -313,6 +336,9 @@ struct Segment {
     opened: Instant,
     /// End of the disk claimed for the log (0: none).
     reserved: u64,
+    /// More than [`LOW_CLAIM`] was claimed since the last look found the room low:
+    /// the writer looks at the room ([`DatasetWriter::give_back_if_low`]).
+    big_claim: bool,
     /// Rows whose batch is complete in the log.
     logged: u64,
 }
@@ -456,19 +482,30 @@ impl<T: Table> DatasetWriter<T> {
         Ok(())
     }
 
-    /// Gives back the disk claimed ahead of the open segment's log once its file
-    /// system has less than [`CLAIM_FLOOR`] free: the program's room, not the log's.
-    /// The log claims again when there is room beyond the floor.
-    pub fn give_back_if_low(&mut self) {
-        if let Some(seg) = &mut self.segment
-            && seg.reserved > 0
+    /// Whether the open segment's log holds a claim beyond [`LOW_CLAIM`], which
+    /// [`give_back_if_low`](Self::give_back_if_low) would look at.
+    pub fn holds_big_claim(&self) -> bool {
+        self.policy.room.is_some() && self.segment.as_ref().is_some_and(|s| s.big_claim)
+    }
+
+    /// Once the open segment's log's file system has less than [`CLAIM_FLOOR`] free,
+    /// gives back the disk claimed ahead of the log down to [`LOW_CLAIM`]: the rest
+    /// is the program's room. Returns the room it saw (None: not asked, or unknown).
+    pub fn give_back_if_low(&mut self) -> Option<u64> {
+        let (Some(room), Some(reserve)) = (self.policy.room, self.policy.reserve) else {
+            return None;
+        };
+        let seg = self.segment.as_mut().filter(|s| s.big_claim)?;
+        let f = seg.wal.get_ref().get_ref();
+        let free = room(f);
+        if free.is_some_and(|free| free < CLAIM_FLOOR)
+            && let Ok(m) = f.metadata()
         {
-            let f = seg.wal.get_ref().get_ref();
-            if low_on_room(self.policy.room, f) {
-                give_back_claim(f);
-                seg.reserved = 0;
-            }
+            give_back_claim(f);
+            seg.reserved = m.len() + claim(reserve, Some(room), f, m.len(), LOW_CLAIM);
+            seg.big_claim = false;
         }
+        free
     }
 
     /// Then the expensive part: encodes logged batches into Parquet and rolls a full
@@ -562,14 +599,15 @@ impl<T: Table> DatasetWriter<T> {
                     let need = m.len() + per_row * len as u64 + self.reserve_bytes / 4;
                     if need > seg.reserved {
                         let from = seg.reserved.max(m.len());
-                        seg.reserved = from
-                            + claim(
-                                reserve,
-                                self.policy.room,
-                                f,
-                                from,
-                                self.reserve_bytes.max(need - from),
-                            );
+                        let got = claim(
+                            reserve,
+                            self.policy.room,
+                            f,
+                            from,
+                            self.reserve_bytes.max(need - from),
+                        );
+                        seg.reserved = from + got;
+                        seg.big_claim |= got > LOW_CLAIM;
                     }
                     // Less claimed than the slice needs (the disk is full): a slice that
                     // fits what is claimed, so that the claimed space is used to its end
@@ -695,6 +733,7 @@ impl<T: Table> DatasetWriter<T> {
             rows: 0,
             opened: Instant::now(),
             reserved,
+            big_claim: reserved > LOW_CLAIM,
             logged: 0,
         };
         match pq {
@@ -992,10 +1031,8 @@ pub struct Writer {
     timing_calls: TimingCalls,
     reserve: Option<ReserveFn>,
     room: Option<RoomFn>,
-    /// When the room left was last asked ([`ROOM_CHECK_EVERY`]).
-    room_checked: Option<Instant>,
-    /// The `process` log holds disk claimed for its final row.
-    process_claim: bool,
+    /// When to look at the room left next ([`Writer::tick`]).
+    room_check_at: Option<Instant>,
 }
 
 /// Launching calls (an ungrouped op, or a group: its ops share the outcome) by how
@@ -1055,8 +1092,7 @@ impl Writer {
             timing_calls: TimingCalls::default(),
             reserve: policy.reserve,
             room: policy.room,
-            room_checked: None,
-            process_claim: false,
+            room_check_at: None,
         }
     }
 
@@ -1087,7 +1123,7 @@ impl Writer {
             let f = w.get_ref().get_ref();
             if let Ok(m) = f.metadata() {
                 let want = (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE);
-                self.process_claim = claim(reserve, self.room, f, 0, want) > 0;
+                claim(reserve, self.room, f, 0, want);
             }
         }
         self.process_wal = Some((wal_path, w));
@@ -1242,28 +1278,16 @@ impl Writer {
         first.map_or(Ok(()), Err)
     }
 
-    /// Every [`ROOM_CHECK_EVERY`]: when the file system has less than [`CLAIM_FLOOR`]
-    /// free, the disk the `ops` log and the `process` log claimed and have not used is
-    /// given back, so that the program, not zcta, gets the last of the room.
+    /// While the `ops` log holds more than [`LOW_CLAIM`] claimed and unwritten: looks
+    /// at the room left as often as the room beyond [`CLAIM_FLOOR`] could fill at
+    /// [`FILL_RATE`] (every 100 ms to 10 s), and once it is under the floor gives the
+    /// claim back down to [`LOW_CLAIM`], so that the program, not zcta, gets the room.
     fn give_back_claims_if_low(&mut self, now: Instant) {
-        if self.room.is_none()
-            || self
-                .room_checked
-                .is_some_and(|t| now.duration_since(t) < ROOM_CHECK_EVERY)
-        {
+        if !self.ops.holds_big_claim() || self.room_check_at.is_some_and(|t| now < t) {
             return;
         }
-        self.room_checked = Some(now);
-        self.ops.give_back_if_low();
-        if self.process_claim
-            && let Some((_, w)) = &self.process_wal
-        {
-            let f = w.get_ref().get_ref();
-            if low_on_room(self.room, f) {
-                give_back_claim(f);
-                self.process_claim = false;
-            }
-        }
+        let free = self.ops.give_back_if_low();
+        self.room_check_at = Some(now + next_room_check(free));
     }
 
     /// Whether the `ops` table failed (then recording stops).
@@ -1614,7 +1638,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn claims_come_only_out_of_room_beyond_the_floor() {
+    fn claims_come_out_of_room_beyond_the_floor_and_a_little_below_it() {
         fn granted(_: &File, _: u64, _: u64) -> bool {
             true
         }
@@ -1624,18 +1648,32 @@ mod tests {
         fn under(_: &File) -> Option<u64> {
             Some(CLAIM_FLOOR - 1)
         }
+        fn two_mib(_: &File) -> Option<u64> {
+            Some(2 << 20)
+        }
+        fn half_a_mib(_: &File) -> Option<u64> {
+            Some(512 << 10)
+        }
         fn unknown(_: &File) -> Option<u64> {
             None
         }
         let f = File::open("/dev/null").unwrap();
         let want = 8 << 20;
         assert_eq!(claim(granted, Some(a_mib_beyond), &f, 0, want), 1 << 20);
-        assert_eq!(claim(granted, Some(under), &f, 0, want), 0);
+        assert_eq!(claim(granted, Some(under), &f, 0, want), LOW_CLAIM);
+        // A sixteenth of what is free, halved to what the claim's steps allow.
+        assert_eq!(claim(granted, Some(two_mib), &f, 0, want), 128 << 10);
+        assert_eq!(claim(granted, Some(half_a_mib), &f, 0, want), 0);
         assert_eq!(claim(granted, Some(unknown), &f, 0, want), want);
         assert_eq!(claim(granted, None, &f, 0, want), want);
-        assert!(low_on_room(Some(under), &f));
-        assert!(!low_on_room(Some(a_mib_beyond), &f));
-        assert!(!low_on_room(Some(unknown), &f));
+        // Looked at as often as the room beyond the floor could fill.
+        assert_eq!(next_room_check(Some(CLAIM_FLOOR)), ROOM_CHECK_MIN);
+        assert_eq!(
+            next_room_check(Some(CLAIM_FLOOR + (16 << 30))),
+            Duration::from_secs(2)
+        );
+        assert_eq!(next_room_check(Some(u64::MAX)), ROOM_CHECK_MAX);
+        assert_eq!(next_room_check(None), ROOM_CHECK_MAX);
     }
 
     #[test]
