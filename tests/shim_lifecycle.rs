@@ -235,10 +235,28 @@ fn a_configuration_file_that_is_no_regular_file_is_left_alone() {
         };
         assert!(
             status.is_some_and(|s| s.success()),
-            "{var}={}: {status:?} (a FIFO must not be opened)",
+            "{var}={}: {status:?} (a FIFO must not hold the process up)",
             value.display()
         );
     }
+
+    // A writer waiting on the FIFO is neither released nor broken: what it writes
+    // reaches the reader it waits for.
+    let writer = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo NCCL_DEBUG=INFO > '{}'", fifo.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut cmd = clean_cmd("true");
+    preload(&mut cmd).env("NCCL_CONF_FILE", &fifo);
+    assert!(cmd.status().unwrap().success());
+    let mut read = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::open(&fifo).unwrap(), &mut read).unwrap();
+    let w = writer.wait_with_output().unwrap();
+    assert!(w.status.success(), "the writer: {w:?}");
+    assert_eq!(read, "NCCL_DEBUG=INFO\n");
 }
 
 #[test]

@@ -151,9 +151,15 @@ pub fn interposing() -> bool {
             }
             libc::dlsym(main, c"ncclAllReduce".as_ptr())
         };
-        // Not `p == ncclAllReduce`: that address, taken in our code, is found through
-        // the global scope too, where a program linked against libnccl has libnccl's.
-        !p.is_null() && real::in_own_object(p)
+        // Not `p == ncclAllReduce` alone: that address, taken in our code, is found
+        // through the global scope too, where a program linked against libnccl has
+        // libnccl's. Where the program itself holds the answer (a non-PIE program that
+        // takes the function's address gets it at a stub of its own, which dlsym
+        // returns), the comparison is all there is to go by: our own reference then
+        // resolves to that stub too.
+        !p.is_null()
+            && (real::in_own_object(p)
+                || (real::in_main_program(p) && std::ptr::eq(p.cast_const(), ncclAllReduce as *const c_void)))
     })
 }
 

@@ -119,12 +119,16 @@ fn conf_sets_plugin() -> Option<String> {
 
 /// The text of the configuration file `path` when it is a regular file (its first
 /// MiB): a pipe or a terminal (`NCCL_CONF_FILE=/dev/stdin`) would lose the program
-/// its input, and opening a FIFO would wait for a writer before `main` runs. Opened
-/// without blocking; what it is, is asked of the open file, so it cannot change
-/// between the check and the read.
+/// its input, and opening a FIFO would wait for a writer before `main` runs (or,
+/// without blocking, release a writer waiting on it into a closed pipe). Anything
+/// but a regular file is not opened; should it be swapped for one between that look
+/// and the open, the open does not block and the open file is asked again.
 fn conf_text(path: &str) -> Option<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)

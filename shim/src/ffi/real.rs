@@ -185,6 +185,41 @@ pub fn in_own_object(addr: *const c_void) -> bool {
     matches!((object_base(addr), object_base(in_own_object as *const c_void)), (Some(a), Some(b)) if a == b)
 }
 
+/// Whether `addr` lies in the main program (its executable): in one of the loaded
+/// segments of the first object the loader lists.
+pub fn in_main_program(addr: *const c_void) -> bool {
+    struct Probe {
+        addr: usize,
+        inside: bool,
+    }
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: the loader passes a valid dl_phdr_info whose dlpi_phdr holds
+        // dlpi_phnum headers; data is the &mut Probe passed below, alive for the call.
+        unsafe {
+            let probe = &mut *(data as *mut Probe);
+            let info = &*info;
+            for i in 0..usize::from(info.dlpi_phnum) {
+                let ph = &*info.dlpi_phdr.add(i);
+                if ph.p_type == libc::PT_LOAD {
+                    let lo = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
+                    if probe.addr >= lo && probe.addr - lo < ph.p_memsz as usize {
+                        probe.inside = true;
+                    }
+                }
+            }
+        }
+        // The main program is listed first: stop there.
+        1
+    }
+    let mut probe = Probe {
+        addr: addr as usize,
+        inside: false,
+    };
+    // SAFETY: `first` matches the expected signature and only touches `probe`.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut probe as *mut Probe).cast()) };
+    probe.inside
+}
+
 /// Whether `addr` (e.g. a global NCCL handed us) lies in the libnccl we forward to —
 /// not in another copy of NCCL in the process, which may be unloaded later.
 pub fn in_forwarded_nccl(addr: *const c_void) -> bool {
