@@ -362,10 +362,11 @@ impl Segment {
 
 /// Gives back the disk claimed ahead of `f` beyond its end (`fallocate` keeping its
 /// size claims blocks past it): a log left for `zcta recover` holds only what it wrote.
-fn give_back_claim(f: &File) {
-    if let Ok(m) = f.metadata() {
-        let _ = f.set_len(m.len());
-    }
+/// Returns the log's length (where its claim now ends), when it could be read.
+fn give_back_claim(f: &File) -> Option<u64> {
+    let len = f.metadata().ok()?.len();
+    let _ = f.set_len(len);
+    Some(len)
 }
 
 /// The crash-safe writer of one table for one process.
@@ -499,10 +500,9 @@ impl<T: Table> DatasetWriter<T> {
         let f = seg.wal.get_ref().get_ref();
         let free = room(f);
         if free.is_some_and(|free| free < CLAIM_FLOOR)
-            && let Ok(m) = f.metadata()
+            && let Some(len) = give_back_claim(f)
         {
-            give_back_claim(f);
-            seg.reserved = m.len() + claim(reserve, Some(room), f, m.len(), LOW_CLAIM);
+            seg.reserved = len + claim(reserve, Some(room), f, len, LOW_CLAIM);
             seg.big_claim = false;
         }
         free
