@@ -43,7 +43,7 @@ macro_rules! nccl_export {
             type F = unsafe extern "C" fn($($ty),*) -> c_int;
             // Resolved before the hook runs, so that the hook's call of it is a direct
             // call in this function's own code.
-            let Some(p) = REAL.get($name as *const c_void) else {
+            let Some(p) = REAL.get() else {
                 return real::missing(&REAL);
             };
             // SAFETY: REAL is the real NCCL function of the same name, whose C

@@ -93,7 +93,7 @@ fn find_lib() -> Lib {
         if opened_here {
             h = dlopen(&p, libc::RTLD_LAZY | libc::RTLD_LOCAL);
         }
-        if h != 0 && is_nccl(h, own.as_deref()) {
+        if h != 0 && is_nccl(h) {
             return Lib {
                 handle: h,
                 path: Some(p),
@@ -149,13 +149,13 @@ fn find_lib() -> Lib {
     }
 }
 
-/// Whether the library behind `handle` is NCCL: it (not our own library, whose path
-/// is `own`) defines `pncclGetVersion` or `ncclGetVersion`.
-fn is_nccl(handle: usize, own: Option<&str>) -> bool {
+/// Whether the library behind `handle` is NCCL: it (not our own library) defines
+/// `pncclGetVersion` or `ncclGetVersion`.
+fn is_nccl(handle: usize) -> bool {
     [c"pncclGetVersion", c"ncclGetVersion"].iter().any(|name| {
         // SAFETY: handle is a live dlopen handle; name is NUL-terminated.
         let f = unsafe { libc::dlsym(handle as *mut c_void, name.as_ptr()) };
-        !f.is_null() && object_of(f).as_deref() != own
+        !f.is_null() && !in_own_object(f)
     })
 }
 
@@ -223,7 +223,7 @@ pub fn in_main_program(addr: *const c_void) -> bool {
 /// Whether `addr` (e.g. a global NCCL handed us) lies in the libnccl we forward to —
 /// not in another copy of NCCL in the process, which may be unloaded later.
 pub fn in_forwarded_nccl(addr: *const c_void) -> bool {
-    let Some(f) = GET_VERSION.get(std::ptr::null()) else {
+    let Some(f) = GET_VERSION.get() else {
         return false;
     };
     matches!((object_base(addr), object_base(f)), (Some(a), Some(b)) if a == b)
@@ -292,24 +292,24 @@ impl RealFn {
         }
     }
 
-    /// The real function, never `own` (our export of the same name).
+    /// The real function, never one inside our own library (our export of the same
+    /// name: [`in_own_object`]).
     #[inline]
-    pub fn get(&self, own: *const c_void) -> Option<*mut c_void> {
+    pub fn get(&self) -> Option<*mut c_void> {
         match self.state.load(Ordering::Acquire) {
             1 => Some(self.ptr.load(Ordering::Relaxed)),
             2 => None,
-            _ => self.resolve(own),
+            _ => self.resolve(),
         }
     }
 
     #[cold]
-    fn resolve(&self, own: *const c_void) -> Option<*mut c_void> {
-        let ours = |p: *mut c_void| std::ptr::eq(p, own) || in_own_object(p);
+    fn resolve(&self) -> Option<*mut c_void> {
         let mut p = lookup(self.pname);
-        if p.is_null() || ours(p) {
+        if p.is_null() || in_own_object(p) {
             p = lookup(self.name);
         }
-        if p.is_null() || ours(p) {
+        if p.is_null() || in_own_object(p) {
             self.state.store(2, Ordering::Release);
             return None;
         }
@@ -346,7 +346,7 @@ static COMM_CU_DEVICE: RealFn = RealFn::new(c"pncclCommCuDevice", c"ncclCommCuDe
 /// Path and version of the forwarded-to library.
 pub fn library_info() -> LibraryInfo {
     INFO.get_or_init(|| {
-        let version = GET_VERSION.get(std::ptr::null()).and_then(|p| {
+        let version = GET_VERSION.get().and_then(|p| {
             // SAFETY: p is ncclGetVersion(int*) of the real library.
             let f: GetVersion = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(p) };
             let mut v: c_int = 0;
@@ -365,7 +365,7 @@ fn query(f: &RealFn, comm: usize) -> Option<i32> {
     if comm == 0 {
         return None;
     }
-    let p = f.get(std::ptr::null())?;
+    let p = f.get()?;
     // SAFETY: p is one of ncclCommCount/UserRank/CuDevice(const ncclComm_t, int*).
     let q: CommQuery = unsafe { std::mem::transmute::<*mut c_void, CommQuery>(p) };
     let mut v: c_int = 0;
