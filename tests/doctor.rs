@@ -1058,3 +1058,26 @@ fn without_libnccl_no_version_is_claimed_for_it() {
         "{out}"
     );
 }
+
+/// `NCCL_CONF_FILE` naming a FIFO (no writer: opening it would wait for ever) or a
+/// device that never ends: the doctor reads neither, and finishes.
+#[test]
+fn a_configuration_file_that_is_no_regular_file_is_not_read() {
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for conf in [fifo.display().to_string(), "/dev/zero".to_string()] {
+        let dir = t.path().join(format!("m{}", conf.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = conf.clone();
+        std::thread::spawn(move || {
+            let f = gather_fake(&dir, NvmlOutcome::Absent("none".into()), &[("NCCL_CONF_FILE", c)]);
+            let _ = tx.send(f);
+        });
+        let f = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("NCCL_CONF_FILE={conf}: the doctor did not finish"));
+        assert_eq!(setting(&f, "NCCL_CTA_POLICY").value, "2", "{conf}");
+    }
+}

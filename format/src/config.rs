@@ -438,6 +438,32 @@ pub fn env_json(vars: impl Iterator<Item = (String, String)>) -> String {
     serde_json::Value::Object(m).to_string()
 }
 
+/// The text of NCCL's configuration file `path` (`NCCL_CONF_FILE`, `~/.nccl.conf`,
+/// `/etc/nccl.conf`) when it is a regular file (its first MiB): a pipe or a terminal
+/// (`NCCL_CONF_FILE=/dev/stdin`) would lose the program its input, opening a FIFO
+/// would wait for a writer (or, without blocking, release a writer waiting on it into a
+/// closed pipe), and a device such as `/dev/zero` never ends. Anything but a regular
+/// file is not opened; should it be swapped for one between that look and the open,
+/// the open does not block and the open file is asked again.
+pub fn conf_file_text(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

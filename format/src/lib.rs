@@ -22,6 +22,7 @@ pub mod budget;
 pub mod clock;
 pub mod config;
 pub mod cupti;
+pub mod files;
 pub mod gpu;
 pub mod hash;
 pub mod nccl;
@@ -33,11 +34,25 @@ pub mod sample;
 pub mod sink;
 pub mod tables;
 
+/// Where [`warn`]'s lines go instead of stderr ([`set_warn_writer`]).
+static WARN_WRITER: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sends [`warn`]'s lines (each ending in a newline) to `f`: the shim's, which writes
+/// them so that the host program sees no change (a closed pipe, a reused descriptor).
+pub fn set_warn_writer(f: fn(&str)) {
+    let _ = WARN_WRITER.set(f);
+}
+
 /// Prints one `zcta: ...` line on stderr. Never panics (unlike `eprintln!`, which
 /// does when stderr is a closed pipe): code running inside the host process must not.
 pub fn warn(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "zcta: {args}");
+    match WARN_WRITER.get() {
+        Some(f) => f(&format!("zcta: {args}\n")),
+        None => {
+            let _ = writeln!(std::io::stderr(), "zcta: {args}");
+        }
+    }
 }
 
 /// Version of the on-disk layout (tables, columns, units). Stored in every Parquet

@@ -226,6 +226,9 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
             Err(e) => LogOutcome::Failed(format!("cannot delete empty log: {e}")),
         };
     }
+    // The dead writer's unfinished Parquet file, where it left one: the file is
+    // written anew from the log, and made only where none is.
+    let _ = fs::remove_file(&tmp);
     let written = match write_table(table, &final_path, &batches) {
         Ok(()) => Ok(()),
         Err(e) => Err(e.to_string()),

@@ -49,6 +49,8 @@ use arrow_array::RecordBatch;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
+
+use crate::files::{OwnFile, make_dirs, rename_new};
 use parquet::basic::{Compression, Encoding as PqEncoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
@@ -275,14 +277,21 @@ pub fn write_table_file(
     batches: &[RecordBatch],
 ) -> Result<(), SinkError> {
     let tmp = tmp_path_for(path);
-    let file = File::create(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
-    let mut w = ArrowWriter::try_new(file, (t.schema)(), Some(properties_of(t, ROW_GROUP_ROWS)))
-        .map_err(|e| SinkError::parquet(&tmp, e))?;
-    for b in batches {
-        w.write(b).map_err(|e| SinkError::parquet(&tmp, e))?;
+    let file = OwnFile::create(&tmp).map_err(|e| SinkError::io(&tmp, e))?;
+    let written = ArrowWriter::try_new(file, (t.schema)(), Some(properties_of(t, ROW_GROUP_ROWS)))
+        .and_then(|mut w| {
+            for b in batches {
+                w.write(b)?;
+            }
+            w.close()
+        })
+        .map_err(|e| SinkError::parquet(&tmp, e))
+        .and_then(|_| rename_new(&tmp, path).map_err(|e| SinkError::io(path, e)));
+    if written.is_err() {
+        // Made above: ours to remove.
+        let _ = fs::remove_file(&tmp);
     }
-    w.close().map_err(|e| SinkError::parquet(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| SinkError::io(path, e))
+    written
 }
 
 /// Host and pid encoded in a file stem `<host>-[r<rank>-]p<pid>[-u<token>][-<segment>]`.
@@ -325,11 +334,11 @@ pub fn final_path_for_wal(wal: &Path) -> Option<PathBuf> {
 }
 
 struct Segment {
-    wal: StreamWriter<BufWriter<File>>,
+    wal: StreamWriter<BufWriter<OwnFile>>,
     wal_path: PathBuf,
     /// `None` once writing the Parquet file failed (the disk is full): the segment's
     /// rows stay in its log, which is then left for `zcta recover`.
-    pq: Option<ArrowWriter<File>>,
+    pq: Option<ArrowWriter<OwnFile>>,
     tmp_path: PathBuf,
     final_path: PathBuf,
     rows: u64,
@@ -363,7 +372,8 @@ impl Segment {
 /// Gives back the disk claimed ahead of `f` beyond its end (`fallocate` keeping its
 /// size claims blocks past it): a log left for `zcta recover` holds only what it wrote.
 /// Returns the log's length (where its claim now ends), when it could be read.
-fn give_back_claim(f: &File) -> Option<u64> {
+fn give_back_claim(f: &OwnFile) -> Option<u64> {
+    let f = f.file()?;
     let len = f.metadata().ok()?.len();
     let _ = f.set_len(len);
     Some(len)
@@ -497,10 +507,11 @@ impl<T: Table> DatasetWriter<T> {
             return None;
         };
         let seg = self.segment.as_mut().filter(|s| s.big_claim)?;
-        let f = seg.wal.get_ref().get_ref();
+        let own = seg.wal.get_ref().get_ref();
+        let f = own.file()?;
         let free = room(f);
         if free.is_some_and(|free| free < CLAIM_FLOOR)
-            && let Some(len) = give_back_claim(f)
+            && let Some(len) = give_back_claim(own)
         {
             seg.reserved = len + claim(reserve, Some(room), f, len, LOW_CLAIM);
             seg.big_claim = false;
@@ -594,8 +605,9 @@ impl<T: Table> DatasetWriter<T> {
             {
                 // Room for the slice (its size in memory bounds its size in the log) and
                 // a quarter of the reserve after it, claimed before it is written.
-                let f = seg.wal.get_ref().get_ref();
-                if let Ok(m) = f.metadata() {
+                if let Some(f) = seg.wal.get_ref().get_ref().file()
+                    && let Ok(m) = f.metadata()
+                {
                     let need = m.len() + per_row * len as u64 + self.reserve_bytes / 4;
                     if need > seg.reserved {
                         let from = seg.reserved.max(m.len());
@@ -689,23 +701,23 @@ impl<T: Table> DatasetWriter<T> {
     }
 
     fn open_segment(&mut self) -> Result<Segment, SinkError> {
-        fs::create_dir_all(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
+        make_dirs(&self.dir).map_err(|e| SinkError::io(&self.dir, e))?;
         let final_path = self
             .dir
             .join(format!("{}-{:05}.parquet", self.prefix, self.next_segment));
         self.next_segment += 1;
         let wal_path = wal_path_for(&final_path);
         let tmp_path = tmp_path_for(&final_path);
-        let wal_file = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        let mut wal_file = OwnFile::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
         // Held while the segment is open: `zcta recover` leaves locked logs alone, even
-        // from another host on a shared file system. A file system without locks
-        // just means no such protection.
-        let _ = wal_file.try_lock();
+        // from another host on a shared file system.
+        wal_file.lock();
         let mut reserved = 0;
         if self.reserve_bytes > 0
             && let Some(reserve) = self.policy.reserve
+            && let Some(f) = wal_file.file()
         {
-            reserved = claim(reserve, self.policy.room, &wal_file, 0, self.reserve_bytes);
+            reserved = claim(reserve, self.policy.room, f, 0, self.reserve_bytes);
         }
         let wal = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, wal_file), &self.schema)
             .map_err(|e| SinkError::arrow(&wal_path, e));
@@ -718,11 +730,11 @@ impl<T: Table> DatasetWriter<T> {
         };
         // The Parquet file is the second copy: without it (no room), the log alone
         // keeps the rows, for `zcta recover`.
-        let pq = File::create(&tmp_path)
-            .map_err(|e| SinkError::io(&tmp_path, e))
+        let pq = OwnFile::create(&tmp_path)
+            .map_err(|e| (false, SinkError::io(&tmp_path, e)))
             .and_then(|tmp| {
                 ArrowWriter::try_new(tmp, self.schema.clone(), Some(self.props.clone()))
-                    .map_err(|e| SinkError::parquet(&tmp_path, e))
+                    .map_err(|e| (true, SinkError::parquet(&tmp_path, e)))
             });
         let mut seg = Segment {
             wal,
@@ -738,8 +750,11 @@ impl<T: Table> DatasetWriter<T> {
         };
         match pq {
             Ok(pq) => seg.pq = Some(pq),
-            Err(e) => {
-                let _ = fs::remove_file(&seg.tmp_path);
+            Err((made, e)) => {
+                // Only a file made here is removed: one that was there is not ours.
+                if made {
+                    let _ = fs::remove_file(&seg.tmp_path);
+                }
                 self.parquet_failed(e);
             }
         }
@@ -756,8 +771,7 @@ impl<T: Table> DatasetWriter<T> {
             return Ok(());
         };
         if seg.rows == 0 {
-            drop(seg.pq.take());
-            let _ = fs::remove_file(&seg.tmp_path);
+            seg.drop_parquet();
             drop(seg.wal);
             // Its number goes to the next segment: segments stay consecutive.
             self.next_segment -= 1;
@@ -774,7 +788,15 @@ impl<T: Table> DatasetWriter<T> {
             self.parquet_failed(e);
             return Ok(());
         }
-        fs::rename(&seg.tmp_path, &seg.final_path).map_err(|e| SinkError::io(&seg.final_path, e))?;
+        if let Err(e) = rename_new(&seg.tmp_path, &seg.final_path) {
+            // Something is where the file goes (not ours to replace): the log keeps
+            // the rows.
+            let _ = fs::remove_file(&seg.tmp_path);
+            let e = SinkError::io(&seg.final_path, e);
+            seg.keep_log();
+            self.parquet_failed(e);
+            return Ok(());
+        }
         drop(seg.wal);
         fs::remove_file(&seg.wal_path).map_err(|e| SinkError::io(&seg.wal_path, e))
     }
@@ -796,6 +818,8 @@ pub enum EndReason {
     Exit,
     /// `_exit` (e.g. Python's `os._exit`).
     UnderscoreExit,
+    /// `execve` and its kin, in the process itself (not a fork child's).
+    Exec,
 }
 
 impl EndReason {
@@ -803,6 +827,7 @@ impl EndReason {
         match self {
             EndReason::Exit => "exit",
             EndReason::UnderscoreExit => "_exit",
+            EndReason::Exec => "exec",
         }
     }
 }
@@ -811,7 +836,8 @@ impl EndReason {
 #[derive(Debug, Default)]
 pub struct WriterControl {
     stop: AtomicBool,
-    underscore_exit: AtomicBool,
+    /// How the process ended ([`EndReason`] as a number, 0: exit).
+    reason: std::sync::atomic::AtomicU8,
     done: std::sync::Mutex<bool>,
     done_cv: std::sync::Condvar,
     /// Records the hot path could not enqueue (queue full or writer failed).
@@ -840,9 +866,7 @@ impl WriterControl {
     /// Asks the writer to drain, close every file and stop; waits at most `timeout`.
     /// Returns whether it finished in time.
     pub fn stop_and_wait(&self, reason: EndReason, timeout: Duration) -> bool {
-        if reason == EndReason::UnderscoreExit {
-            self.underscore_exit.store(true, Ordering::Relaxed);
-        }
+        self.reason.store(reason as u8, Ordering::Relaxed);
         self.stop.store(true, Ordering::Release);
         self.wake();
         let deadline = Instant::now() + timeout;
@@ -1025,7 +1049,7 @@ pub struct Writer {
     /// The profiler API version of the last `nccl_comms` row (0: none yet).
     profiler_abi: u8,
     /// The `process` row's log, kept open (and locked) until the final row is written.
-    process_wal: Option<(PathBuf, StreamWriter<BufWriter<File>>)>,
+    process_wal: Option<(PathBuf, StreamWriter<BufWriter<OwnFile>>)>,
     error: Option<String>,
     /// What the timing did per launching call, counted from the op rows received.
     timing_calls: TimingCalls,
@@ -1105,26 +1129,26 @@ impl Writer {
     pub fn start(&mut self) -> Result<(), SinkError> {
         let final_path = self.process_final_path();
         let dir = final_path.parent().expect("has parent").to_owned();
-        fs::create_dir_all(&dir).map_err(|e| SinkError::io(&dir, e))?;
+        make_dirs(&dir).map_err(|e| SinkError::io(&dir, e))?;
         let wal_path = wal_path_for(&final_path);
         let mut row = self.info.row.clone();
         row.end_reason = "running".into();
         row.end_ns = None;
         let batch = process_batch(&row, &self.info.ctx).map_err(|e| SinkError::arrow(&wal_path, e))?;
-        let f = File::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
-        let _ = f.try_lock();
+        let mut f = OwnFile::create(&wal_path).map_err(|e| SinkError::io(&wal_path, e))?;
+        f.lock();
         let mut w = StreamWriter::try_new(BufWriter::new(f), &ProcessTable::schema())
             .map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.write(&batch).map_err(|e| SinkError::arrow(&wal_path, e))?;
         w.flush().map_err(|e| SinkError::arrow(&wal_path, e))?;
         // Room for the final row, should the disk be full at the end: a few rows of
         // the size the first one took.
-        if let Some(reserve) = self.reserve {
-            let f = w.get_ref().get_ref();
-            if let Ok(m) = f.metadata() {
-                let want = (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE);
-                claim(reserve, self.room, f, 0, want);
-            }
+        if let Some(reserve) = self.reserve
+            && let Some(f) = w.get_ref().get_ref().file()
+            && let Ok(m) = f.metadata()
+        {
+            let want = (PROCESS_RESERVE_ROWS * m.len()).max(MIN_RESERVE);
+            claim(reserve, self.room, f, 0, want);
         }
         self.process_wal = Some((wal_path, w));
         // The ops log is opened next, before any other table's, and claims its disk.
@@ -1409,8 +1433,6 @@ impl Writer {
             // disk it claimed at the start; `zcta recover` takes it from there. What
             // the row did not use of that claim is given back (the log stays behind,
             // and would keep a full disk full for the recovery).
-            let path = self.process_final_path();
-            let _ = fs::remove_file(tmp_path_for(&path));
             if let Some((_, log)) = &mut self.process_wal {
                 if let Ok(batch) = process_batch(&row, &self.info.ctx) {
                     let _ = log.write(&batch).and_then(|()| log.flush());
@@ -1494,7 +1516,7 @@ pub fn write_process_file(
 ) -> Result<(), SinkError> {
     let path = process_file(run_dir, prefix);
     let dir = path.parent().expect("has parent");
-    fs::create_dir_all(dir).map_err(|e| SinkError::io(dir, e))?;
+    make_dirs(dir).map_err(|e| SinkError::io(dir, e))?;
     let batch = process_batch(row, ctx).map_err(|e| SinkError::arrow(&path, e))?;
     write_parquet_file::<ProcessTable>(&path, &[batch])
 }
@@ -1568,11 +1590,12 @@ pub fn run_writer(
             std::thread::park_timeout(POLL_INTERVAL);
         }
     }
-    let reason = if ctl.underscore_exit.load(Ordering::Relaxed) {
-        EndReason::UnderscoreExit.as_str()
-    } else {
-        EndReason::Exit.as_str()
-    };
+    let reason = match ctl.reason.load(Ordering::Relaxed) {
+        r if r == EndReason::UnderscoreExit as u8 => EndReason::UnderscoreExit,
+        r if r == EndReason::Exec as u8 => EndReason::Exec,
+        _ => EndReason::Exit,
+    }
+    .as_str();
     let internal = ctl.internal_error.load(Ordering::Relaxed);
     if internal {
         writer

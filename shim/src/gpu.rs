@@ -495,14 +495,16 @@ impl Debug {
 
 impl CuptiSource {
     /// The writer's side of capture; made once per process, with the recorder.
-    /// `hold`: how long the writer holds an op's row for its GPU side.
-    pub fn new(hold: std::time::Duration) -> Self {
+    /// `hold`: how long the writer holds an op's row for its GPU side. `None` when
+    /// there is no memory for its queues.
+    pub fn new(hold: std::time::Duration) -> Option<Self> {
         let hold_ns = i64::try_from(hold.as_nanos()).unwrap_or(i64::MAX);
-        let (tx, rx) = queue::bounded(1 << 16);
+        let timer = crate::timing::Timer::new(hold_ns)?;
+        let (tx, rx) = queue::bounded(1 << 16)?;
         // Only the first source's queue is fed (there is one recorder per process).
         let _ = NOTES.set(tx);
-        Self {
-            timer: crate::timing::Timer::new(hold_ns),
+        Some(Self {
+            timer,
             notes: rx,
             names: HashMap::new(),
             proxy_seen: 0,
@@ -510,7 +512,7 @@ impl CuptiSource {
             debug: std::env::var("ZCTA_CUPTI_DEBUG")
                 .is_ok_and(|v| v == "1")
                 .then(Debug::default),
-        }
+        })
     }
 
     fn drain(&mut self, out: &mut Vec<GpuItem>) {

@@ -79,7 +79,7 @@ fn activate_once() -> Option<&'static Recorder> {
         .compare_exchange(UNINIT, ACTIVATING, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
-        let next = match catch_unwind(activate) {
+        let next = match activate_on_own_stack() {
             Ok(Some(r)) => {
                 // Only this thread ever sets it (guarded by the state transition).
                 let _ = RECORDER.set(r);
@@ -101,6 +101,33 @@ fn activate_once() -> Option<&'static Recorder> {
     match STATE.load(Ordering::Acquire) {
         ACTIVE => RECORDER.get(),
         _ => None,
+    }
+}
+
+/// Stack of the thread that activates: activation (the tables' writers, Arrow schemas,
+/// Parquet settings) takes tens of KiB, more than the smallest stack a program may give
+/// the thread of its first NCCL call (16 KiB is enough for the calls themselves).
+const ACTIVATION_STACK: usize = 1 << 20;
+
+/// Address space recording takes at most, beyond what the process holds before its
+/// first NCCL call, at the default settings: below this much room under `RLIMIT_AS`
+/// the shim stays off rather than make the program's own allocations fail.
+const ADDRESS_SPACE_NEEDED: u64 = 256 << 20;
+
+/// [`activate`] on a thread of its own ([`ACTIVATION_STACK`]), which the caller waits
+/// for; on the calling thread only when no thread can be started.
+fn activate_on_own_stack() -> std::thread::Result<Option<Recorder>> {
+    let spawned = std::thread::Builder::new()
+        .name("zcta-start".into())
+        .stack_size(ACTIVATION_STACK)
+        .spawn(|| {
+            // A program's signal handler never runs on our thread.
+            ffi::sys::block_all_signals();
+            catch_unwind(activate)
+        });
+    match spawned {
+        Ok(h) => h.join().unwrap_or_else(Err),
+        Err(_) => catch_unwind(activate),
     }
 }
 
@@ -174,11 +201,30 @@ fn activate() -> Option<Recorder> {
         },
         row,
     };
-    let (tx, rx) = queue::bounded_reserving(cfg.queue_capacity, cfg.queue_capacity / RESERVE_SHARE);
+    if let Some(room) = ffi::sys::address_space_room()
+        && room < ADDRESS_SPACE_NEEDED
+    {
+        zcta::warn(format_args!(
+            "the address-space limit (RLIMIT_AS, ulimit -v) leaves {} MiB, less than the {} MiB \
+             recording may take; recording disabled, NCCL calls continue unchanged",
+            room >> 20,
+            ADDRESS_SPACE_NEEDED >> 20
+        ));
+        return None;
+    }
     // Plugin records are larger (up to 344 B): half as many slots keeps the memory
     // preallocated for them close to the main queue's.
     let plugin_capacity = (cfg.queue_capacity / 2).max(1024);
-    let (ptx, prx) = queue::bounded_reserving(plugin_capacity, plugin_capacity / RESERVE_SHARE);
+    let (Some((tx, rx)), Some((ptx, prx)), Some(source)) = (
+        queue::bounded_reserving(cfg.queue_capacity, cfg.queue_capacity / RESERVE_SHARE),
+        queue::bounded_reserving(plugin_capacity, plugin_capacity / RESERVE_SHARE),
+        crate::gpu::CuptiSource::new(cfg.gpu.hold),
+    ) else {
+        zcta::warn(format_args!(
+            "no memory for the record queues; recording disabled, NCCL calls continue unchanged"
+        ));
+        return None;
+    };
     let ctl = WriterControl::new();
     crate::timing::set_writer(Arc::clone(&ctl));
     let policy = zcta::sink::SinkPolicy {
@@ -188,7 +234,7 @@ fn activate() -> Option<Recorder> {
     };
     let mut writer = Writer::new(info, policy);
     crate::gpu::set_sampling(cfg.gpu.sampling);
-    writer.set_gpu_source(Box::new(crate::gpu::CuptiSource::new(cfg.gpu.hold)), cfg.gpu);
+    writer.set_gpu_source(Box::new(source), cfg.gpu);
     let plugin_comms = Arc::clone(&writer.plugin_comms);
     let ctl2 = Arc::clone(&ctl);
     let spawned = std::thread::Builder::new()

@@ -966,10 +966,11 @@ const EARLY_ANCHOR_GAP_NS: i64 = 20_000_000;
 impl Timer {
     /// Made once per process, with the recorder (before timing can start); `hold_ns`:
     /// how long the writer holds an op's row for its GPU side.
-    pub fn new(hold_ns: i64) -> Self {
-        let (tx, rx) = queue::bounded(POOL_MAX);
+    /// `None` when there is no memory for its queue.
+    pub fn new(hold_ns: i64) -> Option<Self> {
+        let (tx, rx) = queue::bounded(POOL_MAX)?;
         let _ = FLIGHTS.set(tx);
-        Self {
+        Some(Self {
             flights: rx,
             pending: VecDeque::new(),
             clocks: HashMap::new(),
@@ -993,7 +994,7 @@ impl Timer {
             drift: Drift::default(),
             max_dist_ns: 0,
             lost: 0,
-        }
+        })
     }
 
     /// One round (writer thread): refill the pools, renew stale anchors, resolve the

@@ -485,7 +485,7 @@ fn settings(sys: &System<'_>) -> Vec<Setting> {
         // NCCL_CONF_FILE is a path of the user's: used as given.
         Some(p) => files.push(ConfFile {
             label: p.to_owned(),
-            text: std::fs::read_to_string(p).ok(),
+            text: crate::config::conf_file_text(Path::new(p)),
         }),
         None => {
             if let Some(h) = &sys.home {
@@ -497,14 +497,14 @@ fn settings(sys: &System<'_>) -> Vec<Setting> {
                 };
                 files.push(ConfFile {
                     label: p.display().to_string(),
-                    text: std::fs::read_to_string(real).ok(),
+                    text: crate::config::conf_file_text(&real),
                 });
             }
         }
     }
     files.push(ConfFile {
         label: "/etc/nccl.conf".into(),
-        text: sys.read("/etc/nccl.conf"),
+        text: crate::config::conf_file_text(&sys.sys("/etc/nccl.conf")),
     });
     env::resolve(&sys.env, &files)
 }

@@ -1,9 +1,10 @@
 //! Process-level hooks: the constructor (only registers the fork handler), the exit
-//! hook registered at activation, and an `_exit` interposer so that `os._exit`-style
+//! hook registered at activation, an `_exit` interposer so that `os._exit`-style
 //! exits (multiprocessing fork children, frameworks that skip atexit) still close
-//! their files.
+//! their files, and `execve`, `execv`, `execvp` and `execvpe` interposers, so that a
+//! process that replaces itself (`os.execv`) closes them too.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -12,22 +13,36 @@ use zcta::sink::EndReason;
 use crate::state;
 
 static REAL_EXIT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static REAL_EXECVE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static REAL_EXECV: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static REAL_EXECVP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static REAL_EXECVPE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-// SAFETY (of running before main): the constructor only calls pthread_atfork, dlsym
-// and getcwd, all safe to call during library initialisation; it starts no thread,
-// opens no file and allocates nothing that could deadlock a dlopen caller.
+// SAFETY (of running before main): the constructor only calls pthread_atfork, dlsym,
+// fstat and getcwd, all safe to call during library initialisation; it starts no
+// thread, opens no file and allocates nothing that could deadlock a dlopen caller.
 #[ctor::ctor(unsafe)]
 fn zcta_constructor() {
     // SAFETY: `after_fork_child` is an extern "C" fn that cannot unwind.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_child));
     }
-    // Resolved now: `_exit` may later run in a vfork child, where taking the loader
-    // lock could deadlock.
-    // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_exit".as_ptr()) };
-    REAL_EXIT.store(p, Ordering::Relaxed);
+    // Resolved now: `_exit` and the exec family may later run in a vfork child, where
+    // taking the loader lock could deadlock.
+    for (slot, name) in [
+        (&REAL_EXIT, c"_exit"),
+        (&REAL_EXECVE, c"execve"),
+        (&REAL_EXECV, c"execv"),
+        (&REAL_EXECVP, c"execvp"),
+        (&REAL_EXECVPE, c"execvpe"),
+    ] {
+        // SAFETY: RTLD_NEXT lookup with a NUL-terminated name.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        slot.store(p, Ordering::Relaxed);
+    }
     super::sys::note_start_dir();
+    super::sys::note_stderr();
+    zcta::set_warn_writer(super::sys::write_stderr);
     offer_profiler_plugin();
 }
 
@@ -96,7 +111,8 @@ fn same_file(a: &str, b: &str) -> bool {
 /// NCCL also takes its variables from `NCCL_CONF_FILE`, `~/.nccl.conf` and
 /// `/etc/nccl.conf` (without overriding the environment): a plugin chosen there is
 /// the user's too. Returns the file that sets it. Every preloaded process asks, most
-/// of which never call NCCL, so only a regular file is read ([`conf_text`]).
+/// of which never call NCCL, so only a regular file is read
+/// ([`zcta::config::conf_file_text`]).
 fn conf_sets_plugin() -> Option<String> {
     let home = std::env::var("HOME").ok().map(|h| format!("{h}/.nccl.conf"));
     [
@@ -107,7 +123,7 @@ fn conf_sets_plugin() -> Option<String> {
     .into_iter()
     .flatten()
     .find(|path| {
-        conf_text(path).is_some_and(|text| {
+        zcta::config::conf_file_text(std::path::Path::new(path)).is_some_and(|text| {
             text.lines().any(|l| {
                 l.trim_start()
                     .strip_prefix("NCCL_PROFILER_PLUGIN")
@@ -115,31 +131,6 @@ fn conf_sets_plugin() -> Option<String> {
             })
         })
     })
-}
-
-/// The text of the configuration file `path` when it is a regular file (its first
-/// MiB): a pipe or a terminal (`NCCL_CONF_FILE=/dev/stdin`) would lose the program
-/// its input, and opening a FIFO would wait for a writer before `main` runs (or,
-/// without blocking, release a writer waiting on it into a closed pipe). Anything
-/// but a regular file is not opened; should it be swapped for one between that look
-/// and the open, the open does not block and the open file is asked again.
-fn conf_text(path: &str) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    if !std::fs::metadata(path).ok()?.is_file() {
-        return None;
-    }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    f.take(1 << 20).read_to_string(&mut text).ok()?;
-    Some(text)
 }
 
 extern "C" fn after_fork_child() {
@@ -206,4 +197,87 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     }
     #[allow(clippy::empty_loop)]
     loop {}
+}
+
+/// Before the process replaces itself: closes our files (bounded wait) when this
+/// process owns the writer, as at exit (`end_reason` `exec`). A fork or vfork child
+/// (another pid) goes straight on. Should the exec then fail, the process goes on
+/// unrecorded.
+fn before_exec() {
+    if state::owns_writer(std::process::id()) {
+        let _ = catch_unwind(|| state::on_exit(EndReason::Exec));
+    }
+}
+
+type ExecFn = unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+type ExecNoEnvFn = unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int;
+
+/// The real function in `slot`, or None (then the call fails with ENOSYS: libc
+/// without it).
+fn real_fn(slot: &AtomicPtr<c_void>) -> Option<*mut c_void> {
+    let p = slot.load(Ordering::Relaxed);
+    if p.is_null() {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return None;
+    }
+    Some(p)
+}
+
+/// `execve(2)` interposer ([`before_exec`], then libc's).
+///
+/// # Safety
+/// Same contract as libc's `execve`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    let Some(p) = real_fn(&REAL_EXECVE) else { return -1 };
+    // SAFETY: p is libc's `execve`, resolved in the constructor; arguments unchanged.
+    unsafe { std::mem::transmute::<*mut c_void, ExecFn>(p)(path, argv, envp) }
+}
+
+/// `execvpe(3)` interposer ([`before_exec`], then libc's).
+///
+/// # Safety
+/// Same contract as libc's `execvpe`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    let Some(p) = real_fn(&REAL_EXECVPE) else {
+        return -1;
+    };
+    // SAFETY: p is libc's `execvpe`, resolved in the constructor; arguments unchanged.
+    unsafe { std::mem::transmute::<*mut c_void, ExecFn>(p)(file, argv, envp) }
+}
+
+/// `execv(3)` interposer ([`before_exec`], then libc's).
+///
+/// # Safety
+/// Same contract as libc's `execv`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    before_exec();
+    let Some(p) = real_fn(&REAL_EXECV) else { return -1 };
+    // SAFETY: p is libc's `execv`, resolved in the constructor; arguments unchanged.
+    unsafe { std::mem::transmute::<*mut c_void, ExecNoEnvFn>(p)(path, argv) }
+}
+
+/// `execvp(3)` interposer ([`before_exec`], then libc's).
+///
+/// # Safety
+/// Same contract as libc's `execvp`.
+#[cfg_attr(not(test), unsafe(no_mangle))]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    before_exec();
+    let Some(p) = real_fn(&REAL_EXECVP) else { return -1 };
+    // SAFETY: p is libc's `execvp`, resolved in the constructor; arguments unchanged.
+    unsafe { std::mem::transmute::<*mut c_void, ExecNoEnvFn>(p)(file, argv) }
 }

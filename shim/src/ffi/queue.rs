@@ -44,7 +44,9 @@ struct Slot<T> {
 }
 
 /// The slot array: zeroed pages from an anonymous mapping (all-zero bytes are a valid
-/// new slot: sequence 0, no value), or from the allocator when mapping fails.
+/// new slot: sequence 0, no value), or from the allocator when mapping fails; `None`
+/// when neither has the memory (an address-space limit): the caller goes without,
+/// where the allocator would abort the program.
 struct Slots<T> {
     ptr: std::ptr::NonNull<Slot<T>>,
     len: usize,
@@ -52,8 +54,8 @@ struct Slots<T> {
 }
 
 impl<T> Slots<T> {
-    fn zeroed(len: usize) -> Self {
-        let layout = std::alloc::Layout::array::<Slot<T>>(len).expect("queue size fits in memory");
+    fn zeroed(len: usize) -> Option<Self> {
+        let layout = std::alloc::Layout::array::<Slot<T>>(len).ok()?;
         // SAFETY: a fresh private anonymous mapping, checked for failure; its pages read
         // as zero until written. MAP_NORESERVE: untouched slots commit no memory.
         let p = unsafe {
@@ -75,22 +77,20 @@ impl<T> Slots<T> {
             // page faults. Only a hint: without it, 4 KiB pages.
             // SAFETY: the mapping just made, with its length.
             unsafe { libc::madvise(p, layout.size(), libc::MADV_HUGEPAGE) };
-            return Self {
+            return Some(Self {
                 ptr,
                 len,
                 mapped: true,
-            };
+            });
         }
         // SAFETY: the layout has a non-zero size (a slot holds at least its sequence).
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = std::ptr::NonNull::new(p.cast::<Slot<T>>()) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        Self {
+        let ptr = std::ptr::NonNull::new(p.cast::<Slot<T>>())?;
+        Some(Self {
             ptr,
             len,
             mapped: false,
-        }
+        })
     }
 }
 
@@ -200,18 +200,22 @@ pub struct Consumer<T> {
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
 
-/// A queue of at least `capacity` slots (rounded up to a power of two, at least 2).
-pub fn bounded<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+/// A queue of at least `capacity` slots (rounded up to a power of two, at least 2);
+/// `None` when there is no memory for it.
+pub fn bounded<T: Copy + Send>(capacity: usize) -> Option<(Producer<T>, Consumer<T>)> {
     bounded_reserving(capacity, 0)
 }
 
 /// As [`bounded`], keeping `reserve` slots (less than the capacity) for the records
 /// pushed with [`Producer::try_push`] when those pushed with
 /// [`Producer::try_push_all`] leaving the reserve fill the rest.
-pub fn bounded_reserving<T: Copy + Send>(capacity: usize, reserve: usize) -> (Producer<T>, Consumer<T>) {
+pub fn bounded_reserving<T: Copy + Send>(
+    capacity: usize,
+    reserve: usize,
+) -> Option<(Producer<T>, Consumer<T>)> {
     let cap = capacity.max(2).next_power_of_two();
     let reserve = reserve.min(cap - 1);
-    let slots = Slots::zeroed(cap);
+    let slots = Slots::zeroed(cap)?;
     let populated = if slots.mapped { 0 } else { cap };
     let q = Arc::new(Inner {
         tail: Padded(AtomicUsize::new(0)),
@@ -223,13 +227,13 @@ pub fn bounded_reserving<T: Copy + Send>(capacity: usize, reserve: usize) -> (Pr
         populated: AtomicUsize::new(populated),
     });
     q.populate_ahead(0);
-    (
+    Some((
         Producer(Arc::clone(&q)),
         Consumer {
             q,
             _not_sync: PhantomData,
         },
-    )
+    ))
 }
 
 impl<T: Copy + Send> Inner<T> {
@@ -455,7 +459,7 @@ mod tests {
 
     #[test]
     fn fifo_full_and_wrap_around() {
-        let (p, c) = bounded::<u64>(3); // rounded up to 4
+        let (p, c) = bounded::<u64>(3).unwrap(); // rounded up to 4
         for round in 0..1000u64 {
             for i in 0..4 {
                 assert_eq!(p.try_push(round * 4 + i), Ok((round * 4 + i) as usize));
@@ -472,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_reserve_stays_for_the_records_that_may_use_it() {
-        let (p, c) = bounded_reserving::<u64>(8, 2);
+        let (p, c) = bounded_reserving::<u64>(8, 2).unwrap();
         for round in 0..100u64 {
             for i in 0..6 {
                 assert!(p.try_push_all(&[round * 10 + i], true).is_ok(), "{round} {i}");
@@ -523,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_batch_takes_consecutive_slots_or_none() {
-        let (p, c) = bounded_reserving::<u64>(8, 2);
+        let (p, c) = bounded_reserving::<u64>(8, 2).unwrap();
         for round in 0..100u64 {
             let b = round * 10;
             assert_eq!(p.try_push_all(&[b, b + 1, b + 2], true), Ok(round as usize * 8));
@@ -546,7 +550,7 @@ mod tests {
 
     #[test]
     fn records_built_in_their_slots_come_out_in_order_and_a_refused_batch_builds_none() {
-        let (p, c) = bounded_reserving::<u64>(8, 2);
+        let (p, c) = bounded_reserving::<u64>(8, 2).unwrap();
         let mut asked = Vec::new();
         assert_eq!(
             p.try_push_with(4, true, |i| {
@@ -576,7 +580,7 @@ mod tests {
     fn batches_from_many_producers_stay_whole_and_in_order() {
         const PRODUCERS: u64 = 4;
         const BATCHES: u64 = 50_000;
-        let (p, c) = bounded::<(u64, u64)>(256);
+        let (p, c) = bounded::<(u64, u64)>(256).unwrap();
         let handles = producers(&p, PRODUCERS, BATCHES, |p, t, i| {
             let batch: Vec<_> = (0..1 + (i % 3)).map(|k| (t, i * 4 + k)).collect();
             p.try_push_all(&batch, false).is_ok()
@@ -609,7 +613,7 @@ mod tests {
 
     #[test]
     fn populating_ahead_keeps_every_record() {
-        let (p, c) = bounded::<[u64; 8]>(1 << 20); // 64 MiB of slots
+        let (p, c) = bounded::<[u64; 8]>(1 << 20).unwrap(); // 64 MiB of slots
         for i in 0..(3u64 << 20) {
             if i % 1000 == 0 {
                 c.populate();
@@ -623,7 +627,7 @@ mod tests {
     fn many_producers_lose_nothing_and_keep_each_ones_order() {
         const PRODUCERS: u64 = 4;
         const EACH: u64 = 200_000;
-        let (p, c) = bounded::<(u64, u64)>(256);
+        let (p, c) = bounded::<(u64, u64)>(256).unwrap();
         let handles = producers(&p, PRODUCERS, EACH, |p, t, i| p.try_push((t, i)).is_ok());
         let mut next = [0u64; PRODUCERS as usize];
         let mut got = 0;
@@ -656,7 +660,7 @@ mod tests {
 
     #[test]
     fn a_large_queue_is_mapped_untouched() {
-        let (p, c) = bounded::<[u8; 192]>(1 << 22); // 1 GiB of slots
+        let (p, c) = bounded::<[u8; 192]>(1 << 22).unwrap(); // 1 GiB of slots
         assert_eq!(p.capacity(), 1 << 22);
         for round in 0..3u8 {
             assert!(p.try_push([round; 192]).is_ok());

@@ -330,10 +330,138 @@ pub fn pid() -> u32 {
     }
 }
 
-/// In a fork child (its only thread is the one that forked): forget the parent's ids.
+/// In a fork child (its only thread is the one that forked): forget the parent's ids,
+/// and let go of the parent's locked logs ([`release_parent_locks`]).
 pub fn after_fork_child() {
     let _ = TID.try_with(|t| t.set(0));
     PID.store(0, std::sync::atomic::Ordering::Relaxed);
+    release_parent_locks();
+}
+
+/// A `flock` lock belongs to the open file, which a fork child shares: while a child
+/// lived on (a data-loader worker), a killed parent's logs would stay locked, and
+/// `zcta recover` would leave them alone. The child points each of those numbers at
+/// `/dev/null` instead (the number stays taken: the parent's writer objects the child
+/// inherited still name it, and are never used here). Only async-signal-safe calls.
+fn release_parent_locks() {
+    let mut null = -1;
+    zcta::files::locked_fds(|fd| {
+        if null < 0 {
+            // SAFETY: a NUL-terminated path; the result is checked.
+            null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        }
+        if null >= 0 {
+            // SAFETY: both descriptors are open; dup3 replaces `fd` atomically.
+            unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
+        }
+    });
+    if null >= 0 {
+        // SAFETY: the descriptor opened above.
+        unsafe { libc::close(null) };
+    }
+    zcta::files::forget_locked_fds();
+}
+
+/// Address space left under the process's `RLIMIT_AS` (`ulimit -v`, a batch
+/// system's `h_vmem`), or None when it has no such limit (or it cannot be read).
+pub fn address_space_room() -> Option<u64> {
+    let mut lim = std::mem::MaybeUninit::<libc::rlimit>::uninit();
+    // SAFETY: getrlimit writes the struct on success; read only then.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, lim.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful getrlimit.
+    let cur = unsafe { lim.assume_init() }.rlim_cur;
+    if cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    Some(cur.saturating_sub(pages.saturating_mul(page)))
+}
+
+/// Device and inode of descriptor 2 when the library was loaded (both 0: it was not
+/// open, and zcta says nothing on it).
+static STDERR_ID: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+fn fd_id(fd: i32) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes the struct on success; read only then.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful fstat.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}
+
+/// Notes what descriptor 2 is (the constructor, before the program can change it).
+pub fn note_stderr() {
+    use std::sync::atomic::Ordering;
+    if let Some((dev, ino)) = fd_id(2) {
+        STDERR_ID[0].store(dev, Ordering::Relaxed);
+        STDERR_ID[1].store(ino, Ordering::Relaxed);
+    }
+}
+
+/// Writes a `zcta:` line on the program's stderr, without changing what the program
+/// sees:
+/// - only while descriptor 2 is the file it was when the library was loaded: a
+///   program that closed it and opened a file of its own, which took the number, never
+///   finds our line in that file;
+/// - with SIGPIPE blocked on this thread, and one that the write raised taken back, so
+///   that a closed pipe (a log collector gone, `| head`) never kills the program for
+///   our sake; a SIGPIPE pending before is left as it was.
+pub fn write_stderr(line: &str) {
+    use std::sync::atomic::Ordering;
+    let want = (
+        STDERR_ID[0].load(Ordering::Relaxed),
+        STDERR_ID[1].load(Ordering::Relaxed),
+    );
+    if want == (0, 0) || fd_id(2) != Some(want) {
+        return;
+    }
+    let mut pipe = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut pending = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: the sets are initialised by sigemptyset/sigaddset, pthread_sigmask and
+    // sigpending before they are read; write is given the line's own bytes.
+    unsafe {
+        libc::sigemptyset(pipe.as_mut_ptr());
+        libc::sigaddset(pipe.as_mut_ptr(), libc::SIGPIPE);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, pipe.as_ptr(), old.as_mut_ptr()) != 0 {
+            return;
+        }
+        let was_pending = libc::sigpending(pending.as_mut_ptr()) == 0
+            && libc::sigismember(pending.as_ptr(), libc::SIGPIPE) == 1;
+        let mut rest = line.as_bytes();
+        let mut broke = false;
+        while !rest.is_empty() {
+            let n = libc::write(2, rest.as_ptr().cast(), rest.len());
+            if n < 0 {
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if e == Some(libc::EINTR) {
+                    continue;
+                }
+                broke = e == Some(libc::EPIPE);
+                break;
+            }
+            rest = &rest[n as usize..];
+        }
+        if broke && !was_pending {
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(pipe.as_ptr(), std::ptr::null_mut(), &zero);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+    }
 }
 
 /// Host name (cached; empty if unavailable).
