@@ -654,3 +654,67 @@ fn a_tiny_disk_still_keeps_the_first_ops() {
     assert!(r.status.code().is_some_and(|c| c <= 1), "{r:?}");
     the_first_ops_kept(&run, ITERS * OPS_PER_ITER, "");
 }
+
+/// A readable file at a log's final name proves the log stale only when it is the
+/// same table's and holds at least the log's rows: another table's file, or one with
+/// fewer rows, leaves the log and its rows in place.
+#[test]
+fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
+    let run = Run::new("covered");
+    let (child, _idf) = start_loop(&run);
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(child);
+    let ops_dir = run.dir().join("ops");
+    let wal = std::fs::read_dir(&ops_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "wal"))
+        .expect("the ops log");
+    let final_path = zcta::sink::final_path_for_wal(&wal).unwrap();
+    let log_len = std::fs::metadata(&wal).unwrap().len();
+    // Another table's file (the process log, recovered into Parquet in a copy of the run).
+    let other = run.scratch("other");
+    let proc_wal = std::fs::read_dir(run.dir().join("process"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .next()
+        .unwrap();
+    std::fs::create_dir_all(other.join("process")).unwrap();
+    std::fs::copy(
+        &proc_wal,
+        other.join("process").join(proc_wal.file_name().unwrap()),
+    )
+    .unwrap();
+    assert!(recover(&other).status.success());
+    let proc_file = std::fs::read_dir(other.join("process"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .expect("a process file");
+    std::fs::copy(&proc_file, &final_path).unwrap();
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
+    let err = text(&r.stderr) + &text(&r.stdout);
+    assert!(err.contains("not ops's"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        log_len,
+        "the log was touched"
+    );
+    // The same table's file with fewer rows: an ops file of the log's first row.
+    let (batches, _) = zcta::recover::read_log(&wal).unwrap();
+    assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 1);
+    std::fs::remove_file(&final_path).unwrap();
+    // The killed writer's unfinished Parquet file is where this one is made.
+    let _ = std::fs::remove_file(zcta::sink::tmp_path_for(&final_path));
+    zcta::sink::write_parquet_file::<zcta::tables::OpsTable>(&final_path, &[batches[0].slice(0, 1)]).unwrap();
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
+    let err = text(&r.stderr) + &text(&r.stdout);
+    assert!(err.contains("holds 1 rows where the log holds"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        log_len,
+        "the log was touched"
+    );
+}

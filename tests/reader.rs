@@ -613,3 +613,97 @@ fn damaged_logs_never_panic() {
         panics[0]
     );
 }
+
+/// A file whose `host` column has a zeroed page: the decoder gives an error for every
+/// batch asked for after it. Every command still finishes, and says what it skipped.
+#[test]
+fn a_page_the_decoder_fails_on_for_ever_ends_the_file() {
+    let run = recorded("endless");
+    let ops_dir = run.dir().join("ops");
+    let good = only_file(&ops_dir);
+    let mut bytes = std::fs::read(&good).unwrap();
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&File::open(&good).unwrap())
+        .unwrap();
+    let rg = meta.row_group(0);
+    let host = (0..rg.num_columns())
+        .find(|&i| rg.column(i).column_path().string() == "host")
+        .expect("a host column");
+    let at = usize::try_from(rg.column(host).data_page_offset()).unwrap();
+    bytes[at..at + 16].fill(0);
+    std::fs::write(&good, &bytes).unwrap();
+
+    let schema = zcta::tables::schema_of("ops").unwrap();
+    let items: Vec<_> = zcta::reader::stream_file(&good, &schema, &["host"], 1)
+        .unwrap()
+        .take(1000)
+        .collect();
+    assert!(items.len() < 1000, "the batches never end");
+    assert!(items.last().unwrap().is_err(), "ends with the error");
+
+    let dir = run.dir();
+    for cmd in ["report", "diff", "phases"] {
+        let mut args = vec![cmd, dir.to_str().unwrap()];
+        if cmd == "diff" {
+            args.push(dir.to_str().unwrap());
+        }
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        let mut child = c
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let st = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("zcta {cmd} did not finish in 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert!(st.code().is_some(), "zcta {cmd}: {st:?}");
+    }
+}
+
+/// A table's entry that is no directory is skipped and named, the other tables still
+/// read (exit 1); a copy of a file below the table's directory is not read twice.
+#[test]
+fn odd_table_entries_and_copies_are_skipped_not_fatal() {
+    let run = recorded("odd-tables");
+    let dir = run.dir();
+    let n_ops = run.rows("ops").len();
+    std::fs::write(dir.join("gpu"), b"x").unwrap();
+    std::os::unix::fs::symlink("proxy", dir.join("proxy")).unwrap();
+    let ops_dir = dir.join("ops");
+    let good = only_file(&ops_dir);
+    std::fs::create_dir_all(ops_dir.join("backup")).unwrap();
+    std::fs::copy(&good, ops_dir.join("backup").join(good.file_name().unwrap())).unwrap();
+    let d = read_table(&dir, "ops").unwrap();
+    assert_eq!(d.num_rows(), n_ops, "the copy was read too");
+    assert!(
+        d.skipped.iter().any(|s| s.reason.contains("a copy of")),
+        "{:?}",
+        d.skipped
+    );
+    for cmd in ["report", "summary"] {
+        let out = zcta_cli(&[cmd, dir.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "zcta {cmd}: {err}");
+        assert!(
+            err.contains("gpu") && err.contains("where the table's directory belongs"),
+            "{err}"
+        );
+        assert!(err.contains("proxy"), "{err}");
+        assert!(err.contains("a copy of"), "{err}");
+    }
+    let out = zcta_cli(&["report", dir.to_str().unwrap()]);
+    assert!(
+        text(&out.stdout).contains(&format!("{n_ops} ops")),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -202,16 +202,65 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
         "a device"
     } else if ft.is_dir() {
         "a directory"
+    } else if ft.is_file() {
+        "a regular file"
     } else {
         "not a regular file"
     }
 }
 
-/// Complete Parquet files, pending logs and skipped entries of one table.
+/// Complete Parquet files, pending logs and skipped entries of one table. A table's
+/// entry that is no directory (a file, a FIFO, a link to either or one that cannot be
+/// followed) is skipped with the reason, as an odd entry inside it would be: the
+/// other tables still read. A file whose name another file of the table already has
+/// (zcta's names are one process's own: a copy, say in a `backup/` directory below)
+/// is skipped too, not read twice; the one nearest the table's directory is read.
 pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
     let mut skipped = Vec::new();
-    walk(&run_dir.join(table), &mut all, &mut skipped)?;
+    let dir = run_dir.join(table);
+    match std::fs::symlink_metadata(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(m) if m.is_dir() => walk(&dir, &mut all, &mut skipped)?,
+        _ => match std::fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => walk(&dir, &mut all, &mut skipped)?,
+            Ok(m) => skipped.push(Skipped {
+                reason: format!(
+                    "{} where the table's directory belongs: not read",
+                    kind_of(&m.file_type())
+                ),
+                path: dir,
+            }),
+            Err(e) => skipped.push(Skipped {
+                reason: format!("where the table's directory belongs, and cannot be followed: {e}"),
+                path: dir,
+            }),
+        },
+    }
+    // Nearest the table's directory first, then by path.
+    all.sort_by(|a, b| {
+        a.components()
+            .count()
+            .cmp(&b.components().count())
+            .then_with(|| a.cmp(b))
+    });
+    let mut seen: std::collections::HashMap<std::ffi::OsString, PathBuf> = std::collections::HashMap::new();
+    all.retain(|p| {
+        let Some(name) = p.file_name() else { return true };
+        match seen.get(name) {
+            Some(first) => {
+                skipped.push(Skipped {
+                    reason: format!("a copy of {} (the same name): not read twice", first.display()),
+                    path: p.clone(),
+                });
+                false
+            }
+            None => {
+                seen.insert(name.to_owned(), p.clone());
+                true
+            }
+        }
+    });
     all.sort();
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
     let mut l = Listing {
@@ -421,7 +470,8 @@ pub fn for_each_batch_by_file<S: Default>(
 /// Batches of one Parquet file of a table, only the `columns` asked for (a column the
 /// file lacks, from an older schema version, reads as NULL), `batch_rows` at a time:
 /// memory stays bounded whatever the file's size. Opening errors, and a decoder error
-/// or panic while reading, come back as the human reason the file is skipped.
+/// or panic while reading, come back as the human reason the file is skipped; the
+/// batches end after the first such error.
 pub fn stream_file(
     path: &Path,
     schema: &SchemaRef,
@@ -449,15 +499,21 @@ pub fn stream_file(
             .map_err(|e| format!("cannot read: {e}"))
     };
     let mut reader = guarded(open).unwrap_or_else(|_| Err(DECODER_PANICKED.into()))?;
+    // Ends after the first error: a damaged page can make the decoder give the same
+    // error for ever, and a caller that skips errors would then never finish.
+    let mut failed = false;
     Ok(std::iter::from_fn(move || {
-        match guarded(std::panic::AssertUnwindSafe(|| reader.next())) {
-            Err(_) => Some(Err(DECODER_PANICKED.into())),
-            Ok(next) => Some(
-                next?
-                    .map_err(|e| format!("corrupt data: {e}"))
-                    .and_then(|b| align(&b, &want)),
-            ),
+        if failed {
+            return None;
         }
+        let item = match guarded(std::panic::AssertUnwindSafe(|| reader.next())) {
+            Err(_) => Err(DECODER_PANICKED.into()),
+            Ok(next) => next?
+                .map_err(|e| format!("corrupt data: {e}"))
+                .and_then(|b| align(&b, &want)),
+        };
+        failed = item.is_err();
+        Some(item)
     }))
 }
 

@@ -1,8 +1,9 @@
 //! `zcta recover RUN`: turns the write-ahead logs a killed process left behind into
 //! ordinary Parquet files, so every record that reached a log becomes readable.
 //!
-//! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists and is readable the
-//! segment was closed and the log is stale (deleted); otherwise every complete batch
+//! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists, is readable, is the
+//! same table's and holds at least the log's rows, the segment was closed and the log
+//! is stale (deleted); if it exists otherwise, both are kept and reported; otherwise every complete batch
 //! of the log is read (a torn last batch is dropped and reported), written to
 //! `<stem>.parquet` atomically, and the log and any `_<stem>.parquet.tmp` are deleted.
 //! A log is deleted without rows only when it is provably empty (see [`read_log`]);
@@ -201,10 +202,35 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
     let tmp = tmp_path_for(&final_path);
     if final_path.exists() {
         // The writer renames a segment into place only after its footer is written,
-        // and deletes the log after that: a readable file proves the log stale.
-        if let Err(e) = parquet_rows(&final_path) {
+        // and deletes the log after that: a readable file of the same table holding at
+        // least the log's rows proves the log stale. Anything else there (another
+        // table's file, fewer rows) proves nothing: both are kept.
+        let rows = match parquet_rows(&final_path) {
+            Ok(n) => n,
+            Err(e) => {
+                return LogOutcome::Failed(format!(
+                    "{} exists but is not a readable Parquet file ({e})",
+                    final_path.display()
+                ));
+            }
+        };
+        let of = crate::reader::parquet_table(&final_path);
+        if of.as_deref() != Some(table) {
             return LogOutcome::Failed(format!(
-                "{} exists but is not a readable Parquet file ({e})",
+                "{} exists but is {}, not {table}'s: the log is kept",
+                final_path.display(),
+                of.map_or_else(|| "no zcta table".to_string(), |t| format!("{t}'s file"))
+            ));
+        }
+        // A log that cannot be decoded next to its segment's complete file (the
+        // writer died between the rename and the delete, the log's tail torn) holds
+        // nothing the file does not.
+        let logged = read_log(wal).map_or(0, |(batches, _)| {
+            batches.iter().map(RecordBatch::num_rows).sum::<usize>() as u64
+        });
+        if rows < logged {
+            return LogOutcome::Failed(format!(
+                "{} exists but holds {rows} rows where the log holds {logged}: the log is kept",
                 final_path.display()
             ));
         }
