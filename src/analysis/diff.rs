@@ -14,7 +14,7 @@ use super::phases::{N_PHASES, PHASES};
 use super::report::{bucket_label, size_bucket};
 use crate::reader::ReadError;
 
-/// Samples per side kept for the bootstrap (a uniform reservoir sample of larger groups).
+/// Timed ops per group and side kept for the bootstrap ([`Reservoir`]).
 const MAX_SAMPLES: usize = 20_000;
 const RESAMPLES: usize = 400;
 
@@ -68,10 +68,49 @@ pub struct Diff {
     pub only_b: Vec<String>,
 }
 
-/// Per (op, bucket): ops seen, a reservoir sample of their [total, phases...], and
-/// the engine mix.
-type Samples =
-    BTreeMap<(&'static str, u64), (u64, Vec<[Option<i64>; N_PHASES + 1]>, BTreeMap<&'static str, u64>)>;
+/// One timed op: its [total, phases...] (ns) and how many ops it stands for
+/// (`OpView::weight`: 2^`timing_level` under the budget), as `zcta report` weights it.
+type Sample = ([Option<i64>; N_PHASES + 1], u64);
+
+/// A weighted reservoir sample of a group's timed ops (Efraimidis and Spirakis: each
+/// op gets the key u^(1/weight), u uniform in (0, 1), and the [`MAX_SAMPLES`] largest
+/// keys are kept). While it holds every op, each keeps its weight; once ops were left
+/// out, those kept were drawn in proportion to their weights, and each counts once.
+#[derive(Default)]
+struct Reservoir {
+    items: Vec<Sample>,
+    /// Smallest key first: (key's bits, a positive f64's order), index into `items`.
+    keys: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
+    dropped: bool,
+}
+
+impl Reservoir {
+    fn push(&mut self, v: Sample, rng: &mut Rng) {
+        let u = (rng.next(1 << 53) as f64 + 1.0) / (1u64 << 53) as f64;
+        let key = u.powf(1.0 / v.1.max(1) as f64).to_bits();
+        if self.items.len() < MAX_SAMPLES {
+            self.keys.push(std::cmp::Reverse((key, self.items.len())));
+            self.items.push(v);
+            return;
+        }
+        self.dropped = true;
+        let Some(&std::cmp::Reverse((min, at))) = self.keys.peek() else { return };
+        if key > min {
+            self.keys.pop();
+            self.items[at] = v;
+            self.keys.push(std::cmp::Reverse((key, at)));
+        }
+    }
+
+    /// The values of quantity `i` with the weight each stands for.
+    fn values(&self, i: usize) -> Vec<(i64, u64)> {
+        let w = |x: u64| if self.dropped { 1 } else { x.max(1) };
+        self.items.iter().filter_map(|(v, x)| v[i].map(|v| (v, w(*x)))).collect()
+    }
+}
+
+/// Per (op, bucket): ops seen, their timed ops' sample, and the engine mix.
+type Samples = BTreeMap<(&'static str, u64), (u64, Reservoir, BTreeMap<&'static str, u64>)>;
 
 fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     let mut out: Samples = BTreeMap::new();
@@ -81,24 +120,36 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
             return;
         }
         let e = out.entry((o.op, size_bucket(o.bytes.unwrap_or(0)))).or_default();
-        let mut v = [None; N_PHASES + 1];
-        // Without a window no phase is measured (`unresolved`, 0 there, included).
+        e.0 += 1;
+        *e.2.entry(o.engine.unwrap_or("not measured")).or_default() += 1;
+        // Without a window no phase is measured.
         if p.window.is_some() {
+            let mut v = [None; N_PHASES + 1];
             v[0] = p.window;
             v[1..].copy_from_slice(&p.values());
+            e.1.push((v, o.weight), &mut rng);
         }
-        e.0 += 1;
-        if e.1.len() < MAX_SAMPLES {
-            e.1.push(v);
-        } else {
-            let j = rng.next(e.0 as usize);
-            if j < MAX_SAMPLES {
-                e.1[j] = v;
-            }
-        }
-        *e.2.entry(o.engine.unwrap_or("not measured")).or_default() += 1;
     })?;
     Ok(out)
+}
+
+/// Median of values each standing for `weight` ops: the middle of the sequence with
+/// every value repeated `weight` times (the mean of the two middle ones for an even
+/// total), as the plain median of unit weights.
+fn weighted_median(v: &mut [(i64, u64)]) -> f64 {
+    v.sort_unstable();
+    let total: u64 = v.iter().map(|x| x.1).sum();
+    let at = |rank: u64| {
+        let mut seen = 0;
+        for &(x, w) in v.iter() {
+            seen += w;
+            if rank < seen {
+                return x;
+            }
+        }
+        v[v.len() - 1].0
+    };
+    (at((total - 1) / 2) as f64 + at(total / 2) as f64) / 2.0
 }
 
 fn median(v: &mut [i64]) -> f64 {
@@ -123,21 +174,31 @@ impl Rng {
     }
 }
 
-/// 95 % percentile-bootstrap interval of `median(b) - median(a)`.
-pub fn bootstrap_ci(a: &[i64], b: &[i64], seed: u64) -> (f64, f64) {
+/// 95 % percentile-bootstrap interval of `median(b) - median(a)`, each value drawn
+/// in proportion to the ops it stands for.
+pub fn bootstrap_ci(a: &[(i64, u64)], b: &[(i64, u64)], seed: u64) -> (f64, f64) {
     let mut rng = Rng(seed);
+    let cum = |v: &[(i64, u64)]| {
+        v.iter()
+            .scan(0u64, |s, x| {
+                *s += x.1.max(1);
+                Some(*s)
+            })
+            .collect::<Vec<u64>>()
+    };
+    let (cum_a, cum_b) = (cum(a), cum(b));
     let mut buf_a = vec![0i64; a.len()];
     let mut buf_b = vec![0i64; b.len()];
+    let draw = |v: &[(i64, u64)], cum: &[u64], buf: &mut [i64], rng: &mut Rng| {
+        let total = *cum.last().expect("not empty");
+        for x in buf.iter_mut() {
+            let r = rng.next(total as usize) as u64;
+            *x = v[cum.partition_point(|&c| c <= r)].0;
+        }
+        median(buf)
+    };
     let mut d: Vec<f64> = (0..RESAMPLES)
-        .map(|_| {
-            for x in buf_a.iter_mut() {
-                *x = a[rng.next(a.len())];
-            }
-            for x in buf_b.iter_mut() {
-                *x = b[rng.next(b.len())];
-            }
-            median(&mut buf_b) - median(&mut buf_a)
-        })
+        .map(|_| draw(b, &cum_b, &mut buf_b, &mut rng) - draw(a, &cum_a, &mut buf_a, &mut rng))
         .collect();
     d.sort_by(f64::total_cmp);
     let lo = d[(RESAMPLES as f64 * 0.025) as usize];
@@ -164,15 +225,15 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
         };
         let mut changes = Vec::new();
         for (i, what) in std::iter::once("total").chain(PHASES).enumerate() {
-            let a: Vec<i64> = va.iter().filter_map(|v| v[i]).collect();
-            let b: Vec<i64> = vb.iter().filter_map(|v| v[i]).collect();
+            let a = va.values(i);
+            let b = vb.values(i);
             // A phase measured in neither run is left out (the total never is); so is
             // an unresolved time that is 0 wherever measured.
             let neither = a.is_empty() && b.is_empty() && what != "total";
-            if neither || (what == "unresolved" && a.iter().chain(&b).all(|&x| x == 0)) {
+            if neither || (what == "unresolved" && a.iter().chain(&b).all(|x| x.0 == 0)) {
                 continue;
             }
-            let med = |v: &[i64]| (!v.is_empty()).then(|| median(&mut v.to_vec()) / 1e3);
+            let med = |v: &[(i64, u64)]| (!v.is_empty()).then(|| weighted_median(&mut v.to_vec()) / 1e3);
             let ci = (!a.is_empty() && !b.is_empty()).then(|| {
                 let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
                 (ci.0 / 1e3, ci.1 / 1e3)
@@ -296,11 +357,28 @@ mod tests {
 
     #[test]
     fn bootstrap_finds_a_real_shift_and_not_noise() {
-        let a: Vec<i64> = (0..500).map(|i| 100_000 + (i * 7919 % 1000)).collect();
-        let b: Vec<i64> = a.iter().map(|x| x + 5_000).collect();
+        let a: Vec<(i64, u64)> = (0..500).map(|i| (100_000 + (i * 7919 % 1000), 1)).collect();
+        let b: Vec<(i64, u64)> = a.iter().map(|x| (x.0 + 5_000, 1)).collect();
         let (lo, hi) = bootstrap_ci(&a, &b, 1);
         assert!(lo > 3_000.0 && hi < 7_000.0, "{lo} {hi}");
         let (lo, hi) = bootstrap_ci(&a, &a, 1);
         assert!(lo <= 0.0 && hi >= 0.0, "{lo} {hi}");
+    }
+
+    /// An op timed at level k stands for 2^k ops, in `diff` as in `report`: one slow
+    /// op of weight 8 against three fast ones of weight 1 is the median.
+    #[test]
+    fn weights_count_in_the_median_and_the_interval() {
+        let mut v = vec![(1_000, 1), (1_000, 1), (1_000, 1), (50_000, 8)];
+        assert_eq!(weighted_median(&mut v), 50_000.0);
+        let mut u = vec![(1, 1), (2, 1), (3, 1), (4, 1)];
+        assert_eq!(weighted_median(&mut u), 2.5);
+        // 30 fast ops and 10 slow ones, the slow ones timed at level 3 in A.
+        let mut a = vec![(1_000, 1); 30];
+        a.extend([(50_000, 8); 10]);
+        let mut b = vec![(1_000, 1); 30];
+        b.extend([(50_000, 1); 10]);
+        let (lo, hi) = bootstrap_ci(&a, &b, 7);
+        assert!(hi < 0.0, "b's median is lower: {lo} {hi}");
     }
 }

@@ -133,10 +133,15 @@ pub fn gpu_begin(gpu_start: Option<i64>, ready: Option<i64>, launch: Option<i64>
 
 /// The GPU cut points as [`split`] uses them, each clamped into the window after the
 /// previous one: (GPU begin ([`gpu_begin`]), barrier end, gpu_end). `None` without GPU
-/// times; the barrier end is `None` without the last rank's begin.
+/// times, or with a GPU end before the call; the barrier end is `None` without the
+/// last rank's begin.
 pub fn gpu_cuts(c: &Cuts) -> Option<(i64, Option<i64>, i64)> {
     let (s, e) = (gpu_begin(c.gpu_start, c.ready, c.launch)?, c.gpu_end?);
-    let e = e.max(c.api_start);
+    // An op that ended on the GPU before it was called: its GPU times are wrong (a
+    // clock placed beyond its stated error), not a window of 0.
+    if e < c.api_start {
+        return None;
+    }
     let s = s.clamp(c.api_start, e);
     Some((s, c.last_start.map(|l| l.clamp(s, e)), e))
 }
@@ -267,6 +272,24 @@ mod tests {
         }
         let mut spans = [(i64::MIN, i64::MAX), (0, 1), (i64::MIN, 0)];
         assert_eq!(covered(&mut spans, i64::MIN, i64::MAX), i64::MAX);
+    }
+
+    /// A GPU end before the call is a clock placed wrongly: the op's window is not
+    /// measured (never a window of 0 with every phase 0).
+    #[test]
+    fn a_gpu_end_before_the_call_is_not_measured() {
+        let p = split(&Cuts {
+            api_start: 1_000,
+            launch: Some(1_100),
+            ready: Some(900),
+            gpu_start: None,
+            gpu_end: Some(950),
+            last_start: Some(900),
+            memcpy: None,
+            proxy: None,
+        });
+        assert_eq!(p.window, None);
+        assert_eq!(p.unresolved, 0);
     }
 
     #[test]
