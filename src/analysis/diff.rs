@@ -94,7 +94,9 @@ impl Reservoir {
             return;
         }
         self.dropped = true;
-        let Some(&std::cmp::Reverse((min, at))) = self.keys.peek() else { return };
+        let Some(&std::cmp::Reverse((min, at))) = self.keys.peek() else {
+            return;
+        };
         if key > min {
             self.keys.pop();
             self.items[at] = v;
@@ -105,7 +107,10 @@ impl Reservoir {
     /// The values of quantity `i` with the weight each stands for.
     fn values(&self, i: usize) -> Vec<(i64, u64)> {
         let w = |x: u64| if self.dropped { 1 } else { x.max(1) };
-        self.items.iter().filter_map(|(v, x)| v[i].map(|v| (v, w(*x)))).collect()
+        self.items
+            .iter()
+            .filter_map(|(v, x)| v[i].map(|v| (v, w(*x))))
+            .collect()
     }
 }
 
