@@ -1,14 +1,17 @@
 //! Starting a program under the shim: where `libzcta_prof.so` is, and the environment
 //! that preloads it and names the run. Shared by `zcta run` and `zcta doctor --probe`.
+//! [`run_to_end`] runs `zcta run`'s command to its end, whatever signals zcta gets.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 
 /// The shim to preload: `arg` (`--shim`), `$ZCTA_SHIM`, or `libzcta_prof.so` next to
 /// the running executable (a build's `target/release/`), else in `../lib/` from it (the
 /// wheel's layout: `bin/zcta` and `lib/libzcta_prof.so` under the environment's prefix).
-/// Err says what is missing and how to fix it.
+/// The path is absolute, without links where their resolved path can go in
+/// `LD_PRELOAD` ([`preloadable`]), else as given. Err says what is missing or wrong
+/// and how to fix it.
 pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
     let cand = arg
         .or_else(|| std::env::var_os("ZCTA_SHIM").map(PathBuf::from))
@@ -23,7 +26,22 @@ pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
             })
         });
     match cand {
-        Some(p) if p.is_file() => Ok(std::fs::canonicalize(&p).unwrap_or(p)),
+        Some(p) if p.is_file() => {
+            let canon = std::fs::canonicalize(&p).ok().filter(|c| preloadable(c));
+            let shim = canon.unwrap_or_else(|| std::path::absolute(&p).unwrap_or(p));
+            if preloadable(&shim) {
+                Ok(shim)
+            } else {
+                Err(format!(
+                    "{}: LD_PRELOAD splits its list at spaces and colons, so the shim would not be \
+                     loaded from this path and nothing would be recorded; point at it through a \
+                     symbolic link whose path has neither (ln -s '{}' /tmp/libzcta_prof.so, then \
+                     --shim /tmp/libzcta_prof.so)",
+                    shim.display(),
+                    shim.display()
+                ))
+            }
+        }
         Some(p) => Err(format!(
             "{}: no such file (build it with `cargo build --release --workspace`, or pass --shim / set ZCTA_SHIM)",
             p.display()
@@ -38,6 +56,17 @@ pub fn default_run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     format!("run-{now}-{}", std::process::id())
+}
+
+/// Whether `path` can be one entry of `LD_PRELOAD`, which the dynamic loader splits
+/// at spaces and colons.
+pub fn preloadable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    !path
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|&b| b == b' ' || b == b':')
 }
 
 /// `LD_PRELOAD` with the shim first and the caller's own preloads kept after it.
@@ -55,4 +84,128 @@ pub fn under_shim<'c>(cmd: &'c mut Command, shim: &Path, out: &Path, run_id: &st
     cmd.env("LD_PRELOAD", preload_value(shim))
         .env("ZCTA_OUT", out)
         .env("ZCTA_RUN_ID", run_id)
+}
+
+/// Runs `cmd` and waits for it to end, however it ends; its exit status. While it
+/// runs, SIGINT and SIGQUIT do not stop this process (a terminal sends them to the
+/// whole process group, the command included, which decides what they mean), and
+/// SIGTERM and SIGHUP are passed on to the command, which ends as it chooses; a signal
+/// this process ignored when it started stays ignored, by the command too. The
+/// dispositions in place before are restored when the command has ended. One command
+/// at a time per process.
+pub fn run_to_end(cmd: &mut Command) -> std::io::Result<ExitStatus> {
+    let ignored = signals_ignored();
+    // No signal from an earlier command is pending.
+    sig::watch(0);
+    let mut saved = Vec::new();
+    for (sig, forward) in [
+        (sig::SIGINT, false),
+        (sig::SIGQUIT, false),
+        (sig::SIGTERM, true),
+        (sig::SIGHUP, true),
+    ] {
+        if ignored & (1u64 << (sig - 1)) == 0 {
+            saved.push((sig, sig::catch(sig, forward)));
+        }
+    }
+    let child = cmd.spawn();
+    let status = child.and_then(|mut child| {
+        sig::watch(child.id());
+        sig::wait_for_end(child.id());
+        sig::watch(0);
+        child.wait()
+    });
+    for (s, old) in saved {
+        sig::restore(s, old);
+    }
+    status
+}
+
+/// The signals this process ignores (`SigIgn` of /proc/self/status: bit N-1 for signal
+/// N); none when it cannot be read.
+fn signals_ignored() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(line.trim(), 16).ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The signal handling of [`run_to_end`]: the only unsafe code of this crate, the C
+/// library's `signal`, `kill` and `waitid` (through the `libc` crate). The handlers do
+/// no more than the C library lets a handler do (`kill`, atomics, `errno` kept).
+#[allow(unsafe_code)]
+mod sig {
+    use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+
+    pub use libc::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+
+    /// The command's pid while it runs (0: none, or not started yet).
+    static CHILD: AtomicI32 = AtomicI32::new(0);
+    /// The last signal to pass on; kept for one that comes before the pid is known.
+    static PENDING: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn pass_on(s: i32) {
+        PENDING.store(s, SeqCst);
+        let pid = CHILD.load(SeqCst);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe; errno is put back as it was.
+            unsafe {
+                let errno = *libc::__errno_location();
+                libc::kill(pid, s);
+                *libc::__errno_location() = errno;
+            }
+        }
+    }
+
+    extern "C" fn hold(_: i32) {}
+
+    /// Catches `s` (passing it on to the command, or holding it); the disposition it
+    /// replaces. A caught signal is the default again in the command (`execve`).
+    pub fn catch(s: i32, forward: bool) -> libc::sighandler_t {
+        let handler = if forward {
+            pass_on as extern "C" fn(i32) as libc::sighandler_t
+        } else {
+            hold as extern "C" fn(i32) as libc::sighandler_t
+        };
+        // SAFETY: `handler` is an `extern "C" fn(i32)` that does only what a signal
+        // handler may.
+        unsafe { libc::signal(s, handler) }
+    }
+
+    /// Puts back the disposition `old` that [`catch`] returned.
+    pub fn restore(s: i32, old: libc::sighandler_t) {
+        if old != libc::SIG_ERR {
+            // SAFETY: `old` is a disposition the C library gave for `s`.
+            unsafe { libc::signal(s, old) };
+        }
+    }
+
+    /// Signals passed on go to `pid` from now on (0: to nobody); one that came before
+    /// goes now.
+    pub fn watch(pid: u32) {
+        let pid = i32::try_from(pid).unwrap_or(0);
+        CHILD.store(pid, SeqCst);
+        let s = PENDING.swap(0, SeqCst);
+        if pid > 0 && s != 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(pid, s) };
+        }
+    }
+
+    /// Returns when the child `pid` has ended, leaving it to be reaped (so its pid is
+    /// not given to another process while signals may still be passed on to it).
+    pub fn wait_for_end(pid: u32) {
+        let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+        loop {
+            // SAFETY: `info` is a siginfo_t for waitid to fill.
+            let r =
+                unsafe { libc::waitid(libc::P_PID, pid, info.as_mut_ptr(), libc::WEXITED | libc::WNOWAIT) };
+            if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+        }
+    }
 }

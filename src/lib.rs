@@ -12,7 +12,8 @@
 //! - [`analysis`]: the phase model, cross-rank join, `zcta report`/`diff`/`export`;
 //! - [`synth`]: synthetic run directories for benchmarks and scale tests.
 //!
-//! `unsafe` is denied here (workspace lint); the only FFI lives in `shim/src/ffi/`.
+//! `unsafe` is denied here (workspace lint) but for `launch`'s signal handling of
+//! `zcta run` (`signal`, `kill`, `waitid`); the shim's FFI lives in `shim/src/ffi/`.
 
 pub use zcta_format::{
     SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, ZCTA_VERSION, budget, clock, config, cupti, define_table,

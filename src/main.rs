@@ -72,9 +72,9 @@ enum Cmd {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Per-direction link bandwidth busbw is compared with, GB/s (default: NVLink 4,
-        /// 18 links × 25 GB/s).
-        #[arg(long, default_value_t = 450.0, value_parser = positive)]
+        /// Per-direction link bandwidth busbw is compared with, GB/s, from 0.001 to
+        /// 1000000 (default: NVLink 4, 18 links × 25 GB/s).
+        #[arg(long, default_value_t = 450.0, value_parser = link_peak)]
         link_peak_gbps: f64,
     },
     /// What changed from run A to run B: per (op, size) the change of the median
@@ -97,21 +97,25 @@ enum Cmd {
         perfetto: bool,
         /// Run directory.
         run: PathBuf,
-        /// Output file (`-`: stdout). A regular file is replaced atomically; a FIFO,
-        /// device or symlink is written to, never replaced.
+        /// Output file (`-`: stdout). A regular file, or the file a symlink leads to, is
+        /// replaced atomically and keeps its permission bits (a read-only one is not
+        /// replaced); a FIFO or device is written to, never replaced.
         #[arg(short, long)]
         output: PathBuf,
     },
     /// Run a command under the shim (LD_PRELOAD and a run id for it and its
-    /// children), then print the run's report. Exits with the command's status.
+    /// children), wait for it however it ends (SIGTERM and SIGHUP are passed on to it,
+    /// Ctrl-C does not stop zcta), then print the run's report. Exits with the
+    /// command's status (128 + N when signal N ended it).
     Run {
         /// Parent of the run directory.
         #[arg(long, default_value = "zcta-runs")]
         out: PathBuf,
-        /// Run id (default: run-<UTC time>-<pid>).
+        /// Run id (default: run-<UNIX seconds>-<pid of zcta>).
         #[arg(long)]
         run_id: Option<String>,
-        /// libzcta_prof.so (default: $ZCTA_SHIM, else next to this zcta binary).
+        /// libzcta_prof.so (default: $ZCTA_SHIM, else next to this zcta binary); its path
+        /// must have no space or colon, at which LD_PRELOAD splits it.
         #[arg(long)]
         shim: Option<PathBuf>,
         /// The command and its arguments (after `--`).
@@ -155,7 +159,8 @@ struct DoctorArgs {
     /// Longest time the probe may run, seconds.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(5..=3600))]
     probe_timeout: u64,
-    /// Keep the probe's script, log and run directory here.
+    /// Keep the probe's script, log and run directory here (each made new: a
+    /// directory that holds one already is refused).
     #[arg(long)]
     probe_dir: Option<PathBuf>,
     /// Read the facts from this JSON file instead of the machine (tests).
@@ -238,13 +243,14 @@ fn run_cmd(
             existing.display()
         );
     }
-    let status = launch::under_shim(
+    // zcta waits for the command however it ends: a Ctrl-C or a SIGTERM to zcta ends
+    // the command, then the report is printed.
+    let status = launch::run_to_end(launch::under_shim(
         std::process::Command::new(&cmd[0]).args(&cmd[1..]),
         &shim,
         out,
         &id,
-    )
-    .status();
+    ));
     let status = match status {
         Ok(s) => s,
         Err(e) => {
@@ -282,90 +288,168 @@ fn run_cmd(
 }
 
 /// Where `zcta export` writes: `-` is stdout; a path that does not exist or names a
-/// regular file is replaced atomically (a temporary file next to it, renamed over it);
-/// anything else (a symlink, a FIFO, a device such as /dev/stdout) is opened and
-/// written to as it is, never replaced.
+/// regular file, directly or through symbolic links, is replaced atomically (a
+/// temporary file next to the file, renamed over it once the trace is complete; the
+/// links stay links); anything else (a FIFO, a device, a link through `/proc` such as
+/// /dev/stdout) is opened and written to as it is, never replaced.
 enum Output {
     Stdout,
-    Atomic { tmp: PathBuf, file: std::fs::File },
-    Direct(std::fs::File),
+    /// `target`: the file (never a link) the trace replaces or creates; `old`: the
+    /// file there now, whose permission bits and owner the new one keeps.
+    Replace {
+        target: PathBuf,
+        old: Option<std::fs::Metadata>,
+    },
+    Direct(PathBuf),
+}
+
+/// Whether `dir` is on procfs (the file system of /proc), where a link
+/// (`/proc/self/fd/1`) names an open file rather than a path.
+fn on_procfs(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(dir), std::fs::metadata("/proc/self")) {
+        (Ok(d), Ok(p)) => d.dev() == p.dev(),
+        _ => false,
+    }
+}
+
+/// The directory `path` is in (`.` for a bare name).
+fn dir_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The effective user and group of this process and its supplementary groups, from
+/// /proc/self/status (`None` when it cannot be read).
+fn our_ids() -> Option<(u32, u32, Vec<u32>)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<Vec<u32>> {
+        let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+        line.split_whitespace().map(|v| v.parse().ok()).collect()
+    };
+    // "Uid:" and "Gid:" give the real, effective, saved and file-system ids.
+    let uid = *field("Uid:")?.get(1)?;
+    let gid = *field("Gid:")?.get(1)?;
+    Some((uid, gid, field("Groups:").unwrap_or_default()))
+}
+
+/// Whether this process may write a file of metadata `m`, judged by its permission
+/// bits: the owner's, the group's or the others' write bit, whichever class the
+/// effective user is in; for root (whom the bits do not stop), any write bit; the
+/// owner's when the ids cannot be read.
+fn mode_lets_us_write(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mode = m.mode();
+    let Some((uid, gid, groups)) = our_ids() else {
+        return mode & 0o200 != 0;
+    };
+    if uid == 0 {
+        mode & 0o222 != 0
+    } else if m.uid() == uid {
+        mode & 0o200 != 0
+    } else if m.gid() == gid || groups.contains(&m.gid()) {
+        mode & 0o020 != 0
+    } else {
+        mode & 0o002 != 0
+    }
 }
 
 impl Output {
+    /// Where `path` leads; an error for a directory, a read-only file, or a path that
+    /// cannot be followed. Nothing is created or changed.
     fn open(path: &Path) -> anyhow::Result<Output> {
         if path.as_os_str() == "-" {
             return Ok(Output::Stdout);
         }
-        let atomic = match std::fs::symlink_metadata(path) {
-            Ok(m) => m.file_type().is_file(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-            Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
-        };
-        if !atomic {
-            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        let cannot = || format!("cannot write {}", path.display());
+        // Follows the links one at a time, each relative to the directory it is in.
+        let mut p = path.to_path_buf();
+        for _ in 0..40 {
+            let m = match std::fs::symlink_metadata(&p) {
+                Ok(m) => m,
+                // A new file, or the file a dangling link names: created.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Output::Replace { target: p, old: None });
+                }
+                Err(e) => return Err(e).with_context(cannot),
+            };
+            let t = m.file_type();
+            if t.is_symlink() {
+                if on_procfs(dir_of(&p)) {
+                    return Ok(Output::Direct(path.to_path_buf()));
+                }
+                let to = std::fs::read_link(&p).with_context(cannot)?;
+                p = dir_of(&p).join(to);
+            } else if t.is_dir() {
                 anyhow::bail!("{}: is a directory", path.display());
-            }
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            return Ok(Output::Direct(file));
-        }
-        // A name of our own next to the output: created new, so nothing that was
-        // there before is ever overwritten (or deleted on failure).
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let name = name.with_context(|| format!("{}: not a file name", path.display()))?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        for i in 0..100u32 {
-            let tmp = dir
-                .unwrap_or(Path::new("."))
-                .join(format!(".{name}.zcta-{}-{i}.tmp", std::process::id()));
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
-                Ok(file) => return Ok(Output::Atomic { tmp, file }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).with_context(|| format!("cannot create {}", tmp.display())),
+            } else if t.is_file() {
+                if !mode_lets_us_write(&m) {
+                    use std::os::unix::fs::PermissionsExt;
+                    let what = if p == path {
+                        path.display().to_string()
+                    } else {
+                        let to = std::fs::canonicalize(&p).unwrap_or(p);
+                        format!("{} links to {}, which", path.display(), to.display())
+                    };
+                    anyhow::bail!(
+                        "{what} is read-only (mode {:04o}) and is not replaced: make it writable \
+                         (chmod u+w) or write the trace elsewhere",
+                        m.permissions().mode() & 0o7777
+                    );
+                }
+                return Ok(Output::Replace {
+                    target: p,
+                    old: Some(m),
+                });
+            } else {
+                return Ok(Output::Direct(path.to_path_buf()));
             }
         }
-        anyhow::bail!("cannot create a temporary file next to {}", path.display())
+        anyhow::bail!("{}: too many levels of symbolic links", path.display())
     }
 
-    /// Writes through `f`, then puts the file in place; on any failure the temporary
-    /// file is removed.
+    /// Writes through `f`; a replaced file is written in full to a temporary file next
+    /// to it first, which takes its place only when `f` and the writing succeeded and
+    /// is removed otherwise.
     fn write<T>(
         self,
         path: &Path,
-        f: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<T>,
+        f: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T>,
     ) -> anyhow::Result<T> {
         use std::io::Write as _;
+        let cannot = || format!("cannot write {}", path.display());
         match self {
             Output::Stdout => {
                 let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-                let r = f(&mut w)?;
-                w.flush()?;
+                let r = f(&mut w).with_context(cannot)?;
+                w.flush().with_context(cannot)?;
                 Ok(r)
             }
-            Output::Direct(file) => {
+            Output::Direct(p) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&p)
+                    .with_context(cannot)?;
                 let mut w = std::io::BufWriter::new(file);
-                let r = f(&mut w)?;
-                w.flush()
-                    .with_context(|| format!("cannot write {}", path.display()))?;
+                let r = f(&mut w).with_context(cannot)?;
+                w.flush().with_context(cannot)?;
                 Ok(r)
             }
-            Output::Atomic { tmp, file } => {
+            Output::Replace { target, old } => {
+                let (tmp, file) = temp_next_to(&target)?;
                 let done = (|| {
                     let mut w = std::io::BufWriter::new(file);
-                    let r = f(&mut w)?;
-                    w.flush()
-                        .with_context(|| format!("cannot write {}", tmp.display()))?;
-                    drop(w);
-                    std::fs::rename(&tmp, path)
-                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    let r = f(&mut w).with_context(cannot)?;
+                    w.flush().with_context(cannot)?;
+                    let file = w.into_inner().map_err(|e| e.into_error()).with_context(cannot)?;
+                    if let Some(old) = &old {
+                        keep_owner_and_mode(&file, old).with_context(cannot)?;
+                    }
+                    drop(file);
+                    std::fs::rename(&tmp, &target).with_context(cannot)?;
                     Ok(r)
                 })();
                 if done.is_err() {
@@ -377,32 +461,78 @@ impl Output {
     }
 }
 
-/// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped.
+/// A new file of our own next to `target`: created new, so nothing that was there
+/// before is ever overwritten (or deleted on failure).
+fn temp_next_to(target: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = name.with_context(|| format!("{}: not a file name", target.display()))?;
+    for i in 0..100u32 {
+        let tmp = dir_of(target).join(format!(".{name}.zcta-{}-{i}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", tmp.display())),
+        }
+    }
+    anyhow::bail!("cannot create a temporary file next to {}", target.display())
+}
+
+/// Gives `file` the permission bits of `old`, and its owner and group where this
+/// process may (root, or a group it is in); the new file is ours otherwise.
+fn keep_owner_and_mode(file: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let now = file.metadata()?;
+    if (now.uid(), now.gid()) != (old.uid(), old.gid())
+        && std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid())).is_err()
+    {
+        let _ = std::os::unix::fs::fchown(file, None, Some(old.gid()));
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
+}
+
+/// `zcta export --perfetto`: exit 0, or 1 when files had to be skipped; a run without
+/// ops rows to draw is an error, as for `report`.
 fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
     let out = Output::open(output)?;
-    // The trace may be going to our own stdout (`-`, /dev/stdout, a pipe): the line
-    // saying what was written goes there only when the trace went to a file in place.
-    let in_place = matches!(out, Output::Atomic { .. });
-    let stats = out.write(output, |w| Ok(zcta::analysis::export::perfetto(run, w, output)?))?;
-    for s in &stats.skipped {
+    let trace = zcta::analysis::export::Trace::read(run)?;
+    for s in &trace.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
     }
+    if trace.processes() == 0 {
+        anyhow::bail!(
+            "{}",
+            no_ops_rows_of(
+                run,
+                trace.pending_ops_logs,
+                trace.skipped.len(),
+                "nothing to export"
+            )
+        );
+    }
+    // The trace may be going to our own stdout (`-`, /dev/stdout, a pipe): the line
+    // saying what was written goes there only when the trace went to a file in place.
+    let in_place = matches!(out, Output::Replace { .. });
+    let events = out.write(output, |w| trace.write(w))?;
     let what = if output.as_os_str() == "-" {
         "stdout".to_string()
     } else {
         output.display().to_string()
     };
     let line = format!(
-        "{what}: {} events from {} processes (open it in https://ui.perfetto.dev)",
-        stats.events, stats.processes
+        "{what}: {events} events from {} processes (open it in https://ui.perfetto.dev)",
+        trace.processes()
     );
     if in_place {
         outln!("{line}");
     } else {
         eprintln!("zcta: {line}");
     }
-    Ok(if stats.skipped.is_empty() {
+    Ok(if trace.skipped.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -452,16 +582,22 @@ fn diff(a: &Path, b: &Path, format: DiffFormat) -> anyhow::Result<ExitCode> {
 /// "RUN: no ops rows (WHAT)", and why there may be none: logs still to recover,
 /// files skipped (named before this line).
 fn no_ops_rows(run: &zcta::analysis::Run, what: &str) -> String {
-    let mut msg = format!("{}: no ops rows ({what})", run.dir.display());
-    if run.pending_logs > 0 {
+    no_ops_rows_of(&run.dir, run.pending_logs, run.skipped.len(), what)
+}
+
+/// [`no_ops_rows`] of run directory `dir` with `pending_logs` write-ahead logs and
+/// `skipped` files that could not be read.
+fn no_ops_rows_of(dir: &Path, pending_logs: usize, skipped: usize, what: &str) -> String {
+    let mut msg = format!("{}: no ops rows ({what})", dir.display());
+    if pending_logs > 0 {
         msg += &format!(
             "; {} pending (a process was killed or still runs): run `zcta recover {}` for their rows",
-            plural(run.pending_logs as u64, "write-ahead log", "write-ahead logs"),
-            run.dir.display()
+            plural(pending_logs as u64, "write-ahead log", "write-ahead logs"),
+            dir.display()
         );
     }
-    if !run.skipped.is_empty() {
-        msg += &format!("; {} files could not be read (named above)", run.skipped.len());
+    if skipped > 0 {
+        msg += &format!("; {skipped} files could not be read (named above)");
     }
     msg
 }
@@ -473,10 +609,19 @@ enum Format {
     Csv,
 }
 
-fn positive(s: &str) -> Result<f64, String> {
+/// The range `--link-peak-gbps` takes, GB/s: from a slow network link to far beyond
+/// any link there is; outside it the %peak column would say nothing (`inf`, or a
+/// number of hundreds of digits).
+const LINK_PEAK_GBPS: std::ops::RangeInclusive<f64> = 0.001..=1e6;
+
+fn link_peak(s: &str) -> Result<f64, String> {
+    let (lo, hi) = (LINK_PEAK_GBPS.start(), LINK_PEAK_GBPS.end());
     match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
-        _ => Err(format!("{s:?} is not a positive number")),
+        Ok(v) if LINK_PEAK_GBPS.contains(&v) => Ok(v),
+        Ok(v) if v > 0.0 => Err(format!("{s:?} is not a link bandwidth in GB/s from {lo} to {hi}")),
+        _ => Err(format!(
+            "{s:?} is not a positive number (a link bandwidth in GB/s from {lo} to {hi})"
+        )),
     }
 }
 
@@ -524,8 +669,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         // The reader of our output went away (`zcta report RUN | head`): stop quietly.
         Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
         {
             ExitCode::SUCCESS
         }

@@ -58,6 +58,11 @@ fn op_row(rank: i32, pid: i32, op_id: u64, seq: u64, t0: i64) -> OpRow {
 
 /// A small complete run of two ranks (10 AllReduce each) in `dir`, written by the sink.
 fn small_run(dir: &Path) {
+    run_of(dir, 10);
+}
+
+/// A complete run of two ranks, `ops` AllReduce each, in `dir`, written by the sink.
+fn run_of(dir: &Path, ops: u64) {
     for rank in 0..2 {
         let pid = 100 + rank;
         let prefix = format!("hostA-r{rank}-p{pid}");
@@ -66,7 +71,7 @@ fn small_run(dir: &Path) {
             host: "hostA".into(),
         };
         let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
-        for k in 0..10u64 {
+        for k in 0..ops {
             let t0 = 1_000_000_000_000 + k as i64 * 1_000_000;
             w.append(&op_row(rank, pid, k + 1, k, t0), &ctx).unwrap();
         }
@@ -926,4 +931,564 @@ fn recover_names_a_locked_log_as_being_written() {
         "{}",
         text(&o.stdout)
     );
+}
+
+/// The entries of `dir` that are temporary files zcta made.
+fn temporaries_in(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp"))
+        .collect()
+}
+
+fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `-o LINK` to a file replaces the file the link leads to as a regular file is
+/// replaced: only with a complete trace (a run with nothing to export, or a disk that
+/// fills up, leaves it as it was), keeping the link a link and the file's permission
+/// bits; a file without write permission is named and not replaced, through a link or
+/// not.
+#[test]
+fn export_through_a_link_replaces_the_file_only_with_a_complete_trace() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    let cwd = t.path().join("cwd");
+    let files = t.path().join("files");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&files).unwrap();
+    let target = files.join("trace.json");
+    std::fs::write(&target, b"the earlier trace").unwrap();
+    set_mode(&target, 0o600);
+    let link = cwd.join("latest.json");
+    std::os::unix::fs::symlink("../files/trace.json", &link).unwrap();
+    let unchanged = |what: &str, o: &Output| {
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "the earlier trace",
+            "{what}: {}",
+            text(&o.stderr)
+        );
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(
+            temporaries_in(&files).is_empty(),
+            "{what}: {:?}",
+            names_in(&files)
+        );
+        assert_eq!(names_in(&cwd), ["latest.json"], "{what}");
+    };
+
+    // A directory with nothing to export: nothing is written.
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(empty.join("ops")).unwrap();
+    let o = zcta_in(
+        &cwd,
+        &[
+            "export",
+            "--perfetto",
+            empty.to_str().unwrap(),
+            "-o",
+            "latest.json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    unchanged("no ops rows", &o);
+
+    // A disk that fills up while the trace is written.
+    let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+    c.current_dir(&cwd)
+        .args(["export", "--perfetto", run_s, "-o", "latest.json"])
+        .env("LD_PRELOAD", &common::fixtures().libdisk)
+        .env("FAKE_DISK_BYTES", "1024");
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    unchanged("full disk", &o);
+
+    // A complete trace: in the file the link leads to, with its permission bits.
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "latest.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(is_trace(&std::fs::read_to_string(&target).unwrap()));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(
+        format!("{:04o}", mode_of(&target)),
+        "0600",
+        "the permission bits are kept"
+    );
+    assert_eq!(names_in(&files), ["trace.json"]);
+
+    // A regular file keeps its permission bits too.
+    let plain = cwd.join("plain.json");
+    std::fs::write(&plain, b"mine").unwrap();
+    set_mode(&plain, 0o640);
+    let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", "plain.json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(is_trace(&std::fs::read_to_string(&plain).unwrap()));
+    assert_eq!(
+        format!("{:04o}", mode_of(&plain)),
+        "0640",
+        "the permission bits are kept"
+    );
+    std::fs::remove_file(&plain).unwrap();
+
+    // Read-only (by its permission bits, whoever runs this): named, not replaced.
+    std::fs::write(&target, b"the earlier trace").unwrap();
+    set_mode(&target, 0o400);
+    let ro = files.join("ro.json");
+    std::fs::write(&ro, b"the earlier trace").unwrap();
+    set_mode(&ro, 0o444);
+    for (out, named) in [("latest.json", &target), (ro.to_str().unwrap(), &ro)] {
+        let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", out]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        let named_as = std::fs::canonicalize(named).unwrap();
+        assert!(
+            err.contains("read-only") && err.contains(&named_as.display().to_string()),
+            "{out}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(named).unwrap(),
+            "the earlier trace",
+            "{out}"
+        );
+    }
+    assert_eq!(format!("{:04o}", mode_of(&target)), "0400");
+    assert_eq!(names_in(&files), ["ro.json", "trace.json"]);
+}
+
+/// `zcta run --shim PATH` (and `$ZCTA_SHIM`, and `zcta doctor --probe --shim`) refuses
+/// a path with a space or a colon, at which `LD_PRELOAD` splits it (nothing would be
+/// recorded), before running anything; a link to the same file whose path has neither
+/// is taken as it is, and the command is recorded.
+#[test]
+fn a_shim_path_ld_preload_would_split_is_refused_before_anything_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let idf = t.path().join("id");
+    common::write_unique_id(&idf);
+    let host = common::fixtures().host.clone();
+    let marker = t.path().join("ran");
+    let mut odd = Vec::new();
+    for dir in ["with space", "with:colon"] {
+        let d = t.path().join(dir);
+        std::fs::create_dir(&d).unwrap();
+        let shim = d.join("libzcta_prof.so");
+        std::fs::copy(common::shim_path(), &shim).unwrap();
+        odd.push(shim);
+    }
+    let zrun = |shim: Option<&Path>, env_shim: Option<&Path>, id: &str| {
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.current_dir(t.path())
+            .args(["run", "--out", "zr", "--run-id", id]);
+        if let Some(s) = shim {
+            c.arg("--shim").arg(s);
+        }
+        if let Some(s) = env_shim {
+            c.env("ZCTA_SHIM", s);
+        }
+        c.arg("--").arg("sh").arg("-c").arg(format!(
+            "touch '{}' && exec '{}' ops 0 1 '{}' 2",
+            marker.display(),
+            host.display(),
+            idf.display()
+        ));
+        c.output().unwrap()
+    };
+    for shim in &odd {
+        for (arg, env) in [(Some(shim.as_path()), None), (None, Some(shim.as_path()))] {
+            let o = zrun(arg, env, "odd");
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{}: {err}", shim.display());
+            assert!(
+                err.contains(&shim.display().to_string())
+                    && err.contains("LD_PRELOAD")
+                    && err.contains("spaces and colons")
+                    && err.contains("symbolic link"),
+                "{err}"
+            );
+            assert!(!marker.exists(), "the command ran with {}", shim.display());
+        }
+    }
+
+    // A link without either, to the same file: the command runs and is recorded.
+    let plain = t.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let link = plain.join("libzcta_prof.so");
+    std::os::unix::fs::symlink(&odd[0], &link).unwrap();
+    let o = zrun(Some(&link), None, "linked");
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(marker.exists());
+    assert!(t.path().join("zr/linked/ops").is_dir(), "{err}");
+    assert!(out.contains("AllReduce"), "the report: {out}");
+
+    // The doctor's probe preloads the shim the same way.
+    let facts = probe_facts(t.path());
+    let py = t.path().join("python");
+    std::fs::write(&py, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
+    set_mode(&py, 0o755);
+    std::fs::remove_file(&marker).unwrap();
+    let o = zcta_in(
+        t.path(),
+        &[
+            "doctor",
+            "--facts",
+            facts.to_str().unwrap(),
+            "--probe",
+            "--json",
+            "--python",
+            py.to_str().unwrap(),
+            "--shim",
+            odd[1].to_str().unwrap(),
+        ],
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["probe"]["status"], "not_run", "{j}");
+    let reason = j["probe"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("LD_PRELOAD") && reason.contains(odd[1].to_str().unwrap()),
+        "{reason}"
+    );
+    assert!(!marker.exists(), "the probe ran");
+}
+
+/// Facts of a machine with two GPUs and torch, for `zcta doctor --facts` with
+/// `--probe` (the probe then runs the `--python` it is given).
+fn probe_facts(dir: &Path) -> PathBuf {
+    let facts = serde_json::json!({
+        "facts_version": 1,
+        "host": {"hostname": "box", "kernel": "6.8.0"},
+        "driver": {"nvml": "loaded", "version": "580.65.06", "version_source": "NVML",
+                   "cuda_driver": 13000, "cuda_driver_source": "NVML", "kernel_module": true},
+        "gpus": [{"index": 0, "uuid": "GPU-000", "bus_id": "0000:19:00.0", "nvlinks": []},
+                 {"index": 1, "uuid": "GPU-111", "bus_id": "0000:3b:00.0", "nvlinks": []}],
+        "pairs": [{"a": 0, "b": 1, "topology": "system", "p2p_read": "ok", "p2p_write": "ok"}],
+        "nodes": {"count": 1, "source": "assumed"},
+        "python": {"interpreter": "python3",
+                   "torch": {"dir": "/sp/torch", "version": "2.11.0+cu130", "cuda": "13.0"}},
+        "nccl": [], "cupti": [], "settings": [],
+    });
+    let p = dir.join("facts.json");
+    std::fs::write(&p, facts.to_string()).unwrap();
+    p
+}
+
+/// Whether this process ignores `sig` (so a child started from it does too).
+fn ignored_here(sig: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let v = s.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(v.trim(), 16).ok()
+        })
+        .is_some_and(|m| m & (1 << (sig - 1)) != 0)
+}
+
+/// `zcta run` waits for its command however the command is asked to end: SIGTERM
+/// and SIGHUP sent to zcta go on to the command, SIGINT sent to the whole process group
+/// (as a terminal's Ctrl-C is) reaches the command and leaves zcta waiting; zcta then
+/// exits with the command's status, 128 + N for a command that signal N ended.
+#[test]
+fn zcta_run_waits_for_its_command_whatever_signal_comes() {
+    use std::os::unix::process::CommandExt;
+    let t = tempfile::tempdir().unwrap();
+    let shim = common::shim_path();
+    // (signal, sent to the whole group, the command's trap, the status expected)
+    let cases = [
+        (15, false, "trap 'echo 15 > got; sleep 0.3; exit 7' TERM", 7),
+        (1, false, "trap 'echo 1 > got; sleep 0.3; exit 9' HUP", 9),
+        (2, true, "trap 'echo 2 > got; sleep 0.3; exit 5' INT", 5),
+        (3, true, "trap 'echo 3 > got; sleep 0.3; exit 6' QUIT", 6),
+        (15, false, ":", 128 + 15),
+    ];
+    for (k, (sig, group, trap, want)) in cases.into_iter().enumerate() {
+        if ignored_here(sig) {
+            eprintln!("signal {sig} is ignored by this test process (so by the command): case skipped");
+            continue;
+        }
+        let dir = t.path().join(format!("case{k}"));
+        std::fs::create_dir(&dir).unwrap();
+        let script = format!("echo $$ > pid; {trap}; touch ready; while :; do sleep 0.1; done");
+        let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+        c.current_dir(&dir)
+            .args(["run", "--out", "zr", "--run-id", "sig", "--shim"])
+            .arg(&shim)
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut zcta = c.spawn().unwrap();
+        let t0 = std::time::Instant::now();
+        while !dir.join("ready").exists() {
+            if t0.elapsed() > Duration::from_secs(20) || zcta.try_wait().unwrap().is_some() {
+                let _ = zcta.kill();
+                let o = zcta.wait_with_output().unwrap();
+                panic!("signal {sig}: the command never started\n{}", text(&o.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let to = if group {
+            format!("-{}", zcta.id())
+        } else {
+            zcta.id().to_string()
+        };
+        let sent = Command::new("kill")
+            .args([format!("-{sig}"), "--".into(), to])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = zcta.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Whatever happened, the command does not outlive the test.
+        let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
+        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        let Some(status) = status else {
+            let _ = zcta.kill();
+            panic!("signal {sig}: zcta still ran after 20 s");
+        };
+        let o = zcta.wait_with_output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(status.code(), Some(want), "signal {sig}: {status:?}\n{err}");
+        assert!(
+            err.contains(&format!("\"sh\" exited with {want}")),
+            "signal {sig}: {err}"
+        );
+        if trap != ":" {
+            assert_eq!(
+                std::fs::read_to_string(dir.join("got")).unwrap().trim(),
+                sig.to_string(),
+                "the command got the signal"
+            );
+        }
+    }
+}
+
+/// `zcta run` without `--run-id` records under `run-<UNIX seconds>-<pid of zcta>`, as
+/// its help says.
+#[test]
+fn the_default_run_id_is_what_the_help_says() {
+    let o = zcta_in(Path::new("."), &["run", "--help"]);
+    let help = text(&o.stdout);
+    assert!(help.contains("run-<UNIX seconds>-<pid of zcta>"), "{help}");
+    assert!(!help.contains("UTC"), "{help}");
+
+    let t = tempfile::tempdir().unwrap();
+    let idf = t.path().join("id");
+    common::write_unique_id(&idf);
+    let secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let before = secs();
+    let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+    c.current_dir(t.path())
+        .args(["run", "--out", "zr", "--shim"])
+        .arg(common::shim_path())
+        .arg("--")
+        .arg(&common::fixtures().host)
+        .args(["ops", "0", "1", idf.to_str().unwrap(), "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let after = secs();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let names = names_in(&t.path().join("zr"));
+    assert_eq!(names.len(), 1, "{names:?}");
+    let rest = names[0].strip_prefix("run-").unwrap();
+    let (at, by) = rest.split_once('-').unwrap();
+    let at: u64 = at.parse().unwrap();
+    assert!(
+        (before..=after).contains(&at),
+        "{} at {before}..{after}",
+        names[0]
+    );
+    assert_eq!(by, pid.to_string(), "{}", names[0]);
+}
+
+/// `zcta export -o -` (or through a link to its stdout) whose reader went away stops
+/// quietly, as every other command does: exit 0, nothing on stderr.
+#[test]
+fn export_to_a_closed_pipe_stops_quietly() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    // Far more than a write buffer of trace.
+    run_of(&run, 300);
+    let own = t.path().join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &own).unwrap();
+    let run_s = run.to_str().unwrap();
+    for args in [
+        vec!["export", "--perfetto", run_s, "-o", "-"],
+        vec!["export", "--perfetto", run_s, "-o", own.to_str().unwrap()],
+        vec!["report", run_s],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_zcta"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "zcta {args:?}: {err}");
+        assert_eq!(err, "", "zcta {args:?}");
+    }
+}
+
+/// `zcta export` of a directory without ops rows to draw (empty, not a run, a run
+/// whose ops are only logs still to recover) is an error as for `report`: exit 2, the
+/// same words, and no output written or changed.
+#[test]
+fn export_without_ops_rows_is_an_error_as_for_report() {
+    let t = tempfile::tempdir().unwrap();
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let not_a_run = t.path().join("project");
+    std::fs::create_dir_all(not_a_run.join("src")).unwrap();
+    std::fs::write(not_a_run.join("README"), "mine").unwrap();
+    let no_rows = t.path().join("no-rows");
+    std::fs::create_dir_all(no_rows.join("ops")).unwrap();
+    let killed = t.path().join("killed");
+    std::fs::create_dir_all(killed.join("ops")).unwrap();
+    ops_log(&killed.join("ops").join("_elsewhere-p42-00000.wal"), 10);
+    let kept = t.path().join("kept.json");
+    std::fs::write(&kept, "the earlier trace").unwrap();
+    for dir in [&empty, &not_a_run, &no_rows, &killed] {
+        let d = dir.to_str().unwrap();
+        let report = zcta_in(t.path(), &["report", d]);
+        assert_eq!(report.status.code(), Some(2), "{}", text(&report.stderr));
+        for out in ["new.json", "kept.json", "-"] {
+            let o = zcta_in(t.path(), &["export", "--perfetto", d, "-o", out]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{d} -o {out}: {err}");
+            assert!(
+                err.contains(&format!("{d}: no ops rows (nothing to export)")),
+                "{d}: {err}"
+            );
+            assert_eq!(text(&o.stdout), "", "{d} -o {out}");
+            if dir == &killed {
+                assert!(err.contains(&format!("run `zcta recover {d}`")), "{err}");
+            }
+        }
+        assert!(!t.path().join("new.json").exists(), "{d}");
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "the earlier trace");
+    }
+}
+
+/// `--link-peak-gbps` takes a link bandwidth from 0.001 to 1e6 GB/s; outside that
+/// (where %peak would print `inf` or hundreds of digits), not finite or not a number
+/// is a usage error that says the range.
+#[test]
+fn link_peak_outside_its_range_is_refused() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    for bad in [
+        "5e-324", "1e-300", "0.0009", "0", "-1", "1000001", "1e308", "inf", "NaN", "fast",
+    ] {
+        let o = zcta_in(t.path(), &["report", run_s, &format!("--link-peak-gbps={bad}")]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}\n{err}", text(&o.stdout));
+        assert!(err.contains("from 0.001 to 1000000"), "{bad}: {err}");
+        assert_eq!(text(&o.stdout), "", "{bad}");
+    }
+    for good in ["0.001", "25", "450", "1e6"] {
+        let o = zcta_in(t.path(), &["report", run_s, "--link-peak-gbps", good]);
+        let out = text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{good}: {}", text(&o.stderr));
+        assert!(!out.contains("inf"), "{good}: {out}");
+    }
+}
+
+/// `zcta doctor --probe --probe-dir D` never reads an earlier probe's rows nor
+/// overwrites a file it did not make: a D that holds a run directory of the probe, its
+/// log or its script is refused with the file named and left as it was; a fresh D is
+/// used, and the next probe there is refused.
+#[test]
+fn a_probe_never_reuses_what_is_in_its_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let facts = probe_facts(t.path());
+    let shim = common::shim_path();
+    let py = t.path().join("python");
+    std::fs::write(
+        &py,
+        format!("#!/bin/sh\necho ran >> '{}/ran'\n", t.path().display()),
+    )
+    .unwrap();
+    set_mode(&py, 0o755);
+    let probe = |dir: &Path| {
+        let o = zcta_in(
+            t.path(),
+            &[
+                "doctor",
+                "--facts",
+                facts.to_str().unwrap(),
+                "--probe",
+                "--json",
+                "--python",
+                py.to_str().unwrap(),
+                "--shim",
+                shim.to_str().unwrap(),
+                "--probe-dir",
+                dir.to_str().unwrap(),
+            ],
+        );
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|_| panic!("{}\n{}", text(&o.stdout), text(&o.stderr)));
+        j["probe"].clone()
+    };
+    let ran = t.path().join("ran");
+
+    // An earlier probe's rows.
+    let d = t.path().join("rows");
+    let earlier = d.join("runs").join("doctor-probe");
+    small_run(&earlier);
+    let before = support::list_files(&earlier);
+    let p = probe(&d);
+    assert_eq!(p["status"], "not_run", "{p}");
+    let reason = p["reason"].as_str().unwrap();
+    assert!(reason.contains(&earlier.display().to_string()), "{reason}");
+    assert_eq!(support::list_files(&earlier), before);
+    assert!(!ran.exists(), "the probe ran");
+
+    // A log or a script that was there.
+    for name in ["probe.log", "zcta_probe.py"] {
+        let d = t.path().join(name.replace('.', "-"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join(name), "mine").unwrap();
+        let p = probe(&d);
+        assert_eq!(p["status"], "not_run", "{name}: {p}");
+        let reason = p["reason"].as_str().unwrap();
+        assert!(reason.contains(&d.join(name).display().to_string()), "{reason}");
+        assert_eq!(std::fs::read_to_string(d.join(name)).unwrap(), "mine");
+        assert_eq!(names_in(&d), [name], "nothing else made");
+        assert!(!ran.exists(), "the probe ran");
+    }
+
+    // A fresh directory is used; the next probe there is refused.
+    let d = t.path().join("fresh");
+    let p = probe(&d);
+    assert_ne!(p["status"], "not_run", "{p}");
+    assert!(ran.exists());
+    assert_eq!(names_in(&d), ["probe.log", "runs", "zcta_probe.py"]);
+    let p = probe(&d);
+    assert_eq!(p["status"], "not_run", "{p}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n", "ran once");
 }

@@ -44,17 +44,23 @@ const TID_API: i64 = 1;
 const TID_PROXY: i64 = 2;
 const TID_GPU: i64 = 100;
 
+/// Batches grouped by the file they were read from.
+type Files = Vec<(PathBuf, Vec<RecordBatch>)>;
+
+/// Batches, each with the rows of it that are drawn.
+type Kept = Vec<(RecordBatch, Vec<usize>)>;
+
 /// The batches of every file of `table`, each with its file, only `columns`: a file
 /// whose reading breaks off gives the batches read before the damage, as every other
 /// command that streams a table takes them ([`reader::for_each_batch_by_file`]). Its
 /// skipped files (one broken off says how many of its rows were used) are added to
-/// `skipped`.
+/// `skipped`; the second value is the number of its write-ahead logs still pending.
 fn read_files(
     run_dir: &Path,
     table: &str,
     columns: &[&str],
     skipped: &mut Vec<Skipped>,
-) -> Result<Vec<(PathBuf, Vec<RecordBatch>)>, ReadError> {
+) -> Result<(Files, usize), ReadError> {
     let mut files = Vec::new();
     let data = reader::for_each_batch_by_file(
         run_dir,
@@ -64,11 +70,12 @@ fn read_files(
         |path, batches, _| files.push((path.to_path_buf(), batches)),
     )?;
     skipped.extend(data.skipped);
-    Ok(files)
+    Ok((files, data.pending_logs.len()))
 }
 
-/// The rows of `files` that `keep` keeps ([`super::LeftOut`]), as (view of a batch,
-/// rows); each file with rows left out is named in `skipped` (as table `what`).
+/// The rows of `files` that `keep` keeps ([`super::LeftOut`]), as (batch, rows), for
+/// the batches `view` reads; each file with rows left out is named in `skipped` (as
+/// table `what`).
 fn rows_kept<'a, V>(
     files: &'a [(PathBuf, Vec<RecordBatch>)],
     what: &str,
@@ -76,202 +83,271 @@ fn rows_kept<'a, V>(
     view: impl Fn(&'a RecordBatch) -> Option<V>,
     keep: impl Fn(&mut super::LeftOut, &V, usize) -> bool,
     rows: impl Fn(&V) -> usize,
-) -> Vec<(V, Vec<usize>)> {
+) -> Kept {
     let mut out = Vec::new();
     for (path, batches) in files {
         let mut left_out = super::LeftOut::default();
-        for v in batches.iter().filter_map(&view) {
+        for b in batches {
+            let Some(v) = view(b) else {
+                continue;
+            };
             let kept: Vec<usize> = (0..rows(&v)).filter(|&r| keep(&mut left_out, &v, r)).collect();
-            out.push((v, kept));
+            out.push((b.clone(), kept));
         }
         left_out.name(path, what, skipped);
     }
     out
 }
 
-/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors). Rows the
-/// other commands leave out too ([`super::LeftOut`]: a time out of range, an ops row's
-/// impossible bytes) are left out, and their files listed in [`ExportStats::skipped`].
-pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
-    let mut stats = ExportStats::default();
-    let ops = read_files(run_dir, "ops", OpsCols::COLUMNS, &mut stats.skipped)?;
-    let gpu = read_files(run_dir, "gpu", GpuCols::COLUMNS, &mut stats.skipped)?;
-    let proxy = read_files(run_dir, "proxy", ProxyCols::COLUMNS, &mut stats.skipped)?;
-    // Some times judged are not drawn (launch, ready, a step's waits), but a row is
-    // left out by the same rule everywhere.
-    let ops = rows_kept(
-        &ops,
-        "ops",
-        &mut stats.skipped,
-        OpsCols::of,
-        |l, v, r| super::keep_op!(l, v, r),
-        |v| v.rows,
-    );
-    let gpu = rows_kept(
-        &gpu,
-        "gpu",
-        &mut stats.skipped,
-        GpuCols::of,
-        |l, v, r| l.keep(&super::gpu_times!(v, r)),
-        |v| v.rows,
-    );
-    let proxy = rows_kept(
-        &proxy,
-        "proxy",
-        &mut stats.skipped,
-        ProxyCols::of,
-        |l, v, r| l.keep(&super::proxy_times!(v, r)),
-        |v| v.rows,
-    );
-    // Processes (host, pid) -> (trace pid, rank); earliest timestamp.
-    let mut procs: BTreeMap<(String, i32), (i64, Option<i32>)> = BTreeMap::new();
-    let mut t0 = i64::MAX;
-    for (v, rows) in &ops {
-        for &r in rows {
-            t0 = t0.min(v.api_start_ns.value(r));
-            let n = procs.len() as i64 + 1;
-            let e = procs
-                .entry((v.host.value(r).to_owned(), v.pid.value(r)))
-                .or_insert((n, None));
-            if e.1.is_none() {
-                e.1 = v.rank.get(r);
-            }
-        }
-    }
-    // Every time is in range, and t0 one of them (when there is a process to draw).
-    let ts = |ns: i64| (ns - t0) as f64 / 1e3;
-    let io = |e: std::io::Error| ReadError::Io {
-        path: out_path.to_owned(),
-        err: e,
-    };
-    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
-        .map_err(io)?;
-    let mut first = true;
-    let mut emit = |v: serde_json::Value, out: &mut dyn Write| -> std::io::Result<()> {
-        if !first {
-            out.write_all(b",\n")?;
-        }
-        first = false;
-        serde_json::to_writer(&mut *out, &v)?;
-        Ok(())
-    };
-    for ((host, pid), (tp, rank)) in &procs {
-        let name = match rank {
-            Some(r) => format!("rank {r} ({host}:{pid})"),
-            None => format!("{host}:{pid}"),
-        };
-        emit(
-            json!({"ph": "M", "name": "process_name", "pid": tp, "tid": 0, "args": {"name": name}}),
-            out,
-        )
-        .map_err(io)?;
-        emit(json!({"ph": "M", "name": "process_sort_index", "pid": tp, "tid": 0, "args": {"sort_index": rank.unwrap_or(i32::MAX)}}), out).map_err(io)?;
-        emit(json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": TID_API, "args": {"name": "NCCL API"}}), out).map_err(io)?;
-        emit(json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": TID_PROXY, "args": {"name": "NCCL proxy"}}), out).map_err(io)?;
-        stats.events += 4;
-    }
-    stats.processes = procs.len();
-    let tp_of = |h: &str, p: i32| procs.get(&(h.to_owned(), p)).map(|x| x.0);
-    // Ops on the API track.
-    for (v, rows) in &ops {
-        for &r in rows {
-            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
+/// A run's trace, read and judged: the rows to draw, held in memory until
+/// [`Trace::write`] writes them.
+pub struct Trace {
+    ops: Kept,
+    gpu: Kept,
+    proxy: Kept,
+    /// Processes (host, pid) -> (trace pid, rank).
+    procs: BTreeMap<(String, i32), (i64, Option<i32>)>,
+    /// The earliest timestamp drawn.
+    t0: i64,
+    /// Files not read, or read with rows left out ([`super::LeftOut`]).
+    pub skipped: Vec<Skipped>,
+    /// Write-ahead logs of the ops table still pending (`zcta recover` turns them into
+    /// rows).
+    pub pending_ops_logs: usize,
+}
+
+impl Trace {
+    /// Reads the ops, gpu and proxy tables of `run_dir`. Rows the other commands leave
+    /// out too ([`super::LeftOut`]: a time out of range, an ops row's impossible bytes)
+    /// are left out, and their files listed in [`Trace::skipped`].
+    pub fn read(run_dir: &Path) -> Result<Trace, ReadError> {
+        let mut skipped = Vec::new();
+        let (ops, pending_ops_logs) = read_files(run_dir, "ops", OpsCols::COLUMNS, &mut skipped)?;
+        let (gpu, _) = read_files(run_dir, "gpu", GpuCols::COLUMNS, &mut skipped)?;
+        let (proxy, _) = read_files(run_dir, "proxy", ProxyCols::COLUMNS, &mut skipped)?;
+        // Some times judged are not drawn (launch, ready, a step's waits), but a row is
+        // left out by the same rule everywhere.
+        let ops = rows_kept(
+            &ops,
+            "ops",
+            &mut skipped,
+            OpsCols::of,
+            |l, v, r| super::keep_op!(l, v, r),
+            |v| v.rows,
+        );
+        let gpu = rows_kept(
+            &gpu,
+            "gpu",
+            &mut skipped,
+            GpuCols::of,
+            |l, v, r| l.keep(&super::gpu_times!(v, r)),
+            |v| v.rows,
+        );
+        let proxy = rows_kept(
+            &proxy,
+            "proxy",
+            &mut skipped,
+            ProxyCols::of,
+            |l, v, r| l.keep(&super::proxy_times!(v, r)),
+            |v| v.rows,
+        );
+        let mut procs: BTreeMap<(String, i32), (i64, Option<i32>)> = BTreeMap::new();
+        let mut t0 = i64::MAX;
+        for (b, rows) in &ops {
+            let Some(v) = OpsCols::of(b) else {
                 continue;
             };
-            let (s, e) = (v.api_start_ns.value(r), v.api_end_ns.value(r));
-            let size = v
-                .bytes
-                .get(r)
-                .map_or(String::new(), |b| format!(" {}", size_label(b)));
-            let seqs = v.seq.get(r).map_or(String::new(), |q| format!(" #{q}"));
-            emit(
-                json!({
-                    "ph": "X", "name": format!("{}{size}{seqs}", v.op.value(r)), "cat": "nccl",
-                    "pid": tp, "tid": TID_API, "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
-                    "args": {
-                        "op_id": v.op_id.get(r), "seq": v.seq.get(r), "bytes": v.bytes.get(r),
-                        "engine": v.engine.get(r),
-                        "gpu_start_us": v.gpu_start_ns.get(r).map(ts), "gpu_end_us": v.gpu_end_ns.get(r).map(ts),
-                    }
-                }),
-                out,
-            )
-            .map_err(io)?;
-            stats.events += 1;
-        }
-    }
-    // GPU work per stream.
-    let mut streams: BTreeMap<(i64, u32), i64> = BTreeMap::new();
-    for (v, rows) in &gpu {
-        for &r in rows {
-            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
-                continue;
-            };
-            let st = v.stream.value(r);
-            let tid = match streams.get(&(tp, st)) {
-                Some(&t) => t,
-                None => {
-                    let tid = TID_GPU + streams.len() as i64;
-                    streams.insert((tp, st), tid);
-                    let label = format!("GPU {} stream {st}", v.device.value(r));
-                    emit(
-                        json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": tid, "args": {"name": label}}),
-                        out,
-                    )
-                    .map_err(io)?;
-                    stats.events += 1;
-                    tid
+            for &r in rows {
+                t0 = t0.min(v.api_start_ns.value(r));
+                let n = procs.len() as i64 + 1;
+                let e = procs
+                    .entry((v.host.value(r).to_owned(), v.pid.value(r)))
+                    .or_insert((n, None));
+                if e.1.is_none() {
+                    e.1 = v.rank.get(r);
                 }
-            };
-            let kind = v.kind.value(r);
-            let label = match (v.name.get(r), v.copy_kind.get(r)) {
-                (Some(n), _) => n.to_owned(),
-                (None, Some(c)) => format!("{kind} {c} {}", v.bytes.get(r).map_or(String::new(), size_label)),
-                _ => kind.to_owned(),
-            };
-            let (s, e) = (v.start_ns.value(r), v.end_ns.value(r));
-            emit(
-                json!({
-                    "ph": "X", "name": label, "cat": "gpu", "pid": tp, "tid": tid,
-                    "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
-                    "args": {"op_id": v.op_id.get(r), "group_id": v.group_id.get(r)}
-                }),
-                out,
-            )
-            .map_err(io)?;
-            stats.events += 1;
-        }
-    }
-    // Proxy events.
-    for (v, rows) in &proxy {
-        for &r in rows {
-            let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
-                continue;
-            };
-            let Some(e) = v.stop_ns.get(r) else {
-                continue;
-            };
-            let name = v.event.value(r);
-            if name != "ProxyOp" && name != "ProxyStep" {
-                continue;
             }
-            let s = v.start_ns.value(r);
-            emit(
-                json!({
-                    "ph": "X", "name": name, "cat": "proxy", "pid": tp, "tid": TID_PROXY,
-                    "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
-                    "args": {
-                        "op_id": v.op_id.get(r),
-                        "channel": v.channel.get(r),
-                        "step": v.step.get(r),
-                    }
-                }),
-                out,
-            )
-            .map_err(io)?;
-            stats.events += 1;
         }
+        Ok(Trace {
+            ops,
+            gpu,
+            proxy,
+            procs,
+            t0,
+            skipped,
+            pending_ops_logs,
+        })
     }
-    out.write_all(b"\n]}\n").map_err(io)?;
-    Ok(stats)
+
+    /// The processes drawn: those with an ops row kept (0: nothing to draw).
+    pub fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Writes the trace to `out`; the number of events written.
+    pub fn write(&self, out: &mut dyn Write) -> std::io::Result<u64> {
+        let procs = &self.procs;
+        let t0 = self.t0;
+        let mut events = 0u64;
+        // Every time is in range, and t0 one of them (when there is a process to draw).
+        let ts = |ns: i64| (ns - t0) as f64 / 1e3;
+        out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+        let mut first = true;
+        let mut emit = |v: serde_json::Value, out: &mut dyn Write| -> std::io::Result<()> {
+            if !first {
+                out.write_all(b",\n")?;
+            }
+            first = false;
+            serde_json::to_writer(&mut *out, &v)?;
+            Ok(())
+        };
+        for ((host, pid), (tp, rank)) in procs {
+            let name = match rank {
+                Some(r) => format!("rank {r} ({host}:{pid})"),
+                None => format!("{host}:{pid}"),
+            };
+            emit(
+                json!({"ph": "M", "name": "process_name", "pid": tp, "tid": 0, "args": {"name": name}}),
+                out,
+            )?;
+            emit(
+                json!({"ph": "M", "name": "process_sort_index", "pid": tp, "tid": 0, "args": {"sort_index": rank.unwrap_or(i32::MAX)}}),
+                out,
+            )?;
+            emit(
+                json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": TID_API, "args": {"name": "NCCL API"}}),
+                out,
+            )?;
+            emit(
+                json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": TID_PROXY, "args": {"name": "NCCL proxy"}}),
+                out,
+            )?;
+            events += 4;
+        }
+        let tp_of = |h: &str, p: i32| procs.get(&(h.to_owned(), p)).map(|x| x.0);
+        // Ops on the API track.
+        for (b, rows) in &self.ops {
+            let Some(v) = OpsCols::of(b) else {
+                continue;
+            };
+            for &r in rows {
+                let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
+                    continue;
+                };
+                let (s, e) = (v.api_start_ns.value(r), v.api_end_ns.value(r));
+                let size = v
+                    .bytes
+                    .get(r)
+                    .map_or(String::new(), |b| format!(" {}", size_label(b)));
+                let seqs = v.seq.get(r).map_or(String::new(), |q| format!(" #{q}"));
+                emit(
+                    json!({
+                        "ph": "X", "name": format!("{}{size}{seqs}", v.op.value(r)), "cat": "nccl",
+                        "pid": tp, "tid": TID_API, "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
+                        "args": {
+                            "op_id": v.op_id.get(r), "seq": v.seq.get(r), "bytes": v.bytes.get(r),
+                            "engine": v.engine.get(r),
+                            "gpu_start_us": v.gpu_start_ns.get(r).map(ts), "gpu_end_us": v.gpu_end_ns.get(r).map(ts),
+                        }
+                    }),
+                    out,
+                )?;
+                events += 1;
+            }
+        }
+        // GPU work per stream.
+        let mut streams: BTreeMap<(i64, u32), i64> = BTreeMap::new();
+        for (b, rows) in &self.gpu {
+            let Some(v) = GpuCols::of(b) else {
+                continue;
+            };
+            for &r in rows {
+                let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
+                    continue;
+                };
+                let st = v.stream.value(r);
+                let tid = match streams.get(&(tp, st)) {
+                    Some(&t) => t,
+                    None => {
+                        let tid = TID_GPU + streams.len() as i64;
+                        streams.insert((tp, st), tid);
+                        let label = format!("GPU {} stream {st}", v.device.value(r));
+                        emit(
+                            json!({"ph": "M", "name": "thread_name", "pid": tp, "tid": tid, "args": {"name": label}}),
+                            out,
+                        )?;
+                        events += 1;
+                        tid
+                    }
+                };
+                let kind = v.kind.value(r);
+                let label = match (v.name.get(r), v.copy_kind.get(r)) {
+                    (Some(n), _) => n.to_owned(),
+                    (None, Some(c)) => {
+                        format!("{kind} {c} {}", v.bytes.get(r).map_or(String::new(), size_label))
+                    }
+                    _ => kind.to_owned(),
+                };
+                let (s, e) = (v.start_ns.value(r), v.end_ns.value(r));
+                emit(
+                    json!({
+                        "ph": "X", "name": label, "cat": "gpu", "pid": tp, "tid": tid,
+                        "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
+                        "args": {"op_id": v.op_id.get(r), "group_id": v.group_id.get(r)}
+                    }),
+                    out,
+                )?;
+                events += 1;
+            }
+        }
+        // Proxy events.
+        for (b, rows) in &self.proxy {
+            let Some(v) = ProxyCols::of(b) else {
+                continue;
+            };
+            for &r in rows {
+                let Some(tp) = tp_of(v.host.value(r), v.pid.value(r)) else {
+                    continue;
+                };
+                let Some(e) = v.stop_ns.get(r) else {
+                    continue;
+                };
+                let name = v.event.value(r);
+                if name != "ProxyOp" && name != "ProxyStep" {
+                    continue;
+                }
+                let s = v.start_ns.value(r);
+                emit(
+                    json!({
+                        "ph": "X", "name": name, "cat": "proxy", "pid": tp, "tid": TID_PROXY,
+                        "ts": ts(s), "dur": (e - s).max(0) as f64 / 1e3,
+                        "args": {
+                            "op_id": v.op_id.get(r),
+                            "channel": v.channel.get(r),
+                            "step": v.step.get(r),
+                        }
+                    }),
+                    out,
+                )?;
+                events += 1;
+            }
+        }
+        out.write_all(b"\n]}\n")?;
+        Ok(events)
+    }
+}
+
+/// Writes the trace of `run_dir` to `out` (`out_path` names it in errors): [`Trace::read`]
+/// then [`Trace::write`].
+pub fn perfetto(run_dir: &Path, out: &mut dyn Write, out_path: &Path) -> Result<ExportStats, ReadError> {
+    let trace = Trace::read(run_dir)?;
+    let events = trace.write(out).map_err(|err| ReadError::Io {
+        path: out_path.to_owned(),
+        err,
+    })?;
+    Ok(ExportStats {
+        processes: trace.processes(),
+        events,
+        skipped: trace.skipped,
+    })
 }

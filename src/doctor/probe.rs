@@ -510,12 +510,9 @@ pub fn run(facts: &Facts, report: &Report, opts: &ProbeOptions) -> ProbeResult {
     let script = dir.join("zcta_probe.py");
     let runs = dir.join("runs");
     let log_path = dir.join("probe.log");
-    if let Err(e) = std::fs::create_dir_all(&runs).and_then(|()| std::fs::write(&script, PROBE_SCRIPT)) {
-        return not_run(format!("cannot run: cannot write {}: {e}", dir.display()));
-    }
-    let log = match std::fs::File::create(&log_path) {
+    let log = match make_probe_files(&script, &runs, &log_path) {
         Ok(f) => f,
-        Err(e) => return not_run(format!("cannot run: {}: {e}", log_path.display())),
+        Err(why) => return not_run(format!("cannot run: {why}")),
     };
     let log2 = match log.try_clone() {
         Ok(f) => f,
@@ -616,6 +613,50 @@ pub fn run(facts: &Facts, report: &Report, opts: &ProbeOptions) -> ProbeResult {
         let _ = std::fs::remove_dir_all(&dir);
     }
     r
+}
+
+/// Makes the probe's files, each new: the script, the run directory `runs/doctor-probe`
+/// (so that no earlier probe's rows are read as this one's) and the log, opened. Err
+/// names the file that is already there, or could not be made; nothing that was there
+/// before is changed, and nothing made here is left behind then.
+fn make_probe_files(script: &FsPath, runs: &FsPath, log_path: &FsPath) -> Result<std::fs::File, String> {
+    let run_dir = runs.join(RUN_ID);
+    for p in [script, run_dir.as_path(), log_path] {
+        if std::fs::symlink_metadata(p).is_ok() {
+            return Err(format!(
+                "{} already exists and the probe overwrites nothing: remove it, or pass another \
+                 --probe-dir",
+                p.display()
+            ));
+        }
+    }
+    let new_file = |p: &FsPath| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map_err(|e| format!("cannot create {}: {e}", p.display()))
+    };
+    let mut made: Vec<PathBuf> = Vec::new();
+    let done = (|| {
+        use std::io::Write as _;
+        std::fs::create_dir_all(runs).map_err(|e| format!("cannot create {}: {e}", runs.display()))?;
+        std::fs::create_dir(&run_dir).map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
+        made.push(run_dir.clone());
+        let mut f = new_file(script)?;
+        made.push(script.to_path_buf());
+        f.write_all(PROBE_SCRIPT.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let log = new_file(log_path)?;
+        made.push(log_path.to_path_buf());
+        Ok(log)
+    })();
+    if done.is_err() {
+        for p in made {
+            let _ = std::fs::remove_dir(&p).or_else(|_| std::fs::remove_file(&p));
+        }
+    }
+    done
 }
 
 /// Stops the probe's process group (torchrun and its workers): TERM, then KILL.
