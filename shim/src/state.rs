@@ -114,9 +114,19 @@ const ACTIVATION_STACK: usize = 1 << 20;
 /// the shim stays off rather than make the program's own allocations fail.
 const ADDRESS_SPACE_NEEDED: u64 = 256 << 20;
 
-/// [`activate`] on a thread of its own ([`ACTIVATION_STACK`]), which the caller waits
-/// for; on the calling thread only when no thread can be started.
+/// Stack below which activation moves to a thread of its own.
+const ACTIVATION_ROOM: usize = 256 << 10;
+
+/// [`activate`] on the calling thread when it has [`ACTIVATION_ROOM`] of stack left
+/// (the main thread, and threads of the usual 2-8 MiB), else on a thread of its own
+/// ([`ACTIVATION_STACK`]), which the caller waits for; inline again when no thread can
+/// be started. Not a thread for every activation: one started from inside `dlopen`
+/// (an NCCL call in a library's constructor) would wait on the loader's lock, which the
+/// waiting caller holds, to set up its thread-locals.
 fn activate_on_own_stack() -> std::thread::Result<Option<Recorder>> {
+    if ffi::sys::stack_room().is_none_or(|r| r >= ACTIVATION_ROOM) {
+        return catch_unwind(activate);
+    }
     let spawned = std::thread::Builder::new()
         .name("zcta-start".into())
         .stack_size(ACTIVATION_STACK)

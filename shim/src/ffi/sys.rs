@@ -362,6 +362,29 @@ fn release_parent_locks() {
     zcta::files::forget_locked_fds();
 }
 
+/// Stack left below the caller on this thread (None when it cannot be told).
+#[inline(never)]
+pub fn stack_room() -> Option<usize> {
+    let here = 0u8;
+    let sp = std::ptr::addr_of!(here) as usize;
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+    let (mut base, mut size) = (std::ptr::null_mut(), 0usize);
+    // SAFETY: pthread_getattr_np initialises `attr` on success; it is read and then
+    // destroyed only then; getstack writes the two locals.
+    unsafe {
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return None;
+        }
+        let rc = libc::pthread_attr_getstack(attr.as_ptr(), &mut base, &mut size);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        if rc != 0 {
+            return None;
+        }
+    }
+    // The stack grows down from base + size to base.
+    sp.checked_sub(base as usize).filter(|&r| r <= size)
+}
+
 /// Address space left under the process's `RLIMIT_AS` (`ulimit -v`, a batch
 /// system's `h_vmem`), or None when it has no such limit (or it cannot be read).
 pub fn address_space_room() -> Option<u64> {
