@@ -1133,21 +1133,7 @@ fn a_shim_path_ld_preload_would_split_is_refused_before_anything_runs() {
     std::fs::write(&py, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
     set_mode(&py, 0o755);
     std::fs::remove_file(&marker).unwrap();
-    let o = zcta_in(
-        t.path(),
-        &[
-            "doctor",
-            "--facts",
-            facts.to_str().unwrap(),
-            "--probe",
-            "--json",
-            "--python",
-            py.to_str().unwrap(),
-            "--shim",
-            odd[1].to_str().unwrap(),
-        ],
-    );
-    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let j = probe_json(t.path(), &facts, &py, &odd[1], &[]);
     assert_eq!(j["probe"]["status"], "not_run", "{j}");
     let reason = j["probe"]["reason"].as_str().unwrap();
     assert!(
@@ -1155,6 +1141,25 @@ fn a_shim_path_ld_preload_would_split_is_refused_before_anything_runs() {
         "{reason}"
     );
     assert!(!marker.exists(), "the probe ran");
+}
+
+/// `zcta doctor --facts FACTS --probe --json --python PY --shim SHIM EXTRA...` in
+/// `cwd`: its JSON document.
+fn probe_json(cwd: &Path, facts: &Path, py: &Path, shim: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "doctor",
+        "--facts",
+        facts.to_str().unwrap(),
+        "--probe",
+        "--json",
+        "--python",
+        py.to_str().unwrap(),
+        "--shim",
+        shim.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = zcta_in(cwd, &args);
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}\n{}", text(&o.stdout), text(&o.stderr)))
 }
 
 /// Facts of a machine with two GPUs and torch, for `zcta doctor --facts` with
@@ -1434,25 +1439,14 @@ fn a_probe_never_reuses_what_is_in_its_directory() {
     .unwrap();
     set_mode(&py, 0o755);
     let probe = |dir: &Path| {
-        let o = zcta_in(
+        probe_json(
             t.path(),
-            &[
-                "doctor",
-                "--facts",
-                facts.to_str().unwrap(),
-                "--probe",
-                "--json",
-                "--python",
-                py.to_str().unwrap(),
-                "--shim",
-                shim.to_str().unwrap(),
-                "--probe-dir",
-                dir.to_str().unwrap(),
-            ],
-        );
-        let j: serde_json::Value = serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|_| panic!("{}\n{}", text(&o.stdout), text(&o.stderr)));
-        j["probe"].clone()
+            &facts,
+            &py,
+            &shim,
+            &["--probe-dir", dir.to_str().unwrap()],
+        )["probe"]
+            .clone()
     };
     let ran = t.path().join("ran");
 
