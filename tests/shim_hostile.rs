@@ -33,20 +33,33 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// A program that closes every descriptor from 3 up and opens its own files, which
+/// take zcta's numbers: zcta writes nothing into them, and a child it forks then (whose
+/// fork handler lets go of the parent's locked logs) leaves them to it too.
 #[test]
 fn descriptors_the_program_closed_and_reused_are_left_to_it() {
+    for fork in [false, true] {
+        closefds_run(fork);
+    }
+}
+
+fn closefds_run(fork: bool) {
     let run = Run::new("closefds");
     let files = run.scratch("files");
     std::fs::create_dir_all(&files).unwrap();
     let args = ["closefds", files.to_str().unwrap(), "16", "3000"];
-    let out = run.host(&args).output().unwrap();
+    let out = run
+        .host(&args)
+        .env("HOST_FORK_AFTER", if fork { "1" } else { "0" })
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{:?}: {}", out.status, text(&out.stderr));
     for i in 0..16 {
         let f = files.join(format!("f{i:02}"));
         let got = std::fs::read(&f).unwrap();
         assert_eq!(
             text(&got),
-            format!("line {i}\n"),
+            format!("line {i}\n{}", if fork { "child\n" } else { "" }),
             "{} holds {} bytes: zcta wrote into the program's file",
             f.display(),
             got.len()

@@ -18,7 +18,7 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// A file this process created, written only while its descriptor is still that file.
 pub struct OwnFile {
@@ -73,9 +73,14 @@ impl OwnFile {
         if f.try_lock().is_ok() {
             let fd = f.as_raw_fd();
             self.locked = LOCKED.iter().position(|s| {
-                s.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+                s.fd.compare_exchange(-1, -2, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             });
+            if let Some(i) = self.locked {
+                LOCKED[i].dev.store(self.id.0, Ordering::Relaxed);
+                LOCKED[i].ino.store(self.id.1, Ordering::Relaxed);
+                LOCKED[i].fd.store(fd, Ordering::Release);
+            }
         }
     }
 }
@@ -93,7 +98,7 @@ impl Write for OwnFile {
 impl Drop for OwnFile {
     fn drop(&mut self) {
         if let Some(i) = self.locked.take() {
-            LOCKED[i].store(-1, Ordering::Release);
+            LOCKED[i].fd.store(-1, Ordering::Release);
         }
         if self.file().is_none() {
             // The number is the program's now: left open.
@@ -102,17 +107,33 @@ impl Drop for OwnFile {
     }
 }
 
-/// Descriptors of the logs this process holds locked (-1: a free slot). A log not
-/// registered for want of a slot keeps its lock in a fork child too.
-static LOCKED: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
+/// A log this process holds locked: its descriptor (-1: a free slot; -2: being
+/// filled) and the device and inode the descriptor must still name to be ours.
+struct LockedLog {
+    fd: AtomicI32,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
 
-/// Calls `f` with the descriptor of every log this process holds locked. Touches
-/// nothing but atomics: callable in a fork child before it may allocate.
-pub fn locked_fds(mut f: impl FnMut(i32)) {
+/// The logs this process holds locked. A log not registered for want of a slot keeps
+/// its lock in a fork child too.
+static LOCKED: [LockedLog; 64] = [const {
+    LockedLog {
+        fd: AtomicI32::new(-1),
+        dev: AtomicU64::new(0),
+        ino: AtomicU64::new(0),
+    }
+}; 64];
+
+/// Calls `f(fd, dev, inode)` for every log this process holds locked: the caller lets
+/// go of a descriptor only while it still names that file (the program may have closed
+/// ours and reused the number). Touches nothing but atomics: callable in a fork child
+/// before it may allocate.
+pub fn locked_fds(mut f: impl FnMut(i32, u64, u64)) {
     for s in &LOCKED {
-        let fd = s.load(Ordering::Acquire);
+        let fd = s.fd.load(Ordering::Acquire);
         if fd >= 0 {
-            f(fd);
+            f(fd, s.dev.load(Ordering::Relaxed), s.ino.load(Ordering::Relaxed));
         }
     }
 }
@@ -120,7 +141,7 @@ pub fn locked_fds(mut f: impl FnMut(i32)) {
 /// Forgets every registered descriptor (a fork child, once it has let go of them).
 pub fn forget_locked_fds() {
     for s in &LOCKED {
-        s.store(-1, Ordering::Release);
+        s.fd.store(-1, Ordering::Release);
     }
 }
 
@@ -156,15 +177,17 @@ pub fn make_dirs(dir: &Path) -> io::Result<()> {
     }
     match fs::create_dir(dir) {
         Ok(()) => {
-            // Opened without following a link: a directory swapped for a link in
-            // between is not what gets its mode changed.
-            let d = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
-                .open(dir)?;
-            let mode = d.metadata()?.permissions().mode();
-            if mode & 0o700 != 0o700 {
-                d.set_permissions(fs::Permissions::from_mode((mode | 0o700) & 0o7777))?;
+            // Looked at without following a link (one swapped in between is left
+            // alone); a directory the umask left without read for its owner cannot be
+            // opened, so it is changed by its path. Best effort: a mode that cannot
+            // be changed leaves the directory as the umask made it.
+            if let Ok(m) = fs::symlink_metadata(dir)
+                && m.is_dir()
+            {
+                let mode = m.permissions().mode();
+                if mode & 0o700 != 0o700 {
+                    let _ = fs::set_permissions(dir, fs::Permissions::from_mode((mode | 0o700) & 0o7777));
+                }
             }
             Ok(())
         }

@@ -212,9 +212,10 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// Complete Parquet files, pending logs and skipped entries of one table. A table's
 /// entry that is no directory (a file, a FIFO, a link to either or one that cannot be
 /// followed) is skipped with the reason, as an odd entry inside it would be: the
-/// other tables still read. A file whose name another file of the table already has
-/// (zcta's names are one process's own: a copy, say in a `backup/` directory below)
-/// is skipped too, not read twice; the one nearest the table's directory is read.
+/// other tables still read. A table file whose name and size another file of the table
+/// already has (zcta's names are one process's own: a copy, say in a `backup/`
+/// directory below) is skipped too, not read twice; the one nearest the table's
+/// directory is read.
 pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
     let mut skipped = Vec::new();
@@ -245,16 +246,22 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
             .then_with(|| a.cmp(b))
     });
     let mut seen: std::collections::HashMap<std::ffi::OsString, PathBuf> = std::collections::HashMap::new();
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).ok();
     all.retain(|p| {
         let Some(name) = p.file_name() else { return true };
+        let lossy = name.to_string_lossy();
+        if !(is_parquet_name(&lossy) || is_log_name(&lossy)) {
+            return true;
+        }
         match seen.get(name) {
-            Some(first) => {
+            Some(first) if len(first) == len(p) => {
                 skipped.push(Skipped {
                     reason: format!("a copy of {} (the same name): not read twice", first.display()),
                     path: p.clone(),
                 });
                 false
             }
+            Some(_) => true,
             None => {
                 seen.insert(name.to_owned(), p.clone());
                 true

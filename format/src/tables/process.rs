@@ -19,7 +19,7 @@ crate::define_table! {
     clock: Utf8, required, default, "clock of every *_ns column: CLOCK_REALTIME (ns since the UNIX epoch)" => |r, c| Some(r.clock.as_str());
     start_ns: I64, required, default, "activation time (first NCCL call)" => |r, c| Some(r.start_ns);
     end_ns: I64, nullable, default, "time the writer finished; NULL when the process died before (row recovered from the log)" => |r, c| r.end_ns;
-    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), exec (the process replaced itself: execve and its kin), error (a table could not be written, e.g. a full disk, or the shim hit an internal error and stopped recording; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
+    end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), exec (the process replaced itself through execve, execv, execvp or execvpe), error (a table could not be written, e.g. a full disk, or the shim hit an internal error and stopped recording; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
     env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES and launcher variables at activation" => |r, c| Some(r.env_json.as_str());
     ops_rows: U64, required, default, "ops rows this process wrote (for a killed process: the rows recovered)" => |r, c| Some(r.ops_rows);
     calls_rows: U64, required, default, "calls rows, likewise" => |r, c| Some(r.calls_rows);

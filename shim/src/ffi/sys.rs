@@ -345,7 +345,11 @@ pub fn after_fork_child() {
 /// inherited still name it, and are never used here). Only async-signal-safe calls.
 fn release_parent_locks() {
     let mut null = -1;
-    zcta::files::locked_fds(|fd| {
+    zcta::files::locked_fds(|fd, dev, ino| {
+        // A number the program took over (it closed ours) is its own: left alone.
+        if fd_id(fd) != Some((dev, ino)) {
+            return;
+        }
         if null < 0 {
             // SAFETY: a NUL-terminated path; the result is checked.
             null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -362,7 +366,9 @@ fn release_parent_locks() {
     zcta::files::forget_locked_fds();
 }
 
-/// Stack left below the caller on this thread (None when it cannot be told).
+/// Stack left below the caller on this thread: 0 when the caller runs on another
+/// stack than the thread's own (a coroutine's, a signal's), None when it cannot be
+/// told.
 #[inline(never)]
 pub fn stack_room() -> Option<usize> {
     let here = 0u8;
@@ -382,7 +388,7 @@ pub fn stack_room() -> Option<usize> {
         }
     }
     // The stack grows down from base + size to base.
-    sp.checked_sub(base as usize).filter(|&r| r <= size)
+    Some(sp.checked_sub(base as usize).filter(|&r| r <= size).unwrap_or(0))
 }
 
 /// Address space left under the process's `RLIMIT_AS` (`ulimit -v`, a batch
