@@ -88,8 +88,9 @@ pub fn under_shim<'c>(cmd: &'c mut Command, shim: &Path, out: &Path, run_id: &st
 
 /// Runs `cmd` and waits for it to end, however it ends; its exit status. While it
 /// runs, SIGINT and SIGQUIT do not stop this process (a terminal sends them to the
-/// whole process group, the command included, which decides what they mean), and
-/// SIGTERM and SIGHUP are passed on to the command, which ends as it chooses; a signal
+/// whole process group, the command included, which decides what they mean; one sent
+/// to this process alone is not passed on), and SIGTERM and SIGHUP are passed on to the
+/// command, which ends as it chooses; a signal
 /// this process ignored when it started stays ignored, by the command too. The
 /// dispositions in place before are restored when the command has ended. One command
 /// at a time per process.
@@ -134,7 +135,7 @@ fn signals_ignored() -> u64 {
 }
 
 /// The signal handling of [`run_to_end`]: the only unsafe code of this crate, the C
-/// library's `signal`, `kill` and `waitid` (through the `libc` crate). The handlers do
+/// library's `sigaction`, `kill` and `waitid` (through the `libc` crate). The handlers do
 /// no more than the C library lets a handler do (`kill`, atomics, `errno` kept).
 #[allow(unsafe_code)]
 mod sig {
@@ -160,26 +161,39 @@ mod sig {
         }
     }
 
-    extern "C" fn hold(_: i32) {}
+    /// SIGINT and SIGQUIT: held. A terminal sends them to the whole process group, the
+    /// command included; so do job schedulers and `timeout`, which signal every process
+    /// (passing one on would give the command a second one, which may cut short what
+    /// the first began, a Python program's cleanup after KeyboardInterrupt).
+    extern "C" fn hold(_: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
-    /// Catches `s` (passing it on to the command, or holding it); the disposition it
-    /// replaces. A caught signal is the default again in the command (`execve`).
-    pub fn catch(s: i32, forward: bool) -> libc::sighandler_t {
-        let handler = if forward {
-            pass_on as extern "C" fn(i32) as libc::sighandler_t
-        } else {
-            hold as extern "C" fn(i32) as libc::sighandler_t
-        };
-        // SAFETY: `handler` is an `extern "C" fn(i32)` that does only what a signal
-        // handler may.
-        unsafe { libc::signal(s, handler) }
+    extern "C" fn pass_on_info(s: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        pass_on(s);
+    }
+
+    /// Catches `s` (passing it on to the command, or holding it, [`hold`]); the
+    /// disposition it replaces (None: it could not be caught). A caught signal is the
+    /// default again in the command (`execve`).
+    pub fn catch(s: i32, forward: bool) -> Option<libc::sigaction> {
+        type Handler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
+        let handler: Handler = if forward { pass_on_info } else { hold };
+        // SAFETY: both structs are plain data, zeroed then filled; `handler` does only
+        // what a signal handler may; the old disposition is read only on success.
+        unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = handler as libc::sighandler_t;
+            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            (libc::sigaction(s, &act, &mut old) == 0).then_some(old)
+        }
     }
 
     /// Puts back the disposition `old` that [`catch`] returned.
-    pub fn restore(s: i32, old: libc::sighandler_t) {
-        if old != libc::SIG_ERR {
-            // SAFETY: `old` is a disposition the C library gave for `s`.
-            unsafe { libc::signal(s, old) };
+    pub fn restore(s: i32, old: Option<libc::sigaction>) {
+        if let Some(old) = old {
+            // SAFETY: `old` is the disposition sigaction gave for `s`.
+            unsafe { libc::sigaction(s, &old, std::ptr::null_mut()) };
         }
     }
 

@@ -13,7 +13,7 @@
 //! - [`synth`]: synthetic run directories for benchmarks and scale tests.
 //!
 //! `unsafe` is denied here (workspace lint) but for `launch`'s signal handling of
-//! `zcta run` (`signal`, `kill`, `waitid`); the shim's FFI lives in `shim/src/ffi/`.
+//! `zcta run` (`sigaction`, `kill`, `waitid`); the shim's FFI lives in `shim/src/ffi/`.
 
 pub use zcta_format::{
     SCHEMA_VERSION, SCHEMA_VERSION_KEY, TABLE_KEY, ZCTA_VERSION, budget, clock, config, cupti, define_table,

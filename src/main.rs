@@ -439,7 +439,13 @@ impl Output {
                 Ok(r)
             }
             Output::Replace { target, old } => {
-                let (tmp, file) = temp_next_to(&target)?;
+                // Made with no more permission than the file it replaces has: its
+                // contents are readable by no one the old file kept out.
+                let mode = old.as_ref().map_or(0o666, |m| {
+                    use std::os::unix::fs::PermissionsExt;
+                    m.permissions().mode() & 0o666
+                });
+                let (tmp, file) = temp_next_to(&target, mode)?;
                 let done = (|| {
                     let mut w = std::io::BufWriter::new(file);
                     let r = f(&mut w).with_context(cannot)?;
@@ -461,9 +467,11 @@ impl Output {
     }
 }
 
-/// A new file of our own next to `target`: created new, so nothing that was there
-/// before is ever overwritten (or deleted on failure).
-fn temp_next_to(target: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
+/// A new file of our own next to `target` with permission bits `mode` (less the
+/// umask): created new, so nothing that was there before is ever overwritten (or
+/// deleted on failure).
+fn temp_next_to(target: &Path, mode: u32) -> anyhow::Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.with_context(|| format!("{}: not a file name", target.display()))?;
     for i in 0..100u32 {
@@ -471,6 +479,7 @@ fn temp_next_to(target: &Path) -> anyhow::Result<(PathBuf, std::fs::File)> {
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(mode)
             .open(&tmp)
         {
             Ok(file) => return Ok((tmp, file)),

@@ -72,41 +72,51 @@ pub struct Diff {
 /// (`OpView::weight`: 2^`timing_level` under the budget), as `zcta report` weights it.
 type Sample = ([Option<i64>; N_PHASES + 1], u64);
 
-/// A weighted reservoir sample of a group's timed ops (Efraimidis and Spirakis: each
-/// op gets the key u^(1/weight), u uniform in (0, 1), and the [`MAX_SAMPLES`] largest
-/// keys are kept). While it holds every op, each keeps its weight; once ops were left
-/// out, those kept were drawn in proportion to their weights, and each counts once.
+/// A weighted sample of a group's timed ops by priority sampling (Duffield, Lund and
+/// Thorup): each op gets the priority weight/u, u uniform in (0, 1], and the
+/// [`MAX_SAMPLES`] highest are kept. While it holds every op, each keeps its weight;
+/// once ops were left out, each kept op stands for max(weight, τ) ops, τ the highest
+/// priority left out, which keeps every weighted sum (and so the weighted median's
+/// cut) unbiased.
 #[derive(Default)]
 struct Reservoir {
     items: Vec<Sample>,
-    /// Smallest key first: (key's bits, a positive f64's order), index into `items`.
+    /// Lowest priority first: (its bits, a positive f64's order), index into `items`.
     keys: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>>,
-    dropped: bool,
+    /// τ, once an op was left out.
+    tau: Option<f64>,
 }
 
 impl Reservoir {
     fn push(&mut self, v: Sample, rng: &mut Rng) {
         let u = (rng.next(1 << 53) as f64 + 1.0) / (1u64 << 53) as f64;
-        let key = u.powf(1.0 / v.1.max(1) as f64).to_bits();
+        let q = v.1.max(1) as f64 / u;
+        let key = q.to_bits();
         if self.items.len() < MAX_SAMPLES {
             self.keys.push(std::cmp::Reverse((key, self.items.len())));
             self.items.push(v);
             return;
         }
-        self.dropped = true;
         let Some(&std::cmp::Reverse((min, at))) = self.keys.peek() else {
             return;
         };
-        if key > min {
+        let out = if key > min {
             self.keys.pop();
             self.items[at] = v;
             self.keys.push(std::cmp::Reverse((key, at)));
-        }
+            f64::from_bits(min)
+        } else {
+            q
+        };
+        self.tau = Some(self.tau.map_or(out, |t| t.max(out)));
     }
 
-    /// The values of quantity `i` with the weight each stands for.
-    fn values(&self, i: usize) -> Vec<(i64, u64)> {
-        let w = |x: u64| if self.dropped { 1 } else { x.max(1) };
+    /// The values of quantity `i` with the ops each stands for.
+    fn values(&self, i: usize) -> Vec<(i64, f64)> {
+        let w = |x: u64| {
+            let x = x.max(1) as f64;
+            self.tau.map_or(x, |t| x.max(t))
+        };
         self.items
             .iter()
             .filter_map(|(v, x)| v[i].map(|v| (v, w(*x))))
@@ -138,23 +148,24 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     Ok(out)
 }
 
-/// Median of values each standing for `weight` ops: the middle of the sequence with
-/// every value repeated `weight` times (the mean of the two middle ones for an even
-/// total), as the plain median of unit weights.
-fn weighted_median(v: &mut [(i64, u64)]) -> f64 {
-    v.sort_unstable();
-    let total: u64 = v.iter().map(|x| x.1).sum();
-    let at = |rank: u64| {
-        let mut seen = 0;
-        for &(x, w) in v.iter() {
-            seen += w;
-            if rank < seen {
-                return x;
-            }
+/// Median of values each standing for `weight` ops: where the summed weight crosses
+/// half of the total (the mean of the two values on either side when it lands exactly
+/// on half), as the plain median of unit weights.
+fn weighted_median(v: &mut [(i64, f64)]) -> f64 {
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let half = v.iter().map(|x| x.1).sum::<f64>() / 2.0;
+    let mut seen = 0.0;
+    let mut lower = None;
+    for &(x, w) in v.iter() {
+        seen += w;
+        if lower.is_none() && seen >= half {
+            lower = Some(x);
         }
-        v[v.len() - 1].0
-    };
-    (at((total - 1) / 2) as f64 + at(total / 2) as f64) / 2.0
+        if seen > half {
+            return (lower.unwrap_or(x) as f64 + x as f64) / 2.0;
+        }
+    }
+    v.last().map_or(0.0, |x| x.0 as f64)
 }
 
 fn median(v: &mut [i64]) -> f64 {
@@ -181,24 +192,24 @@ impl Rng {
 
 /// 95 % percentile-bootstrap interval of `median(b) - median(a)`, each value drawn
 /// in proportion to the ops it stands for.
-pub fn bootstrap_ci(a: &[(i64, u64)], b: &[(i64, u64)], seed: u64) -> (f64, f64) {
+pub fn bootstrap_ci(a: &[(i64, f64)], b: &[(i64, f64)], seed: u64) -> (f64, f64) {
     let mut rng = Rng(seed);
-    let cum = |v: &[(i64, u64)]| {
+    let cum = |v: &[(i64, f64)]| {
         v.iter()
-            .scan(0u64, |s, x| {
-                *s += x.1.max(1);
+            .scan(0.0, |s, x| {
+                *s += x.1;
                 Some(*s)
             })
-            .collect::<Vec<u64>>()
+            .collect::<Vec<f64>>()
     };
     let (cum_a, cum_b) = (cum(a), cum(b));
     let mut buf_a = vec![0i64; a.len()];
     let mut buf_b = vec![0i64; b.len()];
-    let draw = |v: &[(i64, u64)], cum: &[u64], buf: &mut [i64], rng: &mut Rng| {
+    let draw = |v: &[(i64, f64)], cum: &[f64], buf: &mut [i64], rng: &mut Rng| {
         let total = *cum.last().expect("not empty");
         for x in buf.iter_mut() {
-            let r = rng.next(total as usize) as u64;
-            *x = v[cum.partition_point(|&c| c <= r)].0;
+            let r = rng.next(1 << 53) as f64 / (1u64 << 53) as f64 * total;
+            *x = v[cum.partition_point(|&c| c <= r).min(v.len() - 1)].0;
         }
         median(buf)
     };
@@ -238,7 +249,7 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
             if neither || (what == "unresolved" && a.iter().chain(&b).all(|x| x.0 == 0)) {
                 continue;
             }
-            let med = |v: &[(i64, u64)]| (!v.is_empty()).then(|| weighted_median(&mut v.to_vec()) / 1e3);
+            let med = |v: &[(i64, f64)]| (!v.is_empty()).then(|| weighted_median(&mut v.to_vec()) / 1e3);
             let ci = (!a.is_empty() && !b.is_empty()).then(|| {
                 let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
                 (ci.0 / 1e3, ci.1 / 1e3)
@@ -362,8 +373,8 @@ mod tests {
 
     #[test]
     fn bootstrap_finds_a_real_shift_and_not_noise() {
-        let a: Vec<(i64, u64)> = (0..500).map(|i| (100_000 + (i * 7919 % 1000), 1)).collect();
-        let b: Vec<(i64, u64)> = a.iter().map(|x| (x.0 + 5_000, 1)).collect();
+        let a: Vec<(i64, f64)> = (0..500).map(|i| (100_000 + (i * 7919 % 1000), 1.0)).collect();
+        let b: Vec<(i64, f64)> = a.iter().map(|x| (x.0 + 5_000, 1.0)).collect();
         let (lo, hi) = bootstrap_ci(&a, &b, 1);
         assert!(lo > 3_000.0 && hi < 7_000.0, "{lo} {hi}");
         let (lo, hi) = bootstrap_ci(&a, &a, 1);
@@ -374,16 +385,40 @@ mod tests {
     /// op of weight 8 against three fast ones of weight 1 is the median.
     #[test]
     fn weights_count_in_the_median_and_the_interval() {
-        let mut v = vec![(1_000, 1), (1_000, 1), (1_000, 1), (50_000, 8)];
+        let mut v = vec![(1_000, 1.0), (1_000, 1.0), (1_000, 1.0), (50_000, 8.0)];
         assert_eq!(weighted_median(&mut v), 50_000.0);
-        let mut u = vec![(1, 1), (2, 1), (3, 1), (4, 1)];
+        let mut u = vec![(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)];
         assert_eq!(weighted_median(&mut u), 2.5);
+        let mut odd = vec![(1, 1.0), (2, 1.0), (3, 1.0)];
+        assert_eq!(weighted_median(&mut odd), 2.0);
         // 30 fast ops and 10 slow ones, the slow ones timed at level 3 in A.
-        let mut a = vec![(1_000, 1); 30];
-        a.extend([(50_000, 8); 10]);
-        let mut b = vec![(1_000, 1); 30];
-        b.extend([(50_000, 1); 10]);
+        let mut a = vec![(1_000, 1.0); 30];
+        a.extend([(50_000, 8.0); 10]);
+        let mut b = vec![(1_000, 1.0); 30];
+        b.extend([(50_000, 1.0); 10]);
         let (lo, hi) = bootstrap_ci(&a, &b, 7);
         assert!(hi < 0.0, "b's median is lower: {lo} {hi}");
+    }
+
+    /// More timed ops than the sample holds, at two levels: the sample's weighted
+    /// median is the group's (50,000 ops of weight 1 near 100 ns, 5,000 of weight 16
+    /// near 200 ns: the weighted median lies among the heavy ones).
+    #[test]
+    fn a_full_sample_keeps_the_weighted_median() {
+        let mut r = Reservoir::default();
+        let mut rng = Rng(3);
+        for i in 0..55_000i64 {
+            let (v, w) = if i % 11 == 0 {
+                (200 + i % 10, 16)
+            } else {
+                (100 + i % 10, 1)
+            };
+            let mut s = [None; N_PHASES + 1];
+            s[0] = Some(v);
+            r.push((s, w), &mut rng);
+        }
+        assert!(r.tau.is_some());
+        let m = weighted_median(&mut r.values(0));
+        assert!((195.0..=210.0).contains(&m), "{m}");
     }
 }

@@ -503,6 +503,11 @@ pub fn run(facts: &Facts, report: &Report, opts: &ProbeOptions) -> ProbeResult {
             )
         }
     };
+    // A folder of our own made new (never one that was there, nor a link planted at
+    // its name in the shared temporary directory).
+    if !keep && let Err(e) = std::fs::create_dir(&dir) {
+        return not_run(format!("cannot run: cannot create {}: {e}", dir.display()));
+    }
     let failed = |why: String, dir: &FsPath| ProbeResult {
         dir: Some(dir.display().to_string()),
         ..ProbeResult::not_run(ProbeStatus::Failed, why, symmetric)
