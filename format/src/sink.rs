@@ -49,13 +49,12 @@ use arrow_array::RecordBatch;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
-
-use crate::files::{OwnFile, make_dirs, rename_new};
 use parquet::basic::{Compression, Encoding as PqEncoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
+use crate::files::{OwnFile, make_dirs, rename_new};
 use crate::gpu::{Attributor, GpuItem, GpuRow, OpRow};
 use crate::record::{Event, PluginEvent, Timing};
 use crate::sample::{Detail, Sampler, Sampling};
@@ -818,7 +817,8 @@ pub enum EndReason {
     Exit,
     /// `_exit` (e.g. Python's `os._exit`).
     UnderscoreExit,
-    /// `execve` and its kin, in the process itself (not a fork child's).
+    /// `execve`, `execv`, `execvp` or `execvpe` in the process itself (not a fork
+    /// child's).
     Exec,
 }
 
