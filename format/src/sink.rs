@@ -364,15 +364,17 @@ impl Segment {
     fn keep_log(mut self) {
         self.drop_parquet();
         let _ = self.wal.flush();
-        give_back_claim(self.wal.get_ref().get_ref());
+        if let Some(f) = self.wal.get_ref().get_ref().file() {
+            give_back_claim(f);
+        }
     }
 }
 
 /// Gives back the disk claimed ahead of `f` beyond its end (`fallocate` keeping its
 /// size claims blocks past it): a log left for `zcta recover` holds only what it wrote.
-/// Returns the log's length (where its claim now ends), when it could be read.
-fn give_back_claim(f: &OwnFile) -> Option<u64> {
-    let f = f.file()?;
+/// Returns the log's length (where its claim now ends), when it could be read. Callers
+/// pass the log only while its descriptor is still ours ([`OwnFile::file`]).
+fn give_back_claim(f: &File) -> Option<u64> {
     let len = f.metadata().ok()?.len();
     let _ = f.set_len(len);
     Some(len)
@@ -506,11 +508,10 @@ impl<T: Table> DatasetWriter<T> {
             return None;
         };
         let seg = self.segment.as_mut().filter(|s| s.big_claim)?;
-        let own = seg.wal.get_ref().get_ref();
-        let f = own.file()?;
+        let f = seg.wal.get_ref().get_ref().file()?;
         let free = room(f);
         if free.is_some_and(|free| free < CLAIM_FLOOR)
-            && let Some(len) = give_back_claim(own)
+            && let Some(len) = give_back_claim(f)
         {
             seg.reserved = len + claim(reserve, Some(room), f, len, LOW_CLAIM);
             seg.big_claim = false;
@@ -1437,7 +1438,9 @@ impl Writer {
                 if let Ok(batch) = process_batch(&row, &self.info.ctx) {
                     let _ = log.write(&batch).and_then(|()| log.flush());
                 }
-                give_back_claim(log.get_ref().get_ref());
+                if let Some(f) = log.get_ref().get_ref().file() {
+                    give_back_claim(f);
+                }
             }
             return Err(e);
         }

@@ -180,9 +180,7 @@ pub extern "C" fn zcta_set_recording(on: c_int) -> c_int {
 /// Same contract as libc's `_exit`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    if state::owns_writer(std::process::id()) {
-        let _ = catch_unwind(|| state::on_exit(EndReason::UnderscoreExit));
-    }
+    close_files_before(EndReason::UnderscoreExit);
     let p = REAL_EXIT.load(Ordering::Relaxed);
     if !p.is_null() {
         // SAFETY: p is libc's `_exit`, resolved in the constructor.
@@ -199,13 +197,13 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     loop {}
 }
 
-/// Before the process replaces itself: closes our files (bounded wait) when this
-/// process owns the writer, as at exit (`end_reason` `exec`). A fork or vfork child
-/// (another pid) goes straight on. Should the exec then fail, the process goes on
+/// Before the process ends (`_exit`) or replaces itself (the exec family): closes our
+/// files (bounded wait) when this process owns the writer. A fork or vfork child
+/// (another pid) goes straight on. Should an exec then fail, the process goes on
 /// unrecorded.
-fn before_exec() {
+fn close_files_before(reason: EndReason) {
     if state::owns_writer(std::process::id()) {
-        let _ = catch_unwind(|| state::on_exit(EndReason::Exec));
+        let _ = catch_unwind(|| state::on_exit(reason));
     }
 }
 
@@ -224,7 +222,7 @@ fn real_fn(slot: &AtomicPtr<c_void>) -> Option<*mut c_void> {
     Some(p)
 }
 
-/// `execve(2)` interposer ([`before_exec`], then libc's).
+/// `execve(2)` interposer ([`close_files_before`], then libc's).
 ///
 /// # Safety
 /// Same contract as libc's `execve`.
@@ -234,13 +232,13 @@ pub unsafe extern "C" fn execve(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    before_exec();
+    close_files_before(EndReason::Exec);
     let Some(p) = real_fn(&REAL_EXECVE) else { return -1 };
     // SAFETY: p is libc's `execve`, resolved in the constructor; arguments unchanged.
     unsafe { std::mem::transmute::<*mut c_void, ExecFn>(p)(path, argv, envp) }
 }
 
-/// `execvpe(3)` interposer ([`before_exec`], then libc's).
+/// `execvpe(3)` interposer ([`close_files_before`], then libc's).
 ///
 /// # Safety
 /// Same contract as libc's `execvpe`.
@@ -250,7 +248,7 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    before_exec();
+    close_files_before(EndReason::Exec);
     let Some(p) = real_fn(&REAL_EXECVPE) else {
         return -1;
     };
@@ -258,25 +256,25 @@ pub unsafe extern "C" fn execvpe(
     unsafe { std::mem::transmute::<*mut c_void, ExecFn>(p)(file, argv, envp) }
 }
 
-/// `execv(3)` interposer ([`before_exec`], then libc's).
+/// `execv(3)` interposer ([`close_files_before`], then libc's).
 ///
 /// # Safety
 /// Same contract as libc's `execv`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    before_exec();
+    close_files_before(EndReason::Exec);
     let Some(p) = real_fn(&REAL_EXECV) else { return -1 };
     // SAFETY: p is libc's `execv`, resolved in the constructor; arguments unchanged.
     unsafe { std::mem::transmute::<*mut c_void, ExecNoEnvFn>(p)(path, argv) }
 }
 
-/// `execvp(3)` interposer ([`before_exec`], then libc's).
+/// `execvp(3)` interposer ([`close_files_before`], then libc's).
 ///
 /// # Safety
 /// Same contract as libc's `execvp`.
 #[cfg_attr(not(test), unsafe(no_mangle))]
 pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    before_exec();
+    close_files_before(EndReason::Exec);
     let Some(p) = real_fn(&REAL_EXECVP) else { return -1 };
     // SAFETY: p is libc's `execvp`, resolved in the constructor; arguments unchanged.
     unsafe { std::mem::transmute::<*mut c_void, ExecNoEnvFn>(p)(file, argv) }
