@@ -78,6 +78,15 @@ fn kill(mut child: Looping) -> i64 {
     t
 }
 
+/// The first file of `dir` named `*.EXT`.
+fn file_ending(dir: &Path, ext: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == ext))
+        .unwrap_or_else(|| panic!("no *.{ext} in {}", dir.display()))
+}
+
 fn leftovers(dir: &Path) -> Vec<String> {
     support::list_files(dir)
         .into_iter()
@@ -196,11 +205,7 @@ fn recover_keeps_complete_batches_of_a_torn_log() {
     kill(child);
 
     let ops_dir = run.dir().join("ops");
-    let wal = std::fs::read_dir(&ops_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "wal"))
-        .expect("ops log");
+    let wal = file_ending(&ops_dir, "wal");
     // Tear the last batch.
     let len = std::fs::metadata(&wal).unwrap().len();
     let f = std::fs::OpenOptions::new().write(true).open(&wal).unwrap();
@@ -665,20 +670,12 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     std::thread::sleep(Duration::from_millis(1500));
     kill(child);
     let ops_dir = run.dir().join("ops");
-    let wal = std::fs::read_dir(&ops_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "wal"))
-        .expect("the ops log");
+    let wal = file_ending(&ops_dir, "wal");
     let final_path = zcta::sink::final_path_for_wal(&wal).unwrap();
     let log_len = std::fs::metadata(&wal).unwrap().len();
     // Another table's file (the process log, recovered into Parquet in a copy of the run).
     let other = run.scratch("other");
-    let proc_wal = std::fs::read_dir(run.dir().join("process"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .next()
-        .unwrap();
+    let proc_wal = file_ending(&run.dir().join("process"), "wal");
     std::fs::create_dir_all(other.join("process")).unwrap();
     std::fs::copy(
         &proc_wal,
@@ -686,11 +683,7 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     )
     .unwrap();
     assert!(recover(&other).status.success());
-    let proc_file = std::fs::read_dir(other.join("process"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .expect("a process file");
+    let proc_file = file_ending(&other.join("process"), "parquet");
     std::fs::copy(&proc_file, &final_path).unwrap();
     let r = recover(&run.dir());
     assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
