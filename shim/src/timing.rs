@@ -186,6 +186,18 @@ impl Pool {
     /// slots in the calling thread's current context, which must be `self.ctx`.
     /// Returns how many.
     fn make(&self, n: usize) -> usize {
+        self.make_with(|_| n)
+    }
+
+    /// Makes sure that the pool's first `n` pairs exist, whoever began making them:
+    /// the writer may hold the lock, its stamper made and its pairs not yet handed
+    /// out. Returns how many this call made.
+    fn make_first(&self, n: usize) -> usize {
+        self.make_with(|made| n.saturating_sub(made))
+    }
+
+    /// [`Pool::make`] of `more(pairs made so far)` pairs, decided under the lock.
+    fn make_with(&self, more: impl FnOnce(usize) -> usize) -> usize {
         let _one = self.making.lock().unwrap_or_else(|p| p.into_inner());
         if self.stamper.get().is_none() {
             if self.broken.load(Ordering::Relaxed) {
@@ -202,6 +214,7 @@ impl Pool {
                 }
             }
         }
+        let n = more(self.made.load(Ordering::Relaxed) as usize);
         for i in 0..n {
             let m = self.made.load(Ordering::Relaxed) as usize;
             if m >= POOL_MAX {
@@ -310,9 +323,9 @@ pub fn prepare() {
         return;
     }
     if let Some(p) = pool_for(ctx)
-        && p.stamper.get().is_none()
+        && (p.made.load(Ordering::Relaxed) as usize) < POOL_FIRST
     {
-        cuda::relaxed(|| p.make(POOL_FIRST));
+        cuda::relaxed(|| p.make_first(POOL_FIRST));
     }
 }
 
