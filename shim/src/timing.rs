@@ -173,6 +173,22 @@ struct Pool {
 type CtxKey = (usize, u64);
 
 impl Pool {
+    /// A pool of context `ctx` (the driver's id `id`), with no pairs and no stamper.
+    fn new(ctx: usize, id: u64) -> Self {
+        let (tx, rx) = bounded(POOL_MAX);
+        Self {
+            ctx,
+            id,
+            retired: std::sync::atomic::AtomicBool::new(false),
+            stamper: OnceLock::new(),
+            broken: std::sync::atomic::AtomicBool::new(false),
+            making: Mutex::new(()),
+            tx,
+            rx,
+            made: AtomicU64::new(0),
+        }
+    }
+
     fn key(&self) -> CtxKey {
         (self.ctx, self.id)
     }
@@ -281,18 +297,7 @@ fn pool_for(ctx: usize) -> Option<Arc<Pool>> {
                 for old in pools.iter().filter(|p| p.ctx == ctx) {
                     old.retired.store(true, Ordering::Relaxed);
                 }
-                let (tx, rx) = bounded(POOL_MAX);
-                let p = Arc::new(Pool {
-                    ctx,
-                    id,
-                    retired: std::sync::atomic::AtomicBool::new(false),
-                    stamper: OnceLock::new(),
-                    broken: std::sync::atomic::AtomicBool::new(false),
-                    making: Mutex::new(()),
-                    tx,
-                    rx,
-                    made: AtomicU64::new(0),
-                });
+                let p = Arc::new(Pool::new(ctx, id));
                 // Never made here, on the program's thread in the middle of an op
                 // (loading the stamp kernel may wait for the GPU): by the writer, or
                 // at a communicator's creation ([`prepare`]).
@@ -322,9 +327,14 @@ pub fn prepare() {
     if ctx == 0 {
         return;
     }
-    if let Some(p) = pool_for(ctx)
-        && (p.made.load(Ordering::Relaxed) as usize) < POOL_FIRST
-    {
+    if let Some(p) = pool_for(ctx) {
+        first_pairs(&p);
+    }
+}
+
+/// [`prepare`]'s pairs: the pool's first [`POOL_FIRST`], unless made already.
+fn first_pairs(p: &Pool) {
+    if (p.made.load(Ordering::Relaxed) as usize) < POOL_FIRST {
         cuda::relaxed(|| p.make_first(POOL_FIRST));
     }
 }
@@ -1397,6 +1407,34 @@ impl Timer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_communicators_first_pairs_are_made_even_where_the_writer_made_the_stamper() {
+        // The writer, woken when the pool was made, may have made the stamper and not
+        // yet handed out its pairs: the communicator's creation still leaves its first
+        // pairs in the pool, and makes none twice.
+        let p = Pool::new(0x1000, 1);
+        let cells: &'static [AtomicU64] = Vec::from_iter((0..SLOTS).map(|_| AtomicU64::new(0))).leak();
+        let st = Stamper {
+            func: 0,
+            anchor: None,
+            slots: cuda::Slots { cells, dev: 0 },
+        };
+        assert!(p.stamper.set(st).is_ok());
+        first_pairs(&p);
+        assert_eq!(p.rx.len(), POOL_FIRST);
+        first_pairs(&p);
+        assert_eq!(p.made.load(Ordering::Relaxed), POOL_FIRST as u64);
+        assert_eq!(p.make_first(POOL_FIRST), 0);
+        assert_eq!(p.make(POOL_READY - p.rx.len()), POOL_READY - POOL_FIRST);
+        assert_eq!(p.make_first(POOL_FIRST), 0);
+        assert_eq!(p.rx.len(), POOL_READY);
+        let mut seen = std::collections::HashSet::new();
+        while let Ok(pair) = p.rx.try_recv() {
+            assert_eq!(pair.end, pair.ready + 1);
+            assert!(seen.insert(pair.ready), "{pair:?} handed out twice");
+        }
+    }
 
     #[test]
     fn a_thread_adds_its_chosen_calls_in_batches_and_loses_none() {
