@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::{Row, Run, text};
 
@@ -710,4 +710,39 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
         log_len,
         "the log was touched"
     );
+    // A FIFO at the final name (which no writer ever opens): never opened, so recover
+    // does not block on it, and the log is kept.
+    std::fs::remove_file(&final_path).unwrap();
+    let rc = mkfifo(&final_path);
+    assert!(rc.success(), "mkfifo: {rc:?}");
+    let mut c = support::clean_cmd(env!("CARGO_BIN_EXE_zcta"));
+    let mut child = c
+        .arg("recover")
+        .arg(run.dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("zcta recover blocked on a FIFO at {}", final_path.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = child.wait_with_output().unwrap();
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
+    let err = text(&r.stderr) + &text(&r.stdout);
+    assert!(err.contains("not a regular file"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        log_len,
+        "the log was touched"
+    );
+}
+
+/// `mkfifo PATH`.
+fn mkfifo(path: &Path) -> std::process::ExitStatus {
+    std::process::Command::new("mkfifo").arg(path).status().unwrap()
 }

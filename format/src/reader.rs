@@ -524,28 +524,61 @@ pub fn stream_file(
     }))
 }
 
-/// The zcta table a Parquet file says it belongs to (its footer's
-/// [`crate::TABLE_KEY`]); `None` for a file that cannot be opened as Parquet or was
-/// not written by zcta. Opens only regular files (a FIFO would block).
-pub fn parquet_table(path: &Path) -> Option<String> {
-    if !std::fs::symlink_metadata(path).ok()?.file_type().is_file() {
-        return None;
+/// What a Parquet file's footer says ([`parquet_footer`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Footer {
+    pub rows: u64,
+    /// Its [`crate::TABLE_KEY`]; `None` when zcta did not write it (or wrote it with a
+    /// schema this build does not read), or when `path` is a link (zcta writes none).
+    pub table: Option<String>,
+}
+
+/// Reads the footer of the Parquet file at `path` once. Links are followed for the
+/// rows; only regular files are opened (a FIFO would block: one put there after the
+/// check is opened without waiting, then refused). `Err` says why it is no readable
+/// Parquet file.
+pub fn parquet_footer(path: &Path) -> Result<Footer, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_file = |ft: &std::fs::FileType| format!("{}: not a regular file", kind_of(ft));
+    let own = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    let m = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !m.is_file() {
+        return Err(not_file(&m.file_type()));
     }
-    let file = File::open(path).ok()?;
-    // The parquet crate can panic on a corrupt footer (as `file_batches` notes): such a
-    // file is not a table's.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let m = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !m.is_file() {
+        return Err(not_file(&m.file_type()));
+    }
+    // The parquet crate can panic on a corrupt footer (as `file_batches` notes).
     let meta = guarded(|| {
         parquet::file::metadata::ParquetMetaDataReader::new()
             .parse_and_finish(&file)
-            .ok()
+            .map_err(|e| e.to_string())
     })
-    .ok()
-    .flatten()?;
-    let kv = meta.file_metadata().key_value_metadata()?;
-    check_version(Some(kv)).ok()?;
-    kv.iter()
-        .find(|k| k.key == crate::TABLE_KEY)
-        .and_then(|k| k.value.clone())
+    .unwrap_or_else(|_| Err("the decoder rejected its footer".into()))?;
+    let rows =
+        u64::try_from(meta.file_metadata().num_rows()).map_err(|_| "negative row count".to_string())?;
+    let table = own
+        .file_type()
+        .is_file()
+        .then(|| meta.file_metadata().key_value_metadata())
+        .flatten()
+        .filter(|kv| check_version(Some(kv)).is_ok())
+        .and_then(|kv| kv.iter().find(|k| k.key == crate::TABLE_KEY))
+        .and_then(|k| k.value.clone());
+    Ok(Footer { rows, table })
+}
+
+/// The zcta table a Parquet file says it belongs to (its footer's
+/// [`crate::TABLE_KEY`]); `None` for a file that cannot be opened as Parquet, a link,
+/// or a file not written by zcta. Opens only regular files (a FIFO would block).
+pub fn parquet_table(path: &Path) -> Option<String> {
+    parquet_footer(path).ok()?.table
 }
 
 fn check_version(kv: Option<&Vec<parquet::file::metadata::KeyValue>>) -> Result<u32, String> {

@@ -205,8 +205,8 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
         // and deletes the log after that: a readable file of the same table holding at
         // least the log's rows proves the log stale. Anything else there (another
         // table's file, fewer rows) proves nothing: both are kept.
-        let rows = match parquet_rows(&final_path) {
-            Ok(n) => n,
+        let (rows, of) = match crate::reader::parquet_footer(&final_path) {
+            Ok(f) => (f.rows, f.table),
             Err(e) => {
                 return LogOutcome::Failed(format!(
                     "{} exists but is not a readable Parquet file ({e})",
@@ -214,7 +214,6 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
                 ));
             }
         };
-        let of = crate::reader::parquet_table(&final_path);
         if of.as_deref() != Some(table) {
             return LogOutcome::Failed(format!(
                 "{} exists but is {}, not {table}'s: the log is kept",
@@ -355,22 +354,6 @@ fn rows_of_process(run_dir: &Path, table: &str, prefix: &str) -> u64 {
                 .and_then(|s| s.strip_prefix(prefix))
                 .is_some_and(|rest| rest.starts_with('-') && rest[1..].bytes().all(|c| c.is_ascii_digit()))
         })
-        .filter_map(|f| parquet_rows(f).ok())
+        .filter_map(|f| crate::reader::parquet_footer(f).ok().map(|f| f.rows))
         .sum()
-}
-
-/// Rows of a Parquet file according to its footer; `Err` when the footer does not decode.
-fn parquet_rows(path: &Path) -> Result<u64, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let rows = crate::reader::guarded(|| {
-        parquet::file::reader::SerializedFileReader::new(file)
-            .map(|r| {
-                parquet::file::reader::FileReader::metadata(&r)
-                    .file_metadata()
-                    .num_rows()
-            })
-            .map_err(|e| e.to_string())
-    })
-    .unwrap_or_else(|_| Err("the decoder rejected its footer".into()))?;
-    u64::try_from(rows).map_err(|_| "negative row count".into())
 }
