@@ -1400,3 +1400,50 @@ fn diff_says_not_measured_where_a_run_did_not_measure() {
         "{out}"
     );
 }
+
+/// An op whose GPU end lies before its call (a clock placed beyond its stated error)
+/// is not measured in `zcta summary` either, as in the report: the GPU median is of
+/// the others, never negative.
+#[test]
+fn summary_leaves_out_a_gpu_end_before_the_call() {
+    let t = tempfile::tempdir().unwrap();
+    let r = &RANKS[0];
+    let (prefix, ctx) = r.files();
+    let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+    for k in 0..10u64 {
+        let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+        let mut row = op(
+            r,
+            k + 1,
+            OpKind::AllReduce,
+            k,
+            4096,
+            [t0, t0 + 2 * US, t0 + 10 * US, t0 + 30 * US],
+            0x55,
+        );
+        if k % 2 == 1 {
+            // The GPU side placed 500 µs early: it ends before the call began.
+            let g = row.gpu.as_mut().unwrap();
+            g.gpu_start_ns = None;
+            g.launch_ns = Some(t0 + 2 * US);
+            g.gpu_ready_ns = Some(t0 - 500 * US);
+            g.gpu_end_ns = Some(t0 - 480 * US);
+        }
+        w.append(&row, &ctx).unwrap();
+    }
+    w.close().unwrap();
+    write_process_file(t.path(), &prefix, &process_row("wrong", "on"), &ctx).unwrap();
+    let (code, out, err) = zcta(&["summary", t.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("AllReduce") && l.contains("GPU side measured"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        &words[1..9],
+        ["GPU", "side", "measured", "5", "of", "10", "GPU", "median"],
+        "{line}"
+    );
+    assert_eq!(words[9], "20.0", "the good ops' 20 µs: {line}");
+}

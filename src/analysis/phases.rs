@@ -136,14 +136,23 @@ pub fn gpu_begin(gpu_start: Option<i64>, ready: Option<i64>, launch: Option<i64>
 /// times, or with a GPU end before the call; the barrier end is `None` without the
 /// last rank's begin.
 pub fn gpu_cuts(c: &Cuts) -> Option<(i64, Option<i64>, i64)> {
-    let (s, e) = (gpu_begin(c.gpu_start, c.ready, c.launch)?, c.gpu_end?);
-    // An op that ended on the GPU before it was called: its GPU times are wrong (a
-    // clock placed beyond its stated error), not a window of 0.
-    if e < c.api_start {
-        return None;
-    }
-    let s = s.clamp(c.api_start, e);
+    let (s, e) = gpu_span(c.api_start, c.gpu_start, c.ready, c.launch, c.gpu_end)?;
     Some((s, c.last_start.map(|l| l.clamp(s, e)), e))
+}
+
+/// The op's GPU side within its window: (GPU begin ([`gpu_begin`]) clamped into
+/// `[api_start, gpu_end]`, gpu_end). `None` without GPU times, or with a GPU end
+/// before the call: its GPU times are then wrong (a clock placed beyond its stated
+/// error), not a span of 0.
+pub fn gpu_span(
+    api_start: i64,
+    gpu_start: Option<i64>,
+    ready: Option<i64>,
+    launch: Option<i64>,
+    gpu_end: Option<i64>,
+) -> Option<(i64, i64)> {
+    let (s, e) = (gpu_begin(gpu_start, ready, launch)?, gpu_end?);
+    (e >= api_start).then(|| (s.clamp(api_start, e), e))
 }
 
 /// The longest window [`split`] measures phases in (about 104 days): an op whose

@@ -160,9 +160,10 @@ impl OpsAcc {
             g.ops += 1;
             let eng = v.engine.get(i).unwrap_or("not measured");
             *g.engines.entry(eng.to_owned()).or_default() += 1;
+            // As the report takes it: not measured where the GPU end precedes the call.
             // The times are in range: their differences do not overflow.
-            let begin = super::phases::gpu_begin(start, ready, launch);
-            if let (Some(b), Some(end)) = (begin, end) {
+            let api_start = v.api_start_ns.value(i);
+            if let Some((b, end)) = super::phases::gpu_span(api_start, start, ready, launch, end) {
                 g.measured += 1;
                 dur.push(end - b);
             }
