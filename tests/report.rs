@@ -1447,3 +1447,99 @@ fn summary_leaves_out_a_gpu_end_before_the_call() {
     );
     assert_eq!(words[9], "20.0", "the good ops' 20 µs: {line}");
 }
+
+/// A row that says its op was timed but holds no GPU end (inconsistent: zcta writes
+/// none) has no GPU side: its rank's arrival is not known, so the barrier of every rank
+/// of its collectives is not measured (as when that rank's op was not timed), never
+/// taken from the ranks that have one.
+#[test]
+fn a_timed_row_without_a_gpu_end_is_not_a_ranks_arrival() {
+    let (_t, dir) = run_dir();
+    rewrite_ops(&dir.join("ops").join("hostB-r3-p201-00000.parquet"), |cols, i| {
+        let n = cols[0].len();
+        cols[i("gpu_end_ns")] = arrow_array::new_null_array(cols[i("gpu_end_ns")].data_type(), n);
+    });
+    let j = json(&dir);
+    let ar = group(&j, "AllReduce");
+    assert!(
+        ar["shares"]["barrier"].is_null() && ar["shares"]["transfer"].is_null(),
+        "{ar}"
+    );
+}
+
+/// Rewrites the ops file `file` with its columns changed by `f` (given the columns
+/// and the index of a column by name).
+fn rewrite_ops(file: &Path, f: impl Fn(&mut Vec<arrow_array::ArrayRef>, &dyn Fn(&str) -> usize)) {
+    let schema = <OpsTable as zcta::tables::Table>::schema();
+    let index = |name: &str| schema.index_of(name).unwrap();
+    let batches: Vec<_> = zcta::reader::read_file(file, &schema)
+        .unwrap()
+        .into_iter()
+        .map(|b| {
+            let mut cols = b.columns().to_vec();
+            f(&mut cols, &index);
+            arrow_array::RecordBatch::try_new(schema.clone(), cols).unwrap()
+        })
+        .collect();
+    std::fs::remove_file(file).unwrap();
+    zcta::sink::write_parquet_file::<OpsTable>(file, &batches).unwrap();
+}
+
+/// An ops row whose call returned before it was made (`api_end_ns < api_start_ns`: a
+/// corrupt value) is left out of every figure and its file named with how many (exit
+/// 1), as a time out of range is: never a negative time in the report.
+#[test]
+fn a_return_before_the_entry_is_left_out_and_named() {
+    let (_t, dir) = run_dir();
+    let file = dir.join("ops").join("hostB-r3-p201-00000.parquet");
+    rewrite_ops(&file, |cols, i| {
+        // The first five rows' entry and return swapped.
+        let (s, e) = (i("api_start_ns"), i("api_end_ns"));
+        let swap = |a: &arrow_array::ArrayRef, b: &arrow_array::ArrayRef| -> arrow_array::ArrayRef {
+            let (a, b) = (
+                a.as_any().downcast_ref::<arrow_array::Int64Array>().unwrap(),
+                b.as_any().downcast_ref::<arrow_array::Int64Array>().unwrap(),
+            );
+            std::sync::Arc::new(arrow_array::Int64Array::from_iter_values(
+                (0..a.len()).map(|k| if k < 5 { b.value(k) } else { a.value(k) }),
+            ))
+        };
+        let (new_s, new_e) = (swap(&cols[s], &cols[e]), swap(&cols[e], &cols[s]));
+        (cols[s], cols[e]) = (new_s, new_e);
+    });
+    let d = dir.to_str().unwrap();
+    let outs = each_names_damage(
+        &[
+            vec!["summary", d],
+            vec!["report", d, "--format", "json"],
+            vec!["phases", d],
+        ],
+        |_, err, what| {
+            assert!(
+                named(
+                    err,
+                    &file,
+                    "5 ops rows left out: the call's return before its entry"
+                ),
+                "{what}"
+            );
+        },
+    );
+    let j: serde_json::Value = serde_json::from_str(&outs[1]).unwrap();
+    assert_eq!(group(&j, "AllReduce")["count"].as_u64(), Some(195), "{j}");
+}
+
+/// A pending write-ahead log of any table counts in the report's note, as in `zcta
+/// summary`: `zcta recover` turns each into Parquet, including those of tables the
+/// report does not read (`comms`, `nccl_ops`).
+#[test]
+fn pending_logs_of_every_table_are_counted() {
+    let (_t, dir) = run_dir();
+    for t in ["comms", "nccl_ops", "ops"] {
+        std::fs::create_dir_all(dir.join(t)).unwrap();
+        std::fs::write(dir.join(t).join("_hostA-r0-p100-00009.wal"), b"").unwrap();
+    }
+    let j = json(&dir);
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("3 write-ahead logs pending"), "{notes}");
+}

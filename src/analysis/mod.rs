@@ -57,7 +57,11 @@ pub struct OpView {
 impl OpView {
     /// Where the op's GPU side begins ([`phases::gpu_begin`]): its first kernel (deep
     /// mode), else when its stream was free after NCCL's launch (stamps).
+    /// Where its GPU side began ([`phases::gpu_begin`]); `None` without a GPU end
+    /// too: an op whose GPU side did not end on record was not measured, whatever
+    /// else its row holds (its begin must not count as a rank's arrival either).
     pub fn gpu_begin(&self) -> Option<i64> {
+        self.gpu_end?;
         phases::gpu_begin(self.gpu_start, self.ready, self.launch)
     }
 
@@ -278,6 +282,8 @@ pub struct LeftOut {
     pub times: u64,
     /// Ops rows only: bytes a successful call cannot have moved ([`bytes_possible`]).
     pub bytes: u64,
+    /// Ops rows only: a return before the call's entry (`api_end_ns < api_start_ns`).
+    pub backwards: u64,
 }
 
 impl LeftOut {
@@ -288,10 +294,17 @@ impl LeftOut {
         ok
     }
 
-    /// Whether an ops row is kept: its `times` in range, and its `bytes` possible for
-    /// its `result`; counted under the first reason it fails, if not.
+    /// Whether an ops row is kept: its `times` ([`ops_times`]: API entry and return
+    /// first) in range and the return not before the entry, and its `bytes` possible
+    /// for its `result`; counted under the first reason it fails, if not.
     pub fn keep_op(&mut self, times: &[Option<i64>], bytes: Option<u64>, result: i32) -> bool {
         if !self.keep(times) {
+            return false;
+        }
+        if let [Some(entry), Some(ret), ..] = times
+            && ret < entry
+        {
+            self.backwards += 1;
             return false;
         }
         let ok = bytes_possible(bytes, result);
@@ -302,9 +315,22 @@ impl LeftOut {
     /// Adds to `skipped` a note per reason rows of the file at `path` (of table `what`)
     /// were left out ([`out_of_range`], [`bytes_out_of_range`]), and starts over.
     pub fn name(&mut self, path: &Path, what: &str, skipped: &mut Vec<Skipped>) {
-        let LeftOut { times, bytes } = std::mem::take(self);
+        let LeftOut {
+            times,
+            bytes,
+            backwards,
+        } = std::mem::take(self);
         if times > 0 {
             skipped.push(out_of_range(path.to_owned(), times, what));
+        }
+        if backwards > 0 {
+            skipped.push(Skipped {
+                path: path.to_owned(),
+                reason: format!(
+                    "{} left out: the call's return before its entry (api_end_ns < api_start_ns: a corrupt value); its other rows were used",
+                    plural(backwards, "ops row", "ops rows")
+                ),
+            });
         }
         if bytes > 0 {
             skipped.push(bytes_out_of_range(path.to_owned(), bytes));
@@ -525,6 +551,13 @@ pub fn load(run_dir: &Path) -> Result<Run, ReadError> {
     note(&mut run, &nc);
     for v in nc.batches.iter().filter_map(NcclCommsCols::of) {
         run.nccl_nodes.extend((0..v.rows).map(|r| v.n_nodes.value(r)));
+    }
+    // The logs of the tables read neither here nor by the ops scan count as pending
+    // too: `zcta recover` turns every one of them into Parquet.
+    for t in crate::tables::ALL_TABLES {
+        if !["process", "calls", "gpu", "proxy", "nccl_comms", "ops"].contains(&t) {
+            run.pending_logs += reader::list_files(run_dir, t).map_or(0, |l| l.logs.len());
+        }
     }
     Ok(run)
 }
