@@ -29,7 +29,14 @@ pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
         Some(p) if p.is_file() => {
             let canon = std::fs::canonicalize(&p).ok().filter(|c| preloadable(c));
             let shim = canon.unwrap_or_else(|| std::path::absolute(&p).unwrap_or(p));
-            if preloadable(&shim) {
+            if !is_elf(&shim) {
+                Err(format!(
+                    "{}: not a shared library (no ELF header), so the dynamic loader would refuse \
+                     to preload it and nothing would be recorded; point --shim or ZCTA_SHIM at \
+                     libzcta_prof.so",
+                    shim.display()
+                ))
+            } else if preloadable(&shim) {
                 Ok(shim)
             } else {
                 Err(format!(
@@ -42,12 +49,34 @@ pub fn find_shim(arg: Option<PathBuf>) -> Result<PathBuf, String> {
                 ))
             }
         }
-        Some(p) => Err(format!(
-            "{}: no such file (build it with `cargo build --release --workspace`, or pass --shim / set ZCTA_SHIM)",
-            p.display()
-        )),
+        Some(p) => Err(match std::fs::metadata(&p) {
+            Ok(m) => format!(
+                "{}: not a file but {} (pass the path of libzcta_prof.so with --shim or ZCTA_SHIM)",
+                p.display(),
+                if m.is_dir() {
+                    "a directory"
+                } else {
+                    "a special file"
+                }
+            ),
+            Err(_) => format!(
+                "{}: no such file (build it with `cargo build --release --workspace`, or pass --shim / set ZCTA_SHIM)",
+                p.display()
+            ),
+        }),
         None => Err("cannot tell where libzcta_prof.so is: pass --shim or set ZCTA_SHIM".into()),
     }
+}
+
+/// Whether the file at `path` starts with an ELF header (what the dynamic loader needs
+/// to preload it).
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"\x7fELF"
 }
 
 /// A fresh run id: `run-<UNIX seconds>-<pid>`.
@@ -137,6 +166,14 @@ fn signals_ignored() -> u64 {
 /// The signal handling of [`run_to_end`]: the only unsafe code of this crate, the C
 /// library's `sigaction`, `kill` and `waitid` (through the `libc` crate). The handlers do
 /// no more than the C library lets a handler do (`kill`, atomics, `errno` kept).
+/// A write past the file-size limit (`ulimit -f`) fails with `EFBIG`, which zcta's
+/// writers report and clean up after, instead of killing this process with SIGXFSZ
+/// halfway through a file. Not for a process that starts a command: an ignored signal
+/// stays ignored across `execve`.
+pub fn file_size_limit_is_an_error() {
+    sig::ignore(libc::SIGXFSZ);
+}
+
 #[allow(unsafe_code)]
 mod sig {
     use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
@@ -187,6 +224,12 @@ mod sig {
             let mut old: libc::sigaction = std::mem::zeroed();
             (libc::sigaction(s, &act, &mut old) == 0).then_some(old)
         }
+    }
+
+    /// Ignores `s`.
+    pub fn ignore(s: i32) {
+        // SAFETY: SIG_IGN is a valid disposition for any catchable signal.
+        unsafe { libc::signal(s, libc::SIG_IGN) };
     }
 
     /// Puts back the disposition `old` that [`catch`] returned.

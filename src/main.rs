@@ -74,7 +74,7 @@ enum Cmd {
         format: Format,
         /// Per-direction link bandwidth busbw is compared with, GB/s, from 0.001 to
         /// 1000000 (default: NVLink 4, 18 links × 25 GB/s).
-        #[arg(long, default_value_t = 450.0, value_parser = link_peak)]
+        #[arg(long, default_value_t = 450.0, value_parser = link_peak, allow_negative_numbers = true)]
         link_peak_gbps: f64,
     },
     /// What changed from run A to run B: per (op, size) the change of the median
@@ -693,6 +693,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Commands that start none write their files under the file-size limit
+    // (`ulimit -f`) as on a full disk: the write fails, and they say so and clean up.
+    if !matches!(cli.cmd, Cmd::Run { .. } | Cmd::Doctor(_)) {
+        zcta::launch::file_size_limit_is_an_error();
+    }
     match cli.cmd {
         Cmd::Recover { run, force } => recover(&run, force),
         Cmd::Summary { run } => summary(&run),

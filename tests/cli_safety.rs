@@ -205,9 +205,8 @@ fn export_writes_to_what_the_output_is_and_never_replaces_it() {
     assert!(names_in(&out_dir).is_empty(), "{:?}", names_in(&out_dir));
 }
 
-/// A log of `rows` ops rows in one batch, as a killed writer leaves it (schema, batch).
-fn ops_log(path: &Path, rows: u64) {
-    use arrow_ipc::writer::StreamWriter;
+/// `rows` ops rows of process 42 on "elsewhere", in one batch.
+fn ops_batch(rows: u64) -> arrow_array::RecordBatch {
     use zcta::tables::{RowBuilder, Table};
     let ctx = Ctx {
         pid: 42,
@@ -217,9 +216,16 @@ fn ops_log(path: &Path, rows: u64) {
     for k in 0..rows {
         b.append(&op_row(0, 42, k + 1, k, 1_000_000 + k as i64), &ctx);
     }
+    b.finish(&OpsTable::schema()).unwrap()
+}
+
+/// A log of `rows` ops rows in one batch, as a killed writer leaves it (schema, batch).
+fn ops_log(path: &Path, rows: u64) {
+    use arrow_ipc::writer::StreamWriter;
+    use zcta::tables::Table;
     let mut w = StreamWriter::try_new(std::fs::File::create(path).unwrap(), &OpsTable::schema()).unwrap();
     if rows > 0 {
-        w.write(&b.finish(&OpsTable::schema()).unwrap()).unwrap();
+        w.write(&ops_batch(rows)).unwrap();
     }
     w.flush().unwrap();
 }
@@ -259,11 +265,61 @@ fn recover_keeps_every_log_it_cannot_decode() {
     std::fs::write(&zero, b"").unwrap();
     let schema_only = ops.join("_elsewhere-p46-00000.wal");
     ops_log(&schema_only, 0);
+    // A log that does not decode next to a complete file: what it held is unknown.
+    let undecodable = ops.join("_elsewhere-p47-00000.wal");
+    std::fs::write(&undecodable, b"garbage").unwrap();
+    zcta::sink::write_parquet_file::<OpsTable>(&ops.join("elsewhere-p47-00000.parquet"), &[ops_batch(3)])
+        .unwrap();
+    // Logs whose unfinished-file name holds something that is not a Parquet file
+    // zcta began (a user's file, a link): the file stays, and so does the log.
+    let beside_foreign = ops.join("_elsewhere-p48-00000.wal");
+    ops_log(&beside_foreign, 3);
+    let foreign = ops.join("_elsewhere-p48-00000.parquet.tmp");
+    std::fs::write(&foreign, b"user data").unwrap();
+    let empty_beside_link = ops.join("_elsewhere-p49-00000.wal");
+    std::fs::write(&empty_beside_link, b"").unwrap();
+    let link = ops.join("_elsewhere-p49-00000.parquet.tmp");
+    std::os::unix::fs::symlink(&foreign, &link).unwrap();
+    // Another program's stream at a log's name, its schema alone: not zcta's.
+    let payroll = ops.join("_payroll.wal");
+    {
+        let schema = std::sync::Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+            "salary",
+            arrow_schema::DataType::Int64,
+            false,
+        )]));
+        let mut w =
+            arrow_ipc::writer::StreamWriter::try_new(std::fs::File::create(&payroll).unwrap(), &schema)
+                .unwrap();
+        w.flush().unwrap();
+    }
+    // A link at a log's final name, to a complete file: zcta makes no links there.
+    let beside_link = ops.join("_elsewhere-p51-00000.wal");
+    ops_log(&beside_link, 3);
+    std::os::unix::fs::symlink(
+        ops.join("elsewhere-p47-00000.parquet"),
+        ops.join("elsewhere-p51-00000.parquet"),
+    )
+    .unwrap();
+    // A recoverable log whose writer left its unfinished Parquet file: that file goes.
+    let unfinished_log = ops.join("_elsewhere-p50-00000.wal");
+    ops_log(&unfinished_log, 3);
+    let unfinished = ops.join("_elsewhere-p50-00000.parquet.tmp");
+    std::fs::write(&unfinished, b"PAR1, then cut short").unwrap();
 
     let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
-    for kept in [&garbage, &cut, &beside] {
+    for kept in [
+        &garbage,
+        &cut,
+        &beside,
+        &undecodable,
+        &beside_foreign,
+        &empty_beside_link,
+        &payroll,
+        &beside_link,
+    ] {
         assert!(kept.exists(), "{} was deleted\n{out}\n{err}", kept.display());
         assert!(
             err.contains(&format!("cannot recover {}", kept.display())),
@@ -274,6 +330,19 @@ fn recover_keeps_every_log_it_cannot_decode() {
     }
     assert_eq!(std::fs::read(&garbage).unwrap(), junk);
     assert_eq!(std::fs::metadata(&cut).unwrap().len(), 2_000_000);
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"user data");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(
+        err.contains("not an unfinished Parquet file of zcta's: kept"),
+        "{err}"
+    );
+    assert!(err.contains("not a zcta log of this table"), "{err}");
+    assert!(err.contains("exists but is a link (zcta writes none)"), "{err}");
+    assert!(!unfinished_log.exists() && !unfinished.exists(), "{out}\n{err}");
+    assert!(
+        out.contains("recovered 3 rows") || out.contains("3 rows"),
+        "{out}"
+    );
     for gone in [&zero, &schema_only] {
         assert!(!gone.exists(), "{} kept\n{out}", gone.display());
         assert!(
@@ -285,6 +354,7 @@ fn recover_keeps_every_log_it_cannot_decode() {
     let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert!(garbage.exists() && cut.exists() && beside.exists());
+    assert!(undecodable.exists() && beside_foreign.exists() && foreign.exists() && payroll.exists());
 }
 
 /// Runs `zcta ARGS` with a time limit; `None` when it had to be killed.
@@ -567,15 +637,19 @@ fn processes_sharing_a_host_and_pid_keep_their_own_files() {
 fn readers_name_two_processes_claiming_one_host_and_pid() {
     let t = tempfile::tempdir().unwrap();
     let run = t.path().join("run");
-    for prefix in ["box-p1", "box-p1-u0123abcd"] {
+    // Their own rows (byte-identical files would be one file's copy, read once).
+    for (i, prefix) in ["box-p1", "box-p1-u0123abcd"].into_iter().enumerate() {
         let ctx = Ctx {
             pid: 1,
             host: "box".into(),
         };
         let mut w = DatasetWriter::<OpsTable>::new(&run, prefix, SinkPolicy::default());
         for k in 0..3u64 {
-            w.append(&op_row(0, 1, k + 1, k, 1_000_000 + k as i64), &ctx)
-                .unwrap();
+            w.append(
+                &op_row(0, 1, k + 1, k, 1_000_000 * (i as i64 + 1) + k as i64),
+                &ctx,
+            )
+            .unwrap();
         }
         w.close().unwrap();
     }
@@ -1414,6 +1488,13 @@ fn link_peak_outside_its_range_is_refused() {
         assert!(err.contains("from 0.001 to 1000000"), "{bad}: {err}");
         assert_eq!(text(&o.stdout), "", "{bad}");
     }
+    // A negative value as its own argument is the option's value, judged the same.
+    for bad in ["-5", "-0.5"] {
+        let o = zcta_in(t.path(), &["report", run_s, "--link-peak-gbps", bad]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("from 0.001 to 1000000"), "{bad}: {err}");
+    }
     for good in ["0.001", "25", "450", "1e6"] {
         let o = zcta_in(t.path(), &["report", run_s, "--link-peak-gbps", good]);
         let out = text(&o.stdout);
@@ -1485,4 +1566,55 @@ fn a_probe_never_reuses_what_is_in_its_directory() {
     let p = probe(&d);
     assert_eq!(p["status"], "not_run", "{p}");
     assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n", "ran once");
+}
+
+/// `zcta ARGS` under a file-size limit of `blocks` (the shell's `ulimit -f`).
+fn zcta_under_file_limit(cwd: &Path, blocks: u32, args: &[&str]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -f {blocks} && exec \"$@\""))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_zcta"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running zcta")
+}
+
+/// A write past the file-size limit fails as on a full disk: `zcta recover` keeps the
+/// log and names it (exit 1), `zcta export` writes nothing (exit 2); neither is killed
+/// by SIGXFSZ, and neither leaves a temporary file.
+#[test]
+fn a_file_size_limit_is_an_error_that_loses_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    let ops = run.join("ops");
+    std::fs::create_dir_all(&ops).unwrap();
+    let log = ops.join("_elsewhere-p42-00000.wal");
+    ops_log(&log, 40_000);
+    let len = std::fs::metadata(&log).unwrap().len();
+    let o = zcta_under_file_limit(t.path(), 8, &["recover", run.to_str().unwrap()]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        err.contains(&format!("cannot recover {}", log.display())),
+        "{err}"
+    );
+    assert!(err.contains("File too large"), "{err}");
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), len, "{out}");
+    assert_eq!(names_in(&ops), vec!["_elsewhere-p42-00000.wal"]);
+    // Without the limit it recovers; then the export under one writes nothing.
+    let o = zcta_in(t.path(), &["recover", run.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let dest = t.path().join("out");
+    std::fs::create_dir(&dest).unwrap();
+    let o = zcta_under_file_limit(
+        &dest,
+        8,
+        &["export", "--perfetto", run.to_str().unwrap(), "-o", "t.json"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(text(&o.stderr).contains("File too large"), "{}", text(&o.stderr));
+    assert!(names_in(&dest).is_empty(), "{:?}", names_in(&dest));
 }

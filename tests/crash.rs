@@ -239,7 +239,15 @@ fn recover_removes_stale_logs() {
         .next()
         .unwrap();
     let wal = zcta::sink::wal_path_for(&ops_file);
-    std::fs::write(&wal, b"garbage").unwrap();
+    // The log as the writer left it: the segment's rows.
+    let schema = <zcta::tables::OpsTable as zcta::tables::Table>::schema();
+    let rows = zcta::reader::read_file(&ops_file, &schema).unwrap();
+    let mut w =
+        arrow_ipc::writer::StreamWriter::try_new(std::fs::File::create(&wal).unwrap(), &schema).unwrap();
+    for b in &rows {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
     let d = zcta::reader::read_table(&run.dir(), "ops").unwrap();
     assert_eq!(d.num_rows(), 1);
     assert_eq!(d.pending_logs, vec![wal.clone()]);
@@ -710,6 +718,22 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
         log_len,
         "the log was touched"
     );
+    // The same table's file with as many rows, but not the log's (its first row moved
+    // to its end): the count is no proof, and the log is kept.
+    std::fs::remove_file(&final_path).unwrap();
+    let mut moved: Vec<_> = vec![batches[0].slice(1, batches[0].num_rows() - 1)];
+    moved.extend(batches[1..].iter().cloned());
+    moved.push(batches[0].slice(0, 1));
+    zcta::sink::write_parquet_file::<zcta::tables::OpsTable>(&final_path, &moved).unwrap();
+    let r = recover(&run.dir());
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
+    let err = text(&r.stderr) + &text(&r.stdout);
+    assert!(err.contains("its row 0 is not the log's row 0"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        log_len,
+        "the log was touched"
+    );
     // A FIFO at the final name (which no writer ever opens): never opened, so recover
     // does not block on it, and the log is kept.
     std::fs::remove_file(&final_path).unwrap();
@@ -745,4 +769,28 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
 /// `mkfifo PATH`.
 fn mkfifo(path: &Path) -> std::process::ExitStatus {
     std::process::Command::new("mkfifo").arg(path).status().unwrap()
+}
+
+/// A log swapped for a FIFO after `zcta recover` listed the run (someone hostile with
+/// write access) is refused when opened, never waited on: its reader and the lock
+/// check open regular files only.
+#[test]
+fn a_fifo_in_place_of_a_log_is_refused_not_waited_on() {
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("_vm-p7-00000.wal");
+    assert!(mkfifo(&fifo).success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(zcta::recover::read_log(&f));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("read_log blocked on a FIFO");
+    let e = r.expect_err("a FIFO read as a log");
+    assert!(e.contains("not a regular file"), "{e}");
+    assert_eq!(
+        zcta::reader::open_regular(&fifo).map(|_| ()).unwrap_err(),
+        "a FIFO: not a regular file"
+    );
 }

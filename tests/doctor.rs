@@ -884,7 +884,8 @@ fn fake_python(t: &Path, behaviour: &str) -> String {
 #[test]
 fn probe_launch_environment_and_failure() {
     let t = tempfile::tempdir().unwrap();
-    let shim = write(t.path(), "libzcta_prof.so", b"");
+    // The stand-in python never loads it; `--shim` takes only an ELF file.
+    let shim = write(t.path(), "libzcta_prof.so", b"\x7fELF");
     let py = fake_python(
         t.path(),
         "echo 'zcta-probe: error: needs 2 GPUs, torch sees 1' >&2\nexit 1",
@@ -954,7 +955,8 @@ fn probe_launch_environment_and_failure() {
 #[test]
 fn probe_times_out_and_stops_its_process_group() {
     let t = tempfile::tempdir().unwrap();
-    let shim = write(t.path(), "libzcta_prof.so", b"");
+    // The stand-in python never loads it; `--shim` takes only an ELF file.
+    let shim = write(t.path(), "libzcta_prof.so", b"\x7fELF");
     // The "job" starts a child that would outlive it if only the leader were killed.
     let py = fake_python(
         t.path(),

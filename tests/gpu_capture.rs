@@ -722,6 +722,28 @@ fn zcta_run_records_a_command_and_reports_it() {
         "{}",
         text(&o.stderr)
     );
+    // A file that is no shared library, and a directory: refused, each saying what it is,
+    // the command not run.
+    let t = tempfile::tempdir().unwrap();
+    let text_file = t.path().join("libzcta_prof.so");
+    std::fs::write(&text_file, b"root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let ran = t.path().join("ran");
+    for (shim, says) in [
+        (text_file.as_path(), "not a shared library (no ELF header)"),
+        (t.path(), "not a file but a directory"),
+    ] {
+        let o = zcta(&[
+            "run".as_ref(),
+            "--shim".as_ref(),
+            shim.as_os_str(),
+            "--".as_ref(),
+            "touch".as_ref(),
+            ran.as_os_str(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(says), "{}", text(&o.stderr));
+        assert!(!ran.exists());
+    }
 }
 
 #[test]

@@ -670,7 +670,8 @@ fn a_page_the_decoder_fails_on_for_ever_ends_the_file() {
 }
 
 /// A table's entry that is no directory is skipped and named, the other tables still
-/// read (exit 1); a copy of a file below the table's directory is not read twice.
+/// read (exit 1); a copy of a file below the table's directory, or beside it under
+/// another name, is not read twice.
 #[test]
 fn odd_table_entries_and_copies_are_skipped_not_fatal() {
     let run = recorded("odd-tables");
@@ -682,10 +683,19 @@ fn odd_table_entries_and_copies_are_skipped_not_fatal() {
     let good = only_file(&ops_dir);
     std::fs::create_dir_all(ops_dir.join("backup")).unwrap();
     std::fs::copy(&good, ops_dir.join("backup").join(good.file_name().unwrap())).unwrap();
+    // A copy under another name, beside the file: its bytes say it is one (and the
+    // file under zcta's own name, read first by path or not, is the one read).
+    std::fs::copy(&good, ops_dir.join("a-backup.parquet")).unwrap();
     let d = read_table(&dir, "ops").unwrap();
-    assert_eq!(d.num_rows(), n_ops, "the copy was read too");
+    assert_eq!(d.num_rows(), n_ops, "a copy was read too");
     assert!(
         d.skipped.iter().any(|s| s.reason.contains("a copy of")),
+        "{:?}",
+        d.skipped
+    );
+    assert!(
+        d.skipped.iter().any(|s| s.path.ends_with("a-backup.parquet")
+            && s.reason == format!("a copy of {} (the same bytes): not read twice", good.display())),
         "{:?}",
         d.skipped
     );

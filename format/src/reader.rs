@@ -215,7 +215,8 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// other tables still read. A table file whose name and size another file of the table
 /// already has (zcta's names are one process's own: a copy, say in a `backup/`
 /// directory below) is skipped too, not read twice; the one nearest the table's
-/// directory is read.
+/// directory is read. So is a Parquet file whose bytes another's repeat under another
+/// name ([`skip_same_contents`]).
 pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
     let mut skipped = Vec::new();
@@ -268,6 +269,7 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
             }
         }
     });
+    skip_same_contents(&mut all, &mut skipped);
     all.sort();
     skipped.sort_by(|a, b| a.path.cmp(&b.path));
     let mut l = Listing {
@@ -286,6 +288,65 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
         }
     }
     Ok(l)
+}
+
+/// Leaves out of `all` a Parquet file whose bytes another one's repeat under another
+/// name (`cp ops/x.parquet ops/backup.parquet`): the same length and the same footer,
+/// which records every column chunk's offsets, sizes and statistics (the process's
+/// host and pid among them), so the two hold the same rows. The one kept is the nearest
+/// the table's directory, one under zcta's own name before others, then the first by
+/// path. A file whose footer cannot be read is left for its reader to name.
+fn skip_same_contents(all: &mut Vec<PathBuf>, skipped: &mut Vec<Skipped>) {
+    let zcta_name = |p: &Path| {
+        p.file_stem()
+            .and_then(|s| s.to_str())
+            .is_some_and(|s| crate::sink::pid_of_stem(s).is_some())
+    };
+    let mut order: Vec<&PathBuf> = all
+        .iter()
+        .filter(|p| is_parquet_name(&p.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()))
+        .collect();
+    order.sort_by_key(|p| (p.components().count(), !zcta_name(p), (*p).clone()));
+    let mut seen: std::collections::HashMap<(u64, Vec<u8>), &PathBuf> = std::collections::HashMap::new();
+    let mut copies: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for p in order {
+        let Some(key) = footer_bytes(p) else { continue };
+        match seen.get(&key) {
+            Some(first) => copies.push((p.clone(), (*first).clone())),
+            None => {
+                seen.insert(key, p);
+            }
+        }
+    }
+    for (copy, first) in copies {
+        all.retain(|p| *p != copy);
+        skipped.push(Skipped {
+            reason: format!("a copy of {} (the same bytes): not read twice", first.display()),
+            path: copy,
+        });
+    }
+}
+
+/// A Parquet file's length and the bytes of its footer (its metadata, then the
+/// metadata's length and the magic); `None` when they cannot be read.
+fn footer_bytes(p: &Path) -> Option<(u64, Vec<u8>)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = open_regular(p).ok()?;
+    let len = f.metadata().ok()?.len();
+    let mut tail = [0u8; 8];
+    f.seek(SeekFrom::Start(len.checked_sub(8)?)).ok()?;
+    f.read_exact(&mut tail).ok()?;
+    if &tail[4..] != b"PAR1" {
+        return None;
+    }
+    let n = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])) + 8;
+    if n > len || n > 64 << 20 {
+        return None;
+    }
+    let mut buf = vec![0u8; usize::try_from(n).ok()?];
+    f.seek(SeekFrom::Start(len - n)).ok()?;
+    f.read_exact(&mut buf).ok()?;
+    Some((len, buf))
 }
 
 /// Complete Parquet files and pending logs of one table (regular files only; see
@@ -524,6 +585,29 @@ pub fn stream_file(
     }))
 }
 
+/// Opens `path` (links followed) for reading only if it is a regular file: a FIFO or
+/// device put there, even after a listing saw a file, is opened without waiting
+/// (`O_NONBLOCK`, which does nothing to a regular file's reads) and refused. `Err` is
+/// the human reason.
+pub fn open_regular(path: &Path) -> Result<File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_file = |ft: &std::fs::FileType| format!("{}: not a regular file", kind_of(ft));
+    let m = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !m.is_file() {
+        return Err(not_file(&m.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let m = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !m.is_file() {
+        return Err(not_file(&m.file_type()));
+    }
+    Ok(file)
+}
+
 /// What a Parquet file's footer says ([`parquet_footer`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Footer {
@@ -538,22 +622,8 @@ pub struct Footer {
 /// check is opened without waiting, then refused). `Err` says why it is no readable
 /// Parquet file.
 pub fn parquet_footer(path: &Path) -> Result<Footer, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_file = |ft: &std::fs::FileType| format!("{}: not a regular file", kind_of(ft));
     let own = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    let m = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if !m.is_file() {
-        return Err(not_file(&m.file_type()));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot open: {e}"))?;
-    let m = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
-    if !m.is_file() {
-        return Err(not_file(&m.file_type()));
-    }
+    let file = open_regular(path)?;
     // The parquet crate can panic on a corrupt footer (as `file_batches` notes).
     let meta = guarded(|| {
         parquet::file::metadata::ParquetMetaDataReader::new()
@@ -611,7 +681,7 @@ fn open_checked(
     path: &Path,
     schema: &SchemaRef,
 ) -> Result<(ParquetRecordBatchReaderBuilder<File>, u32), String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file = open_regular(path)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("not a readable Parquet file (truncated or corrupt?): {e}"))?;
     let kv = builder.metadata().file_metadata().key_value_metadata();

@@ -12,13 +12,14 @@
 //! could not write its `process` file: the disk was full), which is kept as it is.
 //! Idempotent.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt64Array};
 use arrow_ipc::reader::StreamReader;
+use arrow_schema::SchemaRef;
 
 use crate::reader::{ReadError, align, check_run_dir, list_files, list_table};
 use crate::sink::{SinkError, final_path_for_wal, tmp_path_for};
@@ -80,8 +81,26 @@ impl RecoverReport {
 /// or that holds bytes after it but no complete batch, is an `Err` saying so: its
 /// contents are unknown, so it must be kept.
 pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
+    read_log_with_schema(path).map(|(_, batches, torn)| (batches, torn))
+}
+
+/// [`read_log`] with the schema the log starts with (`None` for a log of no byte).
+fn read_log_with_schema(path: &Path) -> Result<(Option<SchemaRef>, Vec<RecordBatch>, bool), String> {
     crate::reader::guarded(|| read_log_inner(path))
         .unwrap_or_else(|_| Err("corrupt log (the decoder rejected it)".into()))
+}
+
+/// Whether a log's `schema` is `table`'s: it names that table ([`crate::TABLE_KEY`]),
+/// or, naming none, its columns fit the table's. A stream of some other program's
+/// schema that happens to sit at a log's name is not zcta's to read or remove.
+fn is_table_log(table: &str, schema: &SchemaRef) -> bool {
+    let Some(want) = tables::schema_of(table) else {
+        return false;
+    };
+    match schema.metadata().get(crate::TABLE_KEY) {
+        Some(named) => named == table,
+        None => align(&RecordBatch::new_empty(Arc::clone(schema)), &want).is_ok(),
+    }
 }
 
 /// The schema an IPC stream log starts with; `None` for a file that cannot be opened
@@ -89,7 +108,7 @@ pub fn read_log(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
 /// [`read_log`]).
 pub fn log_schema(path: &Path) -> Option<arrow_schema::SchemaRef> {
     crate::reader::guarded(|| {
-        let f = File::open(path).ok()?;
+        let f = crate::reader::open_regular(path).ok()?;
         StreamReader::try_new(BufReader::new(f), None)
             .ok()
             .map(|r| r.schema())
@@ -112,11 +131,11 @@ impl<R: Read> Read for Counted<R> {
     }
 }
 
-fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
-    let f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+fn read_log_inner(path: &Path) -> Result<(Option<SchemaRef>, Vec<RecordBatch>, bool), String> {
+    let f = crate::reader::open_regular(path)?;
     let len = f.metadata().map_err(|e| format!("cannot open: {e}"))?.len();
     if len == 0 {
-        return Ok((Vec::new(), false));
+        return Ok((None, Vec::new(), false));
     }
     let consumed = std::rc::Rc::new(std::cell::Cell::new(0u64));
     let input = Counted {
@@ -132,6 +151,7 @@ fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
         }
     };
     let after_schema = consumed.get();
+    let schema = reader.schema();
     let mut out = Vec::new();
     let mut torn = false;
     for b in reader {
@@ -149,16 +169,101 @@ fn read_log_inner(path: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
             len - after_schema
         ));
     }
-    Ok((out, torn))
+    Ok((Some(schema), out, torn))
 }
 
 /// Whether a live writer holds the log's lock (the writer locks each log while its
 /// segment is open; the kernel drops the lock when the process dies).
 fn is_locked(wal: &Path) -> bool {
     matches!(
-        File::open(wal).map(|f| f.try_lock()),
+        crate::reader::open_regular(wal).map(|f| f.try_lock()),
         Ok(Err(std::fs::TryLockError::WouldBlock))
     )
+}
+
+/// Removes `tmp` (`_<stem>.parquet.tmp`) where it is a Parquet file that a zcta writer
+/// or an earlier `zcta recover` began and did not finish: a regular file, not a link,
+/// that is empty or starts with Parquet's magic. `Ok` when none is there or it was
+/// removed; otherwise `Err` says why it is kept (it may be someone else's).
+fn remove_unfinished(tmp: &Path) -> Result<(), String> {
+    let m = match fs::symlink_metadata(tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot look at {}: {e}", tmp.display())),
+        Ok(m) => m,
+    };
+    let foreign = |what: &str| {
+        format!(
+            "{} {what}, not an unfinished Parquet file of zcta's: kept",
+            tmp.display()
+        )
+    };
+    if !m.file_type().is_file() {
+        return Err(foreign("is a link or not a regular file"));
+    }
+    if m.len() > 0 {
+        let mut magic = [0u8; 4];
+        crate::reader::open_regular(tmp)
+            .and_then(|mut f| f.read_exact(&mut magic).map_err(|e| e.to_string()))
+            .map_err(|e| format!("cannot read {}: {e}", tmp.display()))?;
+        if &magic != b"PAR1" {
+            return Err(foreign("does not start as a Parquet file"));
+        }
+    }
+    match fs::remove_file(tmp) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot delete {}: {e}", tmp.display())),
+    }
+}
+
+/// Whether the Parquet file `path` of `table` holds the log's rows `logged`
+/// (`logged` rows in all): its first row and its row `logged - 1` are the log's first
+/// and last, column for column. A process file holds the final row where the log holds
+/// the "running" one: the process's identity (run, host, pid, start) is compared.
+/// `Err` says what differs, or why the file could not be read.
+fn holds_log_rows(table: &str, path: &Path, log: &[RecordBatch], logged: usize) -> Result<(), String> {
+    if logged == 0 {
+        return Ok(());
+    }
+    let schema = tables::schema_of(table).ok_or("unknown table")?;
+    let file = crate::reader::read_file(path, &schema)?;
+    let log = log
+        .iter()
+        .map(|b| align(b, &schema))
+        .collect::<Result<Vec<_>, _>>()?;
+    let row = |batches: &[RecordBatch], mut i: usize| {
+        for b in batches {
+            if i < b.num_rows() {
+                return Some(b.slice(i, 1));
+            }
+            i -= b.num_rows();
+        }
+        None
+    };
+    let pairs: Vec<(usize, usize)> = if table == ProcessTable::NAME {
+        vec![(0, 0)]
+    } else {
+        vec![(0, 0), (logged - 1, logged - 1)]
+    };
+    for (li, fi) in pairs {
+        let (Some(l), Some(f)) = (row(&log, li), row(&file, fi)) else {
+            return Err(format!("holds no row {fi}"));
+        };
+        let same = if table == ProcessTable::NAME {
+            ["run_id", "host", "pid", "start_ns"].iter().all(|c| {
+                match (l.column_by_name(c), f.column_by_name(c)) {
+                    (Some(a), Some(b)) => a.to_data() == b.to_data(),
+                    _ => false,
+                }
+            })
+        } else {
+            l == f
+        };
+        if !same {
+            return Err(format!("its row {fi} is not the log's row {li}"));
+        }
+    }
+    Ok(())
 }
 
 /// Recovers every log of every table in `run_dir`. `is_live(host, pid)` says whether
@@ -185,6 +290,9 @@ pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Resul
     }
     Ok(report)
 }
+
+/// Why a log whose schema is not its table's is kept.
+const NOT_ZCTA_LOG: &str = "not a zcta log of this table (its schema names another table, or its columns are not this table's): kept";
 
 fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> LogOutcome {
     let Some(final_path) = final_path_for_wal(wal) else {
@@ -215,18 +323,30 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
             }
         };
         if of.as_deref() != Some(table) {
+            let link = fs::symlink_metadata(&final_path).is_ok_and(|m| m.file_type().is_symlink());
+            let what = match of {
+                _ if link => "a link (zcta writes none)".to_string(),
+                Some(t) => format!("{t}'s file"),
+                None => "no zcta table's file".to_string(),
+            };
             return LogOutcome::Failed(format!(
-                "{} exists but is {}, not {table}'s: the log is kept",
+                "{} exists but is {what}, not {table}'s: the log is kept",
                 final_path.display(),
-                of.map_or_else(|| "no zcta table".to_string(), |t| format!("{t}'s file"))
             ));
         }
-        // A log that cannot be decoded next to its segment's complete file (the
-        // writer died between the rename and the delete, the log's tail torn) holds
-        // nothing the file does not.
-        let logged = read_log(wal).map_or(0, |(batches, _)| {
-            batches.iter().map(RecordBatch::num_rows).sum::<usize>() as u64
-        });
+        // The log's complete batches (a torn tail dropped): a log that does not
+        // decode, or is not this table's, proves nothing and is kept.
+        let batches = match read_log_with_schema(wal) {
+            Ok((schema, batches, _)) if schema.as_ref().is_none_or(|s| is_table_log(table, s)) => batches,
+            Ok(_) => return LogOutcome::Failed(NOT_ZCTA_LOG.into()),
+            Err(e) => {
+                return LogOutcome::Failed(format!(
+                    "{} exists, and the log cannot be read ({e}): both are kept",
+                    final_path.display()
+                ));
+            }
+        };
+        let logged = batches.iter().map(RecordBatch::num_rows).sum::<usize>() as u64;
         // A process log holds the "running" row and, when its file had no room at
         // the end, the final one too: the file holds that one row.
         let logged = if table == ProcessTable::NAME {
@@ -240,34 +360,47 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
                 final_path.display()
             ));
         }
-        let _ = fs::remove_file(&tmp);
+        // The same count is no proof: the file must hold the log's rows.
+        if let Err(why) = holds_log_rows(table, &final_path, &batches, logged as usize) {
+            return LogOutcome::Failed(format!(
+                "{} exists but {why}: the log is kept",
+                final_path.display()
+            ));
+        }
+        if let Err(why) = remove_unfinished(&tmp) {
+            return LogOutcome::Failed(format!("{why}; the log is kept"));
+        }
         return match fs::remove_file(wal) {
             Ok(()) => LogOutcome::AlreadyClosed,
             Err(e) => LogOutcome::Failed(format!("cannot delete stale log: {e}")),
         };
     }
-    let (batches, torn) = match read_log(wal) {
-        Ok(x) => x,
+    let (batches, torn) = match read_log_with_schema(wal) {
+        Ok((schema, batches, torn)) if schema.as_ref().is_none_or(|s| is_table_log(table, s)) => {
+            (batches, torn)
+        }
+        Ok(_) => return LogOutcome::Failed(NOT_ZCTA_LOG.into()),
         Err(e) => return LogOutcome::Failed(e),
     };
+    // The dead writer's unfinished Parquet file, where it left one, goes: the file is
+    // written anew from the log. Anything else at its name stays, and so does the log.
+    if let Err(why) = remove_unfinished(&tmp) {
+        return LogOutcome::Failed(format!("{why}; the log is kept"));
+    }
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     if rows == 0 {
-        let _ = fs::remove_file(&tmp);
         return match fs::remove_file(wal) {
             Ok(()) => LogOutcome::Empty,
             Err(e) => LogOutcome::Failed(format!("cannot delete empty log: {e}")),
         };
     }
-    // The dead writer's unfinished Parquet file, where it left one: the file is
-    // written anew from the log, and made only where none is.
-    let _ = fs::remove_file(&tmp);
+    // The file is made only where none is.
     let written = match write_table(table, &final_path, &batches) {
         Ok(()) => Ok(()),
         Err(e) => Err(e.to_string()),
     };
     match written {
         Ok(()) => {
-            let _ = fs::remove_file(&tmp);
             if let Err(e) = fs::remove_file(wal) {
                 return LogOutcome::Failed(format!(
                     "recovered into {} but cannot delete the log: {e}",
