@@ -267,19 +267,21 @@ fn run_cmd(
         use std::os::unix::process::ExitStatusExt;
         128 + status.signal().unwrap_or(0)
     });
+    // How it ended: its exit status, or the signal that killed it (the status zcta
+    // exits with is then the shell's 128 + N).
+    let ended = match status.code() {
+        Some(c) => format!("exited with {c}"),
+        None => format!("was killed by signal {} (zcta exits {code})", code - 128),
+    };
     let dir = out.join(&id);
     if dir.is_dir() {
-        eprintln!(
-            "zcta: {:?} exited with {code}; run directory {}",
-            cmd[0],
-            dir.display()
-        );
+        eprintln!("zcta: {:?} {ended}; run directory {}", cmd[0], dir.display());
         if let Err(e) = report(&dir, Format::Table, 450.0) {
             eprintln!("zcta: {e:#}");
         }
     } else {
         eprintln!(
-            "zcta: {:?} exited with {code}; no NCCL call was recorded (no run directory {})",
+            "zcta: {:?} {ended}; no NCCL call was recorded (no run directory {})",
             cmd[0],
             dir.display()
         );
