@@ -693,15 +693,19 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     assert!(recover(&other).status.success());
     let proc_file = file_ending(&other.join("process"), "parquet");
     std::fs::copy(&proc_file, &final_path).unwrap();
-    let r = recover(&run.dir());
-    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
-    let err = text(&r.stderr) + &text(&r.stdout);
-    assert!(err.contains("not ops's"), "{err}");
-    assert_eq!(
-        std::fs::metadata(&wal).unwrap().len(),
-        log_len,
-        "the log was touched"
-    );
+    // recover refuses, saying `says`, and leaves the log as it was.
+    let kept_saying = |says: &str| {
+        let r = recover(&run.dir());
+        assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
+        let err = text(&r.stderr) + &text(&r.stdout);
+        assert!(err.contains(says), "{err}");
+        assert_eq!(
+            std::fs::metadata(&wal).unwrap().len(),
+            log_len,
+            "the log was touched"
+        );
+    };
+    kept_saying("not ops's");
     // The same table's file with fewer rows: an ops file of the log's first row.
     let (batches, _) = zcta::recover::read_log(&wal).unwrap();
     assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 1);
@@ -709,15 +713,7 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     // The killed writer's unfinished Parquet file is where this one is made.
     let _ = std::fs::remove_file(zcta::sink::tmp_path_for(&final_path));
     zcta::sink::write_parquet_file::<zcta::tables::OpsTable>(&final_path, &[batches[0].slice(0, 1)]).unwrap();
-    let r = recover(&run.dir());
-    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
-    let err = text(&r.stderr) + &text(&r.stdout);
-    assert!(err.contains("holds 1 rows where the log holds"), "{err}");
-    assert_eq!(
-        std::fs::metadata(&wal).unwrap().len(),
-        log_len,
-        "the log was touched"
-    );
+    kept_saying("holds 1 rows where the log holds");
     // The same table's file with as many rows, but not the log's (its first row moved
     // to its end): the count is no proof, and the log is kept.
     std::fs::remove_file(&final_path).unwrap();
@@ -725,15 +721,7 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     moved.extend(batches[1..].iter().cloned());
     moved.push(batches[0].slice(0, 1));
     zcta::sink::write_parquet_file::<zcta::tables::OpsTable>(&final_path, &moved).unwrap();
-    let r = recover(&run.dir());
-    assert_eq!(r.status.code(), Some(1), "{}", text(&r.stdout));
-    let err = text(&r.stderr) + &text(&r.stdout);
-    assert!(err.contains("its row 0 is not the log's row 0"), "{err}");
-    assert_eq!(
-        std::fs::metadata(&wal).unwrap().len(),
-        log_len,
-        "the log was touched"
-    );
+    kept_saying("its row 0 is not the log's row 0");
     // A FIFO at the final name (which no writer ever opens): never opened, so recover
     // does not block on it, and the log is kept.
     std::fs::remove_file(&final_path).unwrap();
