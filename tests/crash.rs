@@ -782,3 +782,35 @@ fn a_fifo_in_place_of_a_log_is_refused_not_waited_on() {
         "a FIFO: not a regular file"
     );
 }
+
+/// A process log next to its segment's file (the process died between the rename and
+/// the delete) is stale: the file holds the final row where the log holds the
+/// "running" one, and the process's identity (run, host, pid, start) is what they
+/// share.
+#[test]
+fn a_process_log_beside_its_process_file_is_stale() {
+    let run = Run::new("proc-stale");
+    let (child, _idf) = start_loop(&run);
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(child);
+    let proc_wal = file_ending(&run.dir().join("process"), "wal");
+    let final_path = zcta::sink::final_path_for_wal(&proc_wal).unwrap();
+    // The file as recovery writes it (end_reason killed), made in a copy of the run.
+    let other = run.scratch("other");
+    std::fs::create_dir_all(other.join("process")).unwrap();
+    std::fs::copy(
+        &proc_wal,
+        other.join("process").join(proc_wal.file_name().unwrap()),
+    )
+    .unwrap();
+    assert!(recover(&other).status.success());
+    std::fs::copy(file_ending(&other.join("process"), "parquet"), &final_path).unwrap();
+    let r = recover(&run.dir());
+    assert!(
+        text(&r.stdout).contains(&format!("removed stale log {}", proc_wal.display())),
+        "{}\n{}",
+        text(&r.stdout),
+        text(&r.stderr)
+    );
+    assert!(!proc_wal.exists());
+}

@@ -220,18 +220,25 @@ fn remove_unfinished(tmp: &Path) -> Result<(), String> {
 /// (`logged` rows in all): its first row and its row `logged - 1` are the log's first
 /// and last, column for column. A process file holds the final row where the log holds
 /// the "running" one: the process's identity (run, host, pid, start) is compared.
+/// The file is streamed up to the last row compared (memory bounded by a batch).
 /// `Err` says what differs, or why the file could not be read.
 fn holds_log_rows(table: &str, path: &Path, log: &[RecordBatch], logged: usize) -> Result<(), String> {
     if logged == 0 {
         return Ok(());
     }
     let schema = tables::schema_of(table).ok_or("unknown table")?;
-    let file = crate::reader::read_file(path, &schema)?;
+    let process = table == ProcessTable::NAME;
+    let columns: Vec<&str> = if process {
+        vec!["run_id", "host", "pid", "start_ns"]
+    } else {
+        schema.fields().iter().map(|f| f.name().as_str()).collect()
+    };
+    let rows: Vec<usize> = if process { vec![0] } else { vec![0, logged - 1] };
     let log = log
         .iter()
         .map(|b| align(b, &schema))
         .collect::<Result<Vec<_>, _>>()?;
-    let row = |batches: &[RecordBatch], mut i: usize| {
+    let row_of = |batches: &[RecordBatch], mut i: usize| {
         for b in batches {
             if i < b.num_rows() {
                 return Some(b.slice(i, 1));
@@ -240,27 +247,32 @@ fn holds_log_rows(table: &str, path: &Path, log: &[RecordBatch], logged: usize) 
         }
         None
     };
-    let pairs: Vec<(usize, usize)> = if table == ProcessTable::NAME {
-        vec![(0, 0)]
-    } else {
-        vec![(0, 0), (logged - 1, logged - 1)]
-    };
-    for (li, fi) in pairs {
-        let (Some(l), Some(f)) = (row(&log, li), row(&file, fi)) else {
-            return Err(format!("holds no row {fi}"));
+    let mut found: Vec<Option<RecordBatch>> = vec![None; rows.len()];
+    let mut base = 0;
+    for b in crate::reader::stream_file(path, &schema, &columns, 8192)? {
+        let b = b?;
+        for (slot, &i) in found.iter_mut().zip(&rows) {
+            if (base..base + b.num_rows()).contains(&i) {
+                *slot = Some(b.slice(i - base, 1));
+            }
+        }
+        base += b.num_rows();
+        if rows.iter().all(|&i| i < base) {
+            break;
+        }
+    }
+    for (&i, f) in rows.iter().zip(&found) {
+        let (Some(l), Some(f)) = (row_of(&log, i), f) else {
+            return Err(format!("holds no row {i}"));
         };
-        let same = if table == ProcessTable::NAME {
-            ["run_id", "host", "pid", "start_ns"].iter().all(|c| {
-                match (l.column_by_name(c), f.column_by_name(c)) {
-                    (Some(a), Some(b)) => a.to_data() == b.to_data(),
-                    _ => false,
-                }
-            })
-        } else {
-            l == f
-        };
+        let same = columns
+            .iter()
+            .all(|c| match (l.column_by_name(c), f.column_by_name(c)) {
+                (Some(a), Some(b)) => a.to_data() == b.to_data(),
+                _ => false,
+            });
         if !same {
-            return Err(format!("its row {fi} is not the log's row {li}"));
+            return Err(format!("its row {i} is not the log's row {i}"));
         }
     }
     Ok(())
