@@ -814,3 +814,48 @@ fn a_process_log_beside_its_process_file_is_stale() {
     );
     assert!(!proc_wal.exists());
 }
+
+/// A program that runs with its standard output and error closed (a daemon, a launcher
+/// with closed stdio) keeps them closed: zcta's files never take descriptors 0, 1 or 2,
+/// so the program's writes there fail as they would without zcta instead of landing in
+/// a log (where, after a crash, they cut off its rows).
+#[test]
+fn closed_standard_streams_stay_closed() {
+    let run = Run::new("closed-stdio");
+    let idf = run.scratch("uid");
+    common::write_unique_id(&idf);
+    let host = run.host(&["loop", idf.to_str().unwrap()]);
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("exec \"$0\" \"$@\" <&- 1>&- 2>&-")
+        .arg(host.get_program())
+        .args(host.get_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in host.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let child = Looping(cmd.spawn().expect("spawn host loop"));
+    let pid = child.0.id();
+    let t0 = Instant::now();
+    let ops = run.dir().join("ops");
+    while !std::fs::read_dir(&ops).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".wal"))
+    }) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no log after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Long enough for every table's log and the process file to be open.
+    std::thread::sleep(Duration::from_millis(1000));
+    let fds: Vec<String> = (0..3)
+        .filter_map(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    kill(child);
+    assert!(fds.is_empty(), "descriptors 0-2 of the program now: {fds:?}");
+}

@@ -1,7 +1,8 @@
 //! The files and directories the writer makes, made so that nothing it did not make
 //! is ever written, replaced or closed:
 //! - [`OwnFile`]: created with `O_CREAT | O_EXCL` (never a file that was there, nor
-//!   the target of a link planted under its name), and checked to be the same file
+//!   the target of a link planted under its name), under a descriptor above the
+//!   standard streams' (0, 1, 2, even while closed), and checked to be the same file
 //!   before every write: a program that closes descriptors it does not own (a daemon
 //!   closing everything from 3 up) and opens its own files may get one of our numbers;
 //!   from then on nothing is written through that number and it is never closed.
@@ -33,12 +34,25 @@ pub struct OwnFile {
 impl OwnFile {
     /// Creates `path`, which must not exist (a symbolic link there counts as existing,
     /// wherever it points): `AlreadyExists` otherwise.
+    ///
+    /// Its descriptor is never 0, 1 or 2: those are the program's standard streams even
+    /// while it has them closed (a daemon, a launcher with closed stdio), and its writes
+    /// there must fail as they would without zcta, not land in our file. A file opened
+    /// under one of them is moved up at once (std's `try_clone`, `F_DUPFD_CLOEXEC`
+    /// from 3) and the low number closed.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)?;
+        if file.as_raw_fd() <= 2 {
+            let moved = file.try_clone()?;
+            if moved.as_raw_fd() <= 2 {
+                return Err(io::Error::other("no file descriptor above the standard streams"));
+            }
+            file = moved;
+        }
         let m = file.metadata()?;
         Ok(Self {
             id: (m.dev(), m.ino()),
