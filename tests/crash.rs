@@ -682,17 +682,8 @@ fn a_file_at_the_final_name_that_does_not_cover_the_log_keeps_it() {
     let final_path = zcta::sink::final_path_for_wal(&wal).unwrap();
     let log_len = std::fs::metadata(&wal).unwrap().len();
     // Another table's file (the process log, recovered into Parquet in a copy of the run).
-    let other = run.scratch("other");
     let proc_wal = file_ending(&run.dir().join("process"), "wal");
-    std::fs::create_dir_all(other.join("process")).unwrap();
-    std::fs::copy(
-        &proc_wal,
-        other.join("process").join(proc_wal.file_name().unwrap()),
-    )
-    .unwrap();
-    assert!(recover(&other).status.success());
-    let proc_file = file_ending(&other.join("process"), "parquet");
-    std::fs::copy(&proc_file, &final_path).unwrap();
+    std::fs::copy(recovered_copy(&run, &proc_wal), &final_path).unwrap();
     // recover refuses, saying `says`, and leaves the log as it was.
     let kept_saying = |says: &str| {
         let r = recover(&run.dir());
@@ -795,16 +786,8 @@ fn a_process_log_beside_its_process_file_is_stale() {
     kill(child);
     let proc_wal = file_ending(&run.dir().join("process"), "wal");
     let final_path = zcta::sink::final_path_for_wal(&proc_wal).unwrap();
-    // The file as recovery writes it (end_reason killed), made in a copy of the run.
-    let other = run.scratch("other");
-    std::fs::create_dir_all(other.join("process")).unwrap();
-    std::fs::copy(
-        &proc_wal,
-        other.join("process").join(proc_wal.file_name().unwrap()),
-    )
-    .unwrap();
-    assert!(recover(&other).status.success());
-    std::fs::copy(file_ending(&other.join("process"), "parquet"), &final_path).unwrap();
+    // The file as recovery writes it (end_reason killed).
+    std::fs::copy(recovered_copy(&run, &proc_wal), &final_path).unwrap();
     let r = recover(&run.dir());
     assert!(
         text(&r.stdout).contains(&format!("removed stale log {}", proc_wal.display())),
@@ -858,4 +841,18 @@ fn closed_standard_streams_stay_closed() {
         .collect();
     kill(child);
     assert!(fds.is_empty(), "descriptors 0-2 of the program now: {fds:?}");
+}
+
+/// The Parquet file `zcta recover` makes of the process log `proc_wal` of `run`, in a
+/// copy of the run (the run itself untouched).
+fn recovered_copy(run: &Run, proc_wal: &Path) -> std::path::PathBuf {
+    let other = run.scratch("other");
+    std::fs::create_dir_all(other.join("process")).unwrap();
+    std::fs::copy(
+        proc_wal,
+        other.join("process").join(proc_wal.file_name().unwrap()),
+    )
+    .unwrap();
+    assert!(recover(&other).status.success());
+    file_ending(&other.join("process"), "parquet")
 }
