@@ -2,12 +2,15 @@
 //! ordinary Parquet files, so every record that reached a log becomes readable.
 //!
 //! For each `<table>/_<stem>.wal`: if `<stem>.parquet` exists, is readable, is the
-//! same table's and holds at least the log's rows, the segment was closed and the log
-//! is stale (deleted); if it exists otherwise, both are kept and reported; otherwise every complete batch
-//! of the log is read (a torn last batch is dropped and reported), written to
-//! `<stem>.parquet` atomically, and the log and any `_<stem>.parquet.tmp` are deleted.
-//! A log is deleted without rows only when it is provably empty (see [`read_log`]);
-//! one that cannot be decoded is kept and reported. `process` rows recovered this way
+//! same table's and holds the log's rows (as many at least, its first and last the
+//! log's), the segment was closed and the log is stale (deleted); if it exists
+//! otherwise, both are kept and reported; otherwise every complete batch of the log is
+//! read (a torn last batch is dropped and reported), written to `<stem>.parquet`
+//! atomically, and the log and the writer's unfinished `_<stem>.parquet.tmp` (a
+//! regular file, empty or starting as Parquet; anything else there keeps the log) are
+//! deleted. A log is deleted without rows only when it is provably empty (see
+//! [`read_log`]); one that cannot be decoded, or is not its table's, is kept and
+//! reported. `process` rows recovered this way
 //! get `end_reason = killed`, unless the log ends with the process's final row (it
 //! could not write its `process` file: the disk was full), which is kept as it is.
 //! Idempotent.
