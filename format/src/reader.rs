@@ -216,7 +216,7 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// already has (zcta's names are one process's own: a copy, say in a `backup/`
 /// directory below) is skipped too, not read twice; the one nearest the table's
 /// directory is read. So is a Parquet file whose bytes another's repeat under another
-/// name ([`skip_same_contents`]).
+/// name (`skip_same_contents`).
 pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
     let mut skipped = Vec::new();
