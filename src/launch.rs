@@ -163,9 +163,6 @@ fn signals_ignored() -> u64 {
         .unwrap_or(0)
 }
 
-/// The signal handling of [`run_to_end`]: the only unsafe code of this crate, the C
-/// library's `sigaction`, `kill` and `waitid` (through the `libc` crate). The handlers do
-/// no more than the C library lets a handler do (`kill`, atomics, `errno` kept).
 /// A write past the file-size limit (`ulimit -f`) fails with `EFBIG`, which zcta's
 /// writers report and clean up after, instead of killing this process with SIGXFSZ
 /// halfway through a file. Not for a process that starts a command: an ignored signal
@@ -174,6 +171,10 @@ pub fn file_size_limit_is_an_error() {
     sig::ignore(libc::SIGXFSZ);
 }
 
+/// The signal handling of [`run_to_end`] and [`file_size_limit_is_an_error`]: the only
+/// unsafe code of this crate, the C library's `sigaction`, `signal`, `kill` and
+/// `waitid` (through the `libc` crate). The handlers do no more than the C library lets
+/// a handler do (`kill`, atomics, `errno` kept).
 #[allow(unsafe_code)]
 mod sig {
     use std::sync::atomic::{AtomicI32, Ordering::SeqCst};

@@ -56,10 +56,10 @@ pub struct OpView {
 
 impl OpView {
     /// Where the op's GPU side begins ([`phases::gpu_begin`]): its first kernel (deep
-    /// mode), else when its stream was free after NCCL's launch (stamps).
-    /// Where its GPU side began ([`phases::gpu_begin`]); `None` without a GPU end
-    /// too: an op whose GPU side did not end on record was not measured, whatever
-    /// else its row holds (its begin must not count as a rank's arrival either).
+    /// mode), else when its stream was free after NCCL's launch (stamps). `None`
+    /// without a GPU end too: an op whose GPU side did not end on record was not
+    /// measured, whatever else its row holds (its begin must not count as a rank's
+    /// arrival either).
     pub fn gpu_begin(&self) -> Option<i64> {
         self.gpu_end?;
         phases::gpu_begin(self.gpu_start, self.ready, self.launch)
