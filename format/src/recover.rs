@@ -306,8 +306,17 @@ pub fn recover_run(run_dir: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> Resul
     Ok(report)
 }
 
-/// Why a log whose schema is not its table's is kept.
-const NOT_ZCTA_LOG: &str = "not a zcta log of this table (its schema names another table, or its columns are not this table's): kept";
+/// [`read_log`] of a log of `table`: `Err` too when its schema is not the table's
+/// ([`is_table_log`]), whose contents are not zcta's to read or remove.
+fn read_table_log(table: &str, wal: &Path) -> Result<(Vec<RecordBatch>, bool), String> {
+    match read_log_with_schema(wal)? {
+        (Some(schema), _, _) if !is_table_log(table, &schema) => Err(
+            "not a zcta log of this table (its schema names another table, or its columns are not this table's): kept"
+                .into(),
+        ),
+        (_, batches, torn) => Ok((batches, torn)),
+    }
+}
 
 fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> LogOutcome {
     let Some(final_path) = final_path_for_wal(wal) else {
@@ -351,9 +360,8 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
         }
         // The log's complete batches (a torn tail dropped): a log that does not
         // decode, or is not this table's, proves nothing and is kept.
-        let batches = match read_log_with_schema(wal) {
-            Ok((schema, batches, _)) if schema.as_ref().is_none_or(|s| is_table_log(table, s)) => batches,
-            Ok(_) => return LogOutcome::Failed(NOT_ZCTA_LOG.into()),
+        let batches = match read_table_log(table, wal) {
+            Ok((batches, _)) => batches,
             Err(e) => {
                 return LogOutcome::Failed(format!(
                     "{} exists, and the log cannot be read ({e}): both are kept",
@@ -390,11 +398,8 @@ fn recover_log(table: &str, wal: &Path, is_live: &dyn Fn(&str, i32) -> bool) -> 
             Err(e) => LogOutcome::Failed(format!("cannot delete stale log: {e}")),
         };
     }
-    let (batches, torn) = match read_log_with_schema(wal) {
-        Ok((schema, batches, torn)) if schema.as_ref().is_none_or(|s| is_table_log(table, s)) => {
-            (batches, torn)
-        }
-        Ok(_) => return LogOutcome::Failed(NOT_ZCTA_LOG.into()),
+    let (batches, torn) = match read_table_log(table, wal) {
+        Ok(x) => x,
         Err(e) => return LogOutcome::Failed(e),
     };
     // The dead writer's unfinished Parquet file, where it left one, goes: the file is
