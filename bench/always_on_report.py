@@ -2,7 +2,8 @@
 which budget level; the in-process A/B (median ratio, and ratio of the fastest
 blocks; and pooled over every block pair of every process, with a bootstrap
 interval); the fine A/B (single items, recording switched at every item); per measure and configuration the median over rounds, and the ratio to
-plain paired by round (median [min, max] over rounds).
+plain paired by round (median [min, max] over rounds), of the recording blocks and of
+the off blocks.
 
     python3 bench/always_on_report.py JSON_DIR [RUNS_DIR]
 """
@@ -213,10 +214,24 @@ def issue_table(d):
     return "\n".join(lines)
 
 
-def table(runs):
+def off_blocks(d):
+    """Per configuration and round, each measure's off blocks (libnccl's own functions
+    or the paused path, `ab_off`) as one figure: the median over repetitions of their
+    means (`paused` in the JSON). Plain's off blocks run the same work as its others."""
+    runs = {}
+    for c, rounds in load(d, "paused").items():
+        runs[c] = {r: {m: statistics.median(v) for m, v in per.items() if v} for r, per in rounds.items()}
+    return runs
+
+
+def table(runs, title="whole processes against plain in the same round: recording blocks, "
+                      "median over rounds, and median [min, max] over rounds of the ratio to plain"):
+    """Per measure and configuration the median over rounds and the ratio to plain
+    paired by round. With `off_blocks` the off sides: a difference there is no cost the
+    in-process ratios can see (it falls on both of their sides), or the rounds' noise."""
     configs = [c for c in CONFIGS if c in runs]
     measures = sorted({m for c in runs.values() for r in c.values() for m in r})
-    lines = ["| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
+    lines = [title, "| measure | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     for m in measures:
         cells = []
         base = runs.get("plain", {})
@@ -272,3 +287,5 @@ if __name__ == "__main__":
     print(ab_off_note(sys.argv[1]))
     print(issue_table(sys.argv[1]))
     print(table(runs))
+    print(table(off_blocks(sys.argv[1]), "whole processes against plain in the same round: off blocks "
+                "(libnccl's own functions or the paused path), the same statistics"))

@@ -309,6 +309,29 @@ def test_always_on_report_names_each_loops_baseline(tmp_path):
     assert ab_off_note(tmp_path) == "off side of the A/B: sr_8B_us direct/paused"
 
 
+def test_always_on_report_compares_whole_processes_by_their_off_blocks_too(tmp_path):
+    """bench/always_on_report.py's rotated tables: each configuration against plain of
+    the same round, once by its recording blocks (`median`) and once by its off blocks
+    (`paused`, the median over repetitions), so a cost that falls on both sides of the
+    in-process ratios shows there."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from always_on_report import load, off_blocks, table
+
+    def write(config, rnd, on, off):
+        j = {"config": config, "round": rnd, "median": {"sr_8B_us": on}, "paused": {"sr_8B_us": off}}
+        (tmp_path / f"{config}-{rnd}.json").write_text(json.dumps(j))
+
+    write("plain", 0, 10.0, [10.0, 10.2])
+    write("plain", 1, 20.0, [20.0, 19.8])
+    write("default", 0, 11.0, [10.5, 10.7])
+    write("default", 1, 21.0, [20.6, 20.0])
+    on = next(line for line in table(load(tmp_path)).splitlines() if line.startswith("| sr_8B_us"))
+    assert "16.00: **1.075×** [1.050, 1.100]" in on, on
+    off = next(line for line in table(off_blocks(tmp_path), "off").splitlines() if line.startswith("| sr_8B_us"))
+    # plain's off medians 10.1 and 19.9, default's 10.6 and 20.3.
+    assert "| 15.00 (n=2) |" in off and "15.45: **1.035×** [1.020, 1.050]" in off, off
+
+
 def test_always_on_report_pools_every_block_pair(tmp_path):
     """bench/always_on_report.py's pooled table: each process's block log is read in
     pairs of neighbouring blocks (either side first; a pair of one side, or a paused
