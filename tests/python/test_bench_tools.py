@@ -774,6 +774,47 @@ def test_always_on_goes_on_from_a_later_round(tmp_path):
     assert got == ["plain 3", "default 3", "deep 3", "default 4", "deep 4", "plain 4"], got
 
 
+def test_rounds_goes_on_from_earlier_json_and_stops_before_the_deadline(tmp_path):
+    """bench/rounds.sh: always_on.sh one round a call from START_ROUND, with the JSON of
+    earlier commands (PREV, a .tgz of json/) brought in and packed again with the new
+    rounds'; no round starts that would end after DEADLINE."""
+    import tarfile
+
+    prev = tmp_path / "prev"
+    (prev / "json").mkdir(parents=True)
+    (prev / "json" / "plain-0.json").write_text(json.dumps({"config": "plain", "round": 0, "median": {"m": 1.0}}))
+    with tarfile.open(tmp_path / "prev.tgz", "w:gz") as t:
+        t.add(prev / "json", arcname="json")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "processes"
+    # A stand-in `timeout`: each process it would start writes its JSON and its name.
+    (fake / "timeout").write_text(
+        '#!/bin/sh\nshift\nwhile [ "$1" != --config ]; do shift; done\n'
+        f'echo "$2 $4" >> {log}\n'
+        'echo "{\\"config\\": \\"$2\\", \\"round\\": $4, \\"median\\": {\\"m\\": 1.0}}" > "$6/$2-$4.json"\n')
+    (fake / "timeout").chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OUT": str(out), "PREV": str(tmp_path / "prev.tgz"),
+           "START_ROUND": "1", "ROUNDS": "3", "CONFIGS": "plain default", "PER_ROUND": "1", "DEADLINE": "100"}
+    r = subprocess.run(["bash", str(ROOT / "bench" / "rounds.sh"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().split("\n")[:-1] == ["default 1", "plain 1", "plain 2", "default 2"], log.read_text()
+    assert "next_round 3" in r.stdout, r.stdout
+    with tarfile.open(out / "json.tgz") as t:
+        names = sorted(n for n in t.getnames() if n.endswith(".json"))
+    assert names == ["json/default-1.json", "json/default-2.json", "json/plain-0.json",
+                     "json/plain-1.json", "json/plain-2.json"], names
+    # A round taken to last longer than the time left does not start.
+    log.unlink()
+    env.update(OUT=str(tmp_path / "out2"), PER_ROUND="200")
+    r = subprocess.run(["bash", str(ROOT / "bench" / "rounds.sh"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not log.exists() and "stopped before round 1" in r.stdout and "next_round 1" in r.stdout, r.stdout
+
+
 def test_gpu_report_check_says_not_measured_never_0(tmp_path, capsys):
     """tests/gpu/events.py's report check: each phase's share of the summed window, and
     "n/m" for a phase no op measured (pandas would sum its NULLs to 0); it passes at
