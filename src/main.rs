@@ -469,6 +469,44 @@ impl Output {
     }
 }
 
+/// Refuses a trace `target` (where `output` leads) that would replace or add to a
+/// dataset: any path inside the run directory `run` but a new file directly in it
+/// (the run's own files, and a file in a table's directory that its readers would
+/// then meet), and an existing file that begins as a Parquet file or an Arrow
+/// stream does (another run's data: never a trace).
+fn keeps_data_files(run: &Path, output: &Path, target: &Path, exists: bool) -> anyhow::Result<()> {
+    let real_dir = std::fs::canonicalize(dir_of(target)).unwrap_or_else(|_| dir_of(target).to_path_buf());
+    if let Ok(real_run) = std::fs::canonicalize(run)
+        && real_dir.starts_with(&real_run)
+        && (exists || real_dir != real_run)
+    {
+        anyhow::bail!(
+            "{}: inside the run directory {} (its data, or where its readers look): \
+             not written; write the trace elsewhere",
+            output.display(),
+            run.display()
+        );
+    }
+    if exists {
+        let mut head = [0u8; 4];
+        let n = std::fs::File::open(target)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .unwrap_or(0);
+        if n == 4 && (&head == b"PAR1" || head == [0xff; 4]) {
+            let what = if &head == b"PAR1" {
+                "a Parquet file"
+            } else {
+                "an Arrow stream"
+            };
+            anyhow::bail!(
+                "{}: {what} (data, not a trace): not replaced; write the trace elsewhere",
+                output.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A new file of our own next to `target` with permission bits `mode` (less the
 /// umask): created new, so nothing that was there before is ever overwritten (or
 /// deleted on failure).
@@ -510,6 +548,9 @@ fn keep_owner_and_mode(file: &std::fs::File, old: &std::fs::Metadata) -> std::io
 fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     reader::check_run_dir(run)?;
     let out = Output::open(output)?;
+    if let Output::Replace { target, old } = &out {
+        keeps_data_files(run, output, target, old.is_some())?;
+    }
     let trace = zcta::analysis::export::Trace::read(run)?;
     for s in &trace.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);

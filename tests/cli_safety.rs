@@ -112,6 +112,84 @@ fn is_trace(s: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| v["traceEvents"].is_array())
 }
 
+/// The trace never replaces or joins a dataset: not a file of the run it is drawn
+/// from (a Parquet file of its ops was once replaced by the trace, losing the rank),
+/// not a new file in one of its table directories (its readers would meet it), not
+/// another run's Parquet file or log, nor any of them through a link; a new file
+/// directly in the run directory is fine.
+#[test]
+fn export_never_writes_over_or_into_a_dataset() {
+    let (t, run) = tmp_run();
+    let run_s = run.to_str().unwrap();
+    let cwd = t.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let other = t.path().join("other");
+    small_run(&other);
+    let parquet_in = |dir: &Path| {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("ops"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+            .collect();
+        v.sort();
+        v
+    };
+    let own = parquet_in(&run)[0].clone();
+    let theirs = parquet_in(&other)[0].clone();
+    let log = other.join("ops").join("_hostA-r0-p100-00009.wal");
+    std::fs::write(&log, [0xff, 0xff, 0xff, 0xff, 8, 0, 0, 0]).unwrap();
+    let link = cwd.join("latest.json");
+    std::os::unix::fs::symlink(&own, &link).unwrap();
+    let before: Vec<(PathBuf, Vec<u8>)> = [&own, &theirs, &log]
+        .iter()
+        .map(|p| (p.to_path_buf(), std::fs::read(p).unwrap()))
+        .collect();
+    let new_in_table = run.join("ops").join("trace.json");
+    for (out, says) in [
+        (own.to_str().unwrap(), "inside the run directory"),
+        ("latest.json", "inside the run directory"),
+        (new_in_table.to_str().unwrap(), "inside the run directory"),
+        (
+            theirs.to_str().unwrap(),
+            "a Parquet file (data, not a trace): not replaced",
+        ),
+        (
+            log.to_str().unwrap(),
+            "an Arrow stream (data, not a trace): not replaced",
+        ),
+    ] {
+        let o = zcta_in(&cwd, &["export", "--perfetto", run_s, "-o", out]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        assert!(err.contains(says), "{out}: {err}");
+        for (p, bytes) in &before {
+            assert_eq!(&std::fs::read(p).unwrap(), bytes, "{out} changed {}", p.display());
+        }
+        assert!(!new_in_table.exists(), "{out}");
+        for d in [run.join("ops"), other.join("ops"), cwd.clone()] {
+            assert!(temporaries_in(&d).is_empty(), "{out}: {:?}", names_in(&d));
+        }
+    }
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    // A new file at the run directory's top: written, and the run still reads whole.
+    let o = zcta_in(
+        &cwd,
+        &[
+            "export",
+            "--perfetto",
+            run_s,
+            "-o",
+            &format!("{run_s}/trace.json"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(is_trace(
+        &std::fs::read_to_string(run.join("trace.json")).unwrap()
+    ));
+    let o = zcta_in(&cwd, &["report", run_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
 /// `-o -` is stdout; `-o LINK` writes through the link and keeps it; `-o FIFO` feeds
 /// the FIFO; a failed export leaves no temporary file and no output behind.
 #[test]
