@@ -882,16 +882,13 @@ fn bcast_and_broadcast_are_one_op() {
     assert_eq!(group(&j, "Broadcast")["count"], 5 * 4, "{groups:?}");
 }
 
-#[test]
-fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
-    // Two ops timed at level 0 (10 and 20 µs) and one at level 3 (100 µs): the last
-    // stands for 8 ops, so the median of the ops the rows stand for is 100 µs (the
-    // rows' own median would be 20).
-    let t = tempfile::tempdir().unwrap();
+/// A run of one rank's AllReduce ops, each `(level, timed µs or None)`: a timed op
+/// with GPU stamps, or one the budget did not time at that level.
+fn budget_run(dir: &Path, ops: &[(u8, Option<i64>)]) {
     let r = &RANKS[0];
     let (prefix, ctx) = r.files();
-    let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
-    for (k, (level, us)) in [(0u8, 10i64), (0, 20), (3, 100)].into_iter().enumerate() {
+    let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
+    for (k, &(level, us)) in ops.iter().enumerate() {
         let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
         let mut row = op(
             r,
@@ -899,25 +896,68 @@ fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
             OpKind::AllReduce,
             k as u64,
             1 << 20,
-            [t0, t0 + US, t0 + 2 * US, t0 + us * US],
+            [t0, t0 + US, t0 + 2 * US, t0 + us.unwrap_or(1) * US],
             0x55,
         );
-        row.rec.timing.timing = zcta::record::Timing::Timed(level);
-        let g = row.gpu.as_mut().unwrap();
-        g.gpu_start_ns = None;
-        g.source = zcta::gpu::GpuSourceKind::Stamps;
+        match us {
+            Some(_) => {
+                row.rec.timing.timing = zcta::record::Timing::Timed(level);
+                let g = row.gpu.as_mut().unwrap();
+                g.gpu_start_ns = None;
+                g.source = zcta::gpu::GpuSourceKind::Stamps;
+            }
+            None => {
+                row.rec.timing.timing = zcta::record::Timing::Skipped(level);
+                row.gpu = None;
+            }
+        }
         w.append(&row, &ctx).unwrap();
     }
     w.close().unwrap();
     let row = process_row("weights", "off: ZCTA_GPU=stamps");
-    write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+    write_process_file(dir, &prefix, &row, &ctx).unwrap();
+}
+
+/// The report's group of `op` whose GPU side was measured.
+fn timed_group<'a>(j: &'a serde_json::Value, op: &str) -> &'a serde_json::Value {
+    groups_of(j, op)
+        .into_iter()
+        .find(|g| g["engine"] != "not measured")
+        .unwrap_or_else(|| panic!("no timed {op}: {j}"))
+}
+
+#[test]
+fn an_op_the_budget_timed_stands_for_the_ops_it_was_chosen_among() {
+    // Two ops timed at level 0 (10 and 20 µs) and one at level 3 (100 µs) of the 8
+    // ops the hash chose it among: the last stands for 8 ops, so the median of the
+    // ops the rows stand for is 100 µs (the rows' own median would be 20).
+    let t = tempfile::tempdir().unwrap();
+    let mut ops = vec![(0, Some(10)), (0, Some(20)), (3, Some(100))];
+    ops.extend([(3, None); 7]);
+    budget_run(t.path(), &ops);
     let j = json(t.path());
-    let g = group(&j, "AllReduce");
+    let g = timed_group(&j, "AllReduce");
     assert_eq!(g["count"], 3, "{g}");
     let p50 = g["p50_us"].as_f64().unwrap();
     assert!((p50 - 100.0).abs() < 1.0, "{g}");
     // Events-mode ops have a GPU time too: their time on the stream.
     assert!(g["gpu_median_us"].as_f64().is_some(), "{g}");
+}
+
+/// The rate limiter skips ops the hash selected (a burst): at level 0, 2 ops timed of
+/// 20 drawn stand for 10 each, not 1, so the 100 µs op timed at level 3 (1 of 8) no
+/// longer outweighs them: the median is 20 µs (with 2^level weights it read 100).
+#[test]
+fn an_op_timed_where_the_rate_limiter_skipped_others_stands_for_them_too() {
+    let t = tempfile::tempdir().unwrap();
+    let mut ops = vec![(0, Some(10)), (0, Some(20)), (3, Some(100))];
+    ops.extend([(0, None); 18]);
+    ops.extend([(3, None); 7]);
+    budget_run(t.path(), &ops);
+    let j = json(t.path());
+    let g = timed_group(&j, "AllReduce");
+    let p50 = g["p50_us"].as_f64().unwrap();
+    assert!((p50 - 20.0).abs() < 1.0, "{g}");
 }
 
 /// Rows whose times are the ends of i64, or past 2116 (a corrupt or hostile file),

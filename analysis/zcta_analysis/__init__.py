@@ -867,22 +867,34 @@ def _all_phases(ph: pd.DataFrame) -> pd.DataFrame:
 
 
 def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
-    """How many ops each `phases` row stands for, as in `zcta report`: 2^timing_level
-    for an op the budget timed with GPU stamps (a rank times 1 op in 2^level), 1
+    """How many ops each `phases` row stands for, as in `zcta report`: for an op the
+    budget timed with GPU stamps, its stratum's ops (one process, timing_level, op and
+    size bucket) that the budget drew from (timed, or not timed by the budget: `timing`
+    budget, with its level) over those it timed, in steps
+    of 1/1024 as `zcta report` rounds it (the hash picks 1 op in 2^level, and the rate
+    limiter skips some of those in a burst, so 2^level alone would misstate it); 1
     otherwise (deep mode's ops, and files from before the budget)."""
     ops = run.ops
-    one = pd.Series(1, index=ph.index, dtype="int64")
+    one = pd.Series(1.0, index=ph.index, dtype="float64")
     if ops.empty or not {"timing", "timing_level", "gpu_source"} <= set(ops.columns):
         return one
     key = ["host", "pid", "op_id"]
-    o = ops[key + ["timing", "timing_level", "gpu_source"]].drop_duplicates(key)
-    m = ph[key].merge(o, on=key, how="left")
+    o = ops[key + ["op", "bytes", "timing", "timing_level", "gpu_source"]].drop_duplicates(key).reset_index(drop=True)
     # "events": files written before GPU stamps replaced CUDA events. Plain bools: a
     # comparison with a NULL string or integer gives pd.NA in pandas' nullable dtypes.
-    timed = ((m.timing == "timed") & m.gpu_source.isin(["stamps", "events"]) & m.timing_level.notna()).fillna(False)
-    timed = timed.astype(bool)
-    level = m.timing_level.where(timed, 0).fillna(0).astype("int64").clip(upper=32)
-    return pd.Series((2**level).to_numpy(), index=ph.index, dtype="int64")
+    leveled = o.timing_level.notna().to_numpy(dtype=bool)
+    timed = ((o.timing == "timed") & o.gpu_source.isin(["stamps", "events"])).fillna(False).to_numpy(dtype=bool) & leveled
+    drawn = timed | ((o.timing == "budget").fillna(False).to_numpy(dtype=bool) & leveled)
+    strata = pd.DataFrame({
+        "host": o.host, "pid": o.pid, "level": o.timing_level, "op": o.op, "size": size_bucket(o.bytes),
+        "drawn": drawn.astype("int64"), "timed": timed.astype("int64"),
+    })
+    cols = ["host", "pid", "level", "op", "size"]
+    per = strata[drawn].groupby(cols, dropna=False)[["drawn", "timed"]].sum()
+    w = ((per.drawn * 1024 / per.timed.clip(lower=1)).round().clip(lower=1024) / 1024).rename("w")
+    o["w"] = strata[cols].join(w, on=cols)["w"].where(timed, 1.0).fillna(1.0).astype("float64")
+    m = ph[key].merge(o[key + ["w"]], on=key, how="left")
+    return pd.Series(m.w.fillna(1.0).to_numpy(dtype="float64"), index=ph.index, dtype="float64")
 
 
 def _weighted_median(v: pd.Series, w: pd.Series) -> float:
@@ -895,8 +907,8 @@ def _weighted_median(v: pd.Series, w: pd.Series) -> float:
 
 def breakdown(run: Run | str) -> pd.DataFrame:
     """Per (op, size bucket, engine) (`size`: the report's bucket, `size_bucket`, UInt64;
-    0 for bytes 0 or NULL): the ops they stand for (`count`: an op the budget
-    timed at level k counts 2^k, as in `zcta report`; `rows`: the rows), the weighted
+    0 for bytes 0 or NULL): the ops they stand for (`count`: a timed op counts for its
+    budget stratum's ops, `weights`, as in `zcta report`; `rows`: the rows), the weighted
     median end-to-end time (µs) and each phase's weighted share of the summed window
     (NaN: not measured), from the `phases` table joined to `ops`. As in `zcta report`,
     no op with a time outside 1970..2116, or a successful call's bytes of 2^62 or more,
@@ -919,7 +931,7 @@ def breakdown(run: Run | str) -> pd.DataFrame:
             "op": op,
             "size": size,
             "engine": engine,
-            "count": int(g.w.sum()),
+            "count": int(round(g.w.sum())),
             "rows": len(g),
             "p50_us": _weighted_median(g.window_ns.astype("float64"), g.w) / 1e3,
         }

@@ -69,7 +69,8 @@ pub struct Diff {
 }
 
 /// One timed op: its [total, phases...] (ns) and how many ops it stands for
-/// (`OpView::weight`: 2^`timing_level` under the budget), as `zcta report` weights it.
+/// (`OpView::weight`: its budget stratum's drawn ops over its timed ones), as `zcta
+/// report` weights it.
 type Sample = ([Option<i64>; N_PHASES + 1], u64);
 
 /// A weighted sample of a group's timed ops by priority sampling (Duffield, Lund and
@@ -381,8 +382,8 @@ mod tests {
         assert!(lo <= 0.0 && hi >= 0.0, "{lo} {hi}");
     }
 
-    /// An op timed at level k stands for 2^k ops, in `diff` as in `report`: one slow
-    /// op of weight 8 against three fast ones of weight 1 is the median.
+    /// A timed op stands for its stratum's ops, in `diff` as in `report`: one slow op
+    /// of weight 8 against three fast ones of weight 1 is the median.
     #[test]
     fn weights_count_in_the_median_and_the_interval() {
         let mut v = vec![(1_000, 1.0), (1_000, 1.0), (1_000, 1.0), (50_000, 8.0)];

@@ -48,9 +48,12 @@ pub struct OpView {
     pub gpu_end: Option<i64>,
     /// `ops.engine`; `None`: not measured (CUPTI off).
     pub engine: Option<&'static str>,
-    /// How many ops this row stands for in a report's aggregates: 2^`timing_level` for
-    /// an op whose GPU side comes from stamps the budget chose it for (a rank
-    /// times 1 op in 2^level), 1 otherwise (every op of deep mode has CUPTI's times).
+    /// How many ops this row stands for in a report's aggregates, in
+    /// [`scan::ONE_OP`] units: for an op whose GPU side comes from stamps the budget
+    /// chose it for, its stratum's ops the budget drew from over those it timed (one
+    /// process, level, op name and size bucket: the hash picks 1 op in 2^level, the
+    /// rate limiter skips some of those); one op otherwise (every op of deep mode has
+    /// CUPTI's times).
     pub weight: u64,
 }
 

@@ -361,7 +361,7 @@ impl Builder {
             .or_default();
         g.count += 1;
         g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
-        // An op the budget timed 1 in 2^level of stands for 2^level ops.
+        // A timed op stands for its budget stratum's ops (OpView::weight).
         let weight = o.weight.max(1);
         // The op's GPU time: its kernels' span (deep mode), else its time on its stream
         // from when the stream was free after the launch (stamps).

@@ -27,6 +27,85 @@ crate::read_view! {
 /// Columns of `ops` the analysis reads.
 pub const OPS_COLUMNS: &[&str] = OpsRead::COLUMNS;
 
+crate::read_view! {
+    /// The columns of `ops` that say which ops the budget drew its timed ops from.
+    struct BudgetRead of ops { op, bytes, timing, timing_level, gpu_source }
+}
+
+/// [`OpView::weight`] of an op that stands for itself: 1 op, in the weights' fixed
+/// point (a timed op of a budget's stratum stands for a fraction of ops more or less).
+pub const ONE_OP: u64 = 1 << 10;
+
+/// A budget's stratum: the ops of one process, one level, one op name and one size
+/// bucket. The budget's hash picks 1 op in 2^level of them, and its rate limiter
+/// skips some of those in a burst, so a timed op
+/// stands for the stratum's ops over its timed ones, not for 2^level.
+type Stratum = (u32, u64, &'static str);
+
+/// Per stratum of one process's files: its ops the budget drew from (timed, or not
+/// timed by the budget: `timing` budget, with its level) and those timed with per-op
+/// GPU times. A file that cannot be read counts for nothing here (the scan names it).
+fn budget_strata(files: &[PathBuf]) -> HashMap<Stratum, (u64, u64)> {
+    let schema = tables::schema_of("ops").expect("ops table");
+    let mut n: HashMap<Stratum, (u64, u64)> = HashMap::new();
+    // Consecutive rows mostly repeat their op; counts per stratum are gathered in a
+    // small list first (a process has few strata) and hashed once at the end.
+    let mut last_op = (String::new(), "unknown");
+    let mut seen: Vec<(Stratum, (u64, u64))> = Vec::new();
+    for f in files {
+        let Ok(batches) = reader::stream_file(f, &schema, BudgetRead::COLUMNS, BATCH_ROWS) else {
+            continue;
+        };
+        for b in batches.map_while(Result::ok) {
+            let Some(c) = BudgetRead::of(&b) else { continue };
+            for r in 0..b.num_rows() {
+                let (Some(level), Some(timing)) = (c.timing_level.get(r), c.timing.get(r)) else {
+                    continue;
+                };
+                let timed = timing == "timed" && is_per_op_timing(c.gpu_source.get(r));
+                if !(timed || timing == "budget") {
+                    continue;
+                }
+                let bucket = super::report::size_bucket(c.bytes.get(r).unwrap_or(0));
+                let v = c.op.value(r);
+                if last_op.0 != v {
+                    last_op = (v.to_owned(), op_name(v));
+                }
+                let key = (level, bucket, last_op.1);
+                let i = match seen.iter().position(|(k, _)| *k == key) {
+                    Some(i) => i,
+                    None if seen.len() < 64 => {
+                        seen.push((key, (0, 0)));
+                        seen.len() - 1
+                    }
+                    None => {
+                        let e = n.entry(key).or_default();
+                        e.0 += 1;
+                        e.1 += u64::from(timed);
+                        continue;
+                    }
+                };
+                let e = &mut seen[i].1;
+                e.0 += 1;
+                e.1 += u64::from(timed);
+            }
+        }
+    }
+    for (k, (drawn, timed)) in seen {
+        let e = n.entry(k).or_default();
+        e.0 += drawn;
+        e.1 += timed;
+    }
+    n
+}
+
+/// What a timed op of a stratum with `drawn` ops, `timed` of them timed, stands for,
+/// in [`ONE_OP`] units (at least one op).
+fn stratum_weight(drawn: u64, timed: u64) -> u64 {
+    let w = (drawn as f64 * ONE_OP as f64 / timed.max(1) as f64).round() as u64;
+    w.max(ONE_OP)
+}
+
 /// Rows per batch read.
 const BATCH_ROWS: usize = 64 * 1024;
 /// A pending operation older than this many rows (in merge order) will not complete:
@@ -95,6 +174,11 @@ struct Stream {
     left_out: super::LeftOut,
     /// Rows of the current file read so far (said when the file breaks off).
     used: usize,
+    /// Each budget stratum's weight ([`stratum_weight`]), counted over all of this
+    /// process's files before its first row is taken (on its reader thread).
+    strata: Option<HashMap<Stratum, u64>>,
+    /// All of this process's files, for the strata.
+    all_files: Vec<PathBuf>,
 }
 
 /// A fast hasher for the join's integer keys (SipHash showed up at 8 % of a scan).
@@ -192,6 +276,15 @@ impl Stream {
     }
 
     fn take(&mut self, hosts: &Mutex<Vec<String>>) -> OpView {
+        if self.strata.is_none() {
+            let counts = budget_strata(&self.all_files);
+            self.strata = Some(
+                counts
+                    .into_iter()
+                    .map(|(k, (drawn, timed))| (k, stratum_weight(drawn, timed)))
+                    .collect(),
+            );
+        }
         let c = self.batch.as_ref().expect("peeked");
         let r = self.row;
         self.row += 1;
@@ -204,17 +297,18 @@ impl Stream {
                 i
             }
         };
+        let op = {
+            let v = c.op.value(r);
+            if self.last_op.0 != v {
+                self.last_op = (v.to_owned(), op_name(v));
+            }
+            self.last_op.1
+        };
         OpView {
             host,
             pid: c.pid.value(r),
             op_id: c.op_id.value(r),
-            op: {
-                let v = c.op.value(r);
-                if self.last_op.0 != v {
-                    self.last_op = (v.to_owned(), op_name(v));
-                }
-                self.last_op.1
-            },
+            op,
             comm_id: c.comm_id.get(r),
             comm_ptr: c.comm_ptr.value(r),
             seq: c.seq.get(r),
@@ -241,9 +335,16 @@ impl Stream {
             }),
             weight: match c.timing_level.get(r) {
                 Some(l) if c.timing.get(r) == Some("timed") && is_per_op_timing(c.gpu_source.get(r)) => {
-                    1u64 << l.min(32)
+                    let bucket = super::report::size_bucket(c.bytes.get(r).unwrap_or(0));
+                    let strata = self.strata.as_ref().expect("counted above");
+                    // Counted from the same rows; a file that broke off between the
+                    // two reads: 2^level, what the hash alone gives.
+                    strata
+                        .get(&(l, bucket, op))
+                        .copied()
+                        .unwrap_or(ONE_OP << l.min(32))
                 }
-                _ => 1,
+                _ => ONE_OP,
             },
         }
     }
@@ -315,7 +416,7 @@ impl Feed {
 
 fn stream_of(files: Vec<PathBuf>) -> Stream {
     Stream {
-        files: files.into(),
+        files: files.clone().into(),
         cur: None,
         batch: None,
         row: 0,
@@ -324,6 +425,8 @@ fn stream_of(files: Vec<PathBuf>) -> Stream {
         last_engine: (String::new(), "unknown"),
         left_out: super::LeftOut::default(),
         used: 0,
+        strata: None,
+        all_files: files,
     }
 }
 

@@ -242,14 +242,18 @@ def test_installing_the_package_leaves_nothing_in_the_checkout(tmp_path):
 
 @pytest.mark.parametrize("source", ["stamps", "events"])
 def test_breakdown_weights_the_ops_the_budget_timed(source):
-    # Two AllReduces of one bucket: one timed with GPU stamps at level 3 (it stands for
-    # 8 ops), one with CUPTI's times (deep mode: itself only). Files written before
-    # stamps replaced CUDA events say "events".
+    # Two AllReduces of one bucket: one timed with GPU stamps at level 3, of the 8 ops
+    # the hash chose it among (it stands for 8 ops), one with CUPTI's times (deep mode:
+    # itself only). Files written before stamps replaced CUDA events say "events".
     import pandas as pd
 
     key = {"host": ["h", "h"], "pid": [1, 1], "op_id": [1, 2]}
-    ops = pd.DataFrame({**key, "timing": ["timed", "timed"], "timing_level": [3, 0],
-                        "gpu_source": [source, "cupti"]})
+    skipped = 7
+    ops = pd.DataFrame({"host": ["h"] * (2 + skipped), "pid": [1] * (2 + skipped), "op_id": range(1, 3 + skipped),
+                        "op": ["AllReduce"] * (2 + skipped), "bytes": [1024] * (2 + skipped),
+                        "timing": ["timed", "timed"] + ["budget"] * skipped,
+                        "timing_level": [3, 0] + [3] * skipped,
+                        "gpu_source": [source, "cupti"] + [None] * skipped})
     ph = pd.DataFrame({**key, "op": ["AllReduce"] * 2, "bytes": [1024, 1024], "engine": ["sm_kernel"] * 2,
                        "window_ns": [100, 1000], "init_ns": [50, 0], "transfer_ns": [50, 1000]})
     for p in za.PHASES:
@@ -260,3 +264,23 @@ def test_breakdown_weights_the_ops_the_budget_timed(source):
     assert b["p50_us"] == 0.1
     assert abs(b["init"] - 8 * 50 / (8 * 100 + 1000)) < 1e-12
     assert abs(b["init"] + b["transfer"] - 1) < 1e-12
+
+
+def test_weights_count_the_ops_the_rate_limiter_skipped():
+    # One process at level 0: 2 ops timed of 8 drawn (the rate limiter skipped 6 the
+    # hash selected) stand for 4 each; at level 2, 1 of 4: 4 too (not 2^level's 1 and
+    # 4); an op of another process or size is a stratum of its own; a row not timed
+    # counts for itself.
+    import pandas as pd
+
+    rows = ([("h", 1, 0, 1024, "timed")] * 2 + [("h", 1, 0, 1024, "budget")] * 6
+            + [("h", 1, 2, 1024, "timed")] + [("h", 1, 2, 1024, "budget")] * 3
+            + [("h", 2, 0, 1024, "timed")] + [("h", 1, 0, 1 << 20, "timed")] + [("h", 1, 0, 1 << 20, "budget")] * 2)
+    ops = pd.DataFrame(rows, columns=["host", "pid", "timing_level", "bytes", "timing"])
+    ops["op_id"] = range(len(ops))
+    ops["op"] = "AllReduce"
+    ops["gpu_source"] = ops.timing.map({"timed": "stamps"})
+    ops["timing_level"] = ops.timing_level.astype("Int64")
+    ph = ops[["host", "pid", "op_id"]].copy()
+    w = list(za.weights(za.Run(pathlib.Path("."), ops=ops, phases=ph), ph))
+    assert w == [4.0, 4.0] + [1.0] * 6 + [4.0] + [1.0] * 3 + [1.0, 3.0, 1.0, 1.0], w
