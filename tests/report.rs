@@ -505,6 +505,67 @@ fn bad_input_is_named_and_the_rest_reported() {
     assert!(err.contains("not a positive number"), "{err}");
 }
 
+/// `zcta diff` compares like with like: ops it did not time cast no vote on the path
+/// (a run that timed fewer of its ops did not change path), a group with fewer than 5
+/// timed ops in a run gets no interval and is never significant, Bcast and Broadcast
+/// are one group as in the report, and its median is the report's p50 (of an even
+/// count, the upper middle value).
+#[test]
+fn diff_compares_the_measured_ops_alone_and_agrees_with_the_report() {
+    let t = tempfile::tempdir().unwrap();
+    let dirs: Vec<PathBuf> = ["a", "b", "c", "d"].iter().map(|n| t.path().join(n)).collect();
+    let six: Vec<(u8, Option<i64>)> = (1..=6).map(|k| (0, Some(10 * k))).collect();
+    budget_run_of(&dirs[0], OpKind::AllReduce, &six);
+    let mut b = six.clone();
+    b.extend([(3, None); 30]);
+    budget_run_of(&dirs[1], OpKind::AllReduce, &b);
+    budget_run_of(&dirs[2], OpKind::Bcast, &[(0, Some(10))]);
+    budget_run_of(&dirs[3], OpKind::Broadcast, &[(0, Some(1000))]);
+    let diff = |x: &Path, y: &Path| -> serde_json::Value {
+        let (code, out, err) = zcta(&[
+            "diff",
+            x.to_str().unwrap(),
+            y.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let j = diff(&dirs[0], &dirs[1]);
+    let row = &j["rows"][0];
+    assert_eq!(
+        (row["engine_a"].as_str(), row["engine_b"].as_str()),
+        (Some("sm_kernel"), Some("sm_kernel")),
+        "{row}"
+    );
+    assert_eq!(row["path_changed"], false, "{row}");
+    let total = &row["changes"][0];
+    let p50 = timed_group(&json(&dirs[0]), "AllReduce")["p50_us"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(total["median_a_us"].as_f64(), Some(p50), "{total}");
+    assert!((p50 - 40.0).abs() < 1e-9, "{p50}");
+    // One timed op a side: no interval, not significant; one group for both names.
+    let j = diff(&dirs[2], &dirs[3]);
+    assert_eq!(j["only_a"].as_array().map(Vec::len), Some(0), "{j}");
+    let row = &j["rows"][0];
+    assert_eq!(row["op"], "Broadcast", "{row}");
+    let total = &row["changes"][0];
+    assert!(
+        total["ci95_us"].is_null() && total["significant"].is_null(),
+        "{total}"
+    );
+    let (code, out, _) = zcta(&["diff", dirs[2].to_str().unwrap(), dirs[3].to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("(too few)") && !out.contains("]*"), "{out}");
+    // A run that measured no path for a group: unknown, not a change.
+    let untimed = t.path().join("untimed");
+    budget_run_of(&untimed, OpKind::AllReduce, &[(3, None); 6]);
+    let j = diff(&dirs[0], &untimed);
+    assert!(j["rows"][0]["path_changed"].is_null(), "{j}");
+}
+
 #[test]
 fn diff_finds_the_slower_phase_and_the_path_change() {
     let t = tempfile::tempdir().unwrap();
@@ -885,6 +946,11 @@ fn bcast_and_broadcast_are_one_op() {
 /// A run of one rank's AllReduce ops, each `(level, timed µs or None)`: a timed op
 /// with GPU stamps, or one the budget did not time at that level.
 fn budget_run(dir: &Path, ops: &[(u8, Option<i64>)]) {
+    budget_run_of(dir, OpKind::AllReduce, ops);
+}
+
+/// [`budget_run`] of `kind`.
+fn budget_run_of(dir: &Path, kind: OpKind, ops: &[(u8, Option<i64>)]) {
     let r = &RANKS[0];
     let (prefix, ctx) = r.files();
     let mut w = DatasetWriter::<OpsTable>::new(dir, &prefix, SinkPolicy::default());
@@ -893,12 +959,15 @@ fn budget_run(dir: &Path, ops: &[(u8, Option<i64>)]) {
         let mut row = op(
             r,
             k as u64 + 1,
-            OpKind::AllReduce,
+            kind,
             k as u64,
             1 << 20,
             [t0, t0 + US, t0 + 2 * US, t0 + us.unwrap_or(1) * US],
             0x55,
         );
+        if matches!(kind, OpKind::Broadcast | OpKind::Bcast) {
+            row.rec.root = Some(0);
+        }
         match us {
             Some(_) => {
                 row.rec.timing.timing = zcta::record::Timing::Timed(level);

@@ -898,11 +898,22 @@ def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
 
 
 def _weighted_median(v: pd.Series, w: pd.Series) -> float:
-    """The smallest value whose weight, with the smaller ones', reaches half the total."""
-    order = v.to_numpy().argsort(kind="stable")
-    vs, ws = v.to_numpy()[order], w.to_numpy()[order]
-    cum = ws.cumsum()
-    return float(vs[(cum >= cum[-1] / 2).argmax()]) if len(vs) else float("nan")
+    """The first value (ascending) whose weight, with the smaller ones', exceeds half the
+    total, as `zcta report`'s p50 and `zcta diff`'s medians (of an even count of equal
+    weights, the upper middle value); NaN without values. NULLs are left out."""
+    keep = v.notna().to_numpy(dtype=bool)
+    vals, ws = v.to_numpy(dtype="float64", na_value=float("nan"))[keep], w.to_numpy(dtype="float64")[keep]
+    if not len(vals):
+        return float("nan")
+    order = vals.argsort(kind="stable")
+    vs, cum = vals[order], ws[order].cumsum()
+    return float(vs[(cum > cum[-1] / 2).argmax()])
+
+
+def _report_op(op: pd.Series) -> pd.Series:
+    """The op a report groups by: ncclBcast is ncclBroadcast in place (`ops.op` keeps
+    the API name called)."""
+    return op.where(op != "Bcast", "Broadcast")
 
 
 def breakdown(run: Run | str) -> pd.DataFrame:
@@ -922,7 +933,9 @@ def breakdown(run: Run | str) -> pd.DataFrame:
     ph = _all_phases(ph[ph.window_ns.notna()])
     ph["w"] = weights(run, ph)
     ph["size"] = size_bucket(ph["bytes"])
-    ph["engine"] = ph["engine"].fillna("not measured")
+    ph["op"] = _report_op(ph["op"])
+    # A timed op whose path NCCL did not name is "unknown", as in `zcta report`.
+    ph["engine"] = ph["engine"].fillna("unknown")
     rows = []
     columns = ["op", "size", "engine", "count", "rows", "p50_us", *PHASES]
     for (op, size, engine), g in ph.groupby(["op", "size", "engine"]):
@@ -945,8 +958,9 @@ def breakdown(run: Run | str) -> pd.DataFrame:
 
 
 def compare(run_a, run_b) -> pd.DataFrame:
-    """Per (op, size) (`size`: the report's bucket, `size_bucket`, as in `zcta diff`):
-    median window and phases in A and B and the change (µs), from
+    """Per (op, size) (`size`: the report's bucket, `size_bucket`, as in `zcta diff`;
+    Bcast with Broadcast): the median window and phases in A and B, each timed op
+    weighted by the ops it stands for (`weights`), and the change (µs), from
     each run's `phases` table (`zcta phases`: no row for an op with a time outside
     1970..2116 or a successful call's bytes of 2^62 or more, as in `zcta diff`); a run
     given as a path is read with `load`, which names each file with such rows."""
@@ -957,8 +971,13 @@ def compare(run_a, run_b) -> pd.DataFrame:
             raise ValueError(f"{r.path}: no phases table (RUN/phases/): run `zcta phases {r.path}` first")
         ph = _all_phases(r.phases[r.phases.window_ns.notna()])
         ph["size"] = size_bucket(ph["bytes"])
+        ph["op"] = _report_op(ph["op"])
+        ph["w"] = weights(r, ph)
         cols = ["window_ns"] + [f"{p}_ns" for p in PHASES]
-        m = ph.groupby(["op", "size"])[cols].median().astype("float64") / 1e3  # NaN: not measured
+        # Weighted as `zcta diff` weights them; NaN: not measured.
+        rows = {k: {c: _weighted_median(g[c], g["w"]) for c in cols} for k, g in ph.groupby(["op", "size"])}
+        m = pd.DataFrame.from_dict(rows, orient="index", columns=cols).astype("float64") / 1e3
+        m.index = pd.MultiIndex.from_tuples(list(rows), names=["op", "size"]) if rows else pd.MultiIndex.from_tuples([], names=["op", "size"])
         m.columns = [f"{c[:-3]}_{name}_us" for c in cols]
         out.append(m)
     j = out[0].join(out[1], how="inner")

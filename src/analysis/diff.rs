@@ -135,9 +135,17 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
         if o.result != 0 {
             return;
         }
-        let e = out.entry((o.op, size_bucket(o.bytes.unwrap_or(0)))).or_default();
+        // Grouped as `zcta report` groups them (Bcast with Broadcast).
+        let e = out
+            .entry((super::report_op(o.op), size_bucket(o.bytes.unwrap_or(0))))
+            .or_default();
         e.0 += 1;
-        *e.2.entry(o.engine.unwrap_or("not measured")).or_default() += 1;
+        // The path mix of the ops whose path was measured: an op not timed says
+        // nothing of it; one timed whose path NCCL did not name is "unknown", as in
+        // the report.
+        if let Some(engine) = o.engine.or(o.gpu_end.map(|_| "unknown")) {
+            *e.2.entry(engine).or_default() += 1;
+        }
         // Without a window no phase is measured.
         if p.window.is_some() {
             let mut v = [None; N_PHASES + 1];
@@ -149,21 +157,18 @@ fn samples(run: &mut Run) -> Result<Samples, ReadError> {
     Ok(out)
 }
 
-/// Median of values each standing for `weight` ops: where the summed weight crosses
-/// half of the total (the mean of the two values on either side when it lands exactly
-/// on half), as the plain median of unit weights.
+/// Median of values each standing for `weight` ops: the first value (in ascending
+/// order) whose summed weight with the smaller ones exceeds half of the total, as
+/// `zcta report`'s p50 and `zcta_analysis`' medians take it (of an even count of
+/// equal weights, the upper of the two middle values).
 fn weighted_median(v: &mut [(i64, f64)]) -> f64 {
     v.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
     let half = v.iter().map(|x| x.1).sum::<f64>() / 2.0;
     let mut seen = 0.0;
-    let mut lower = None;
     for &(x, w) in v.iter() {
         seen += w;
-        if lower.is_none() && seen >= half {
-            lower = Some(x);
-        }
         if seen > half {
-            return (lower.unwrap_or(x) as f64 + x as f64) / 2.0;
+            return x as f64;
         }
     }
     v.last().map_or(0.0, |x| x.0 as f64)
@@ -223,12 +228,26 @@ pub fn bootstrap_ci(a: &[(i64, f64)], b: &[(i64, f64)], seed: u64) -> (f64, f64)
     (lo, hi)
 }
 
+/// The path most of a group's measured ops took; "not measured" when none was.
 fn dominant(m: &BTreeMap<&'static str, u64>) -> String {
     m.iter()
         .max_by_key(|(_, n)| **n)
-        .map(|(e, _)| (*e).to_owned())
-        .unwrap_or_default()
+        .map_or(NOT_MEASURED, |(e, _)| *e)
+        .to_owned()
 }
+
+const NOT_MEASURED: &str = "not measured";
+
+/// Whether the path changed from A to B: unknown (`None`) where either run measured
+/// no path for the group.
+fn path_changed(r: &Row) -> Option<bool> {
+    (r.engine_a != NOT_MEASURED && r.engine_b != NOT_MEASURED).then(|| r.engine_a != r.engine_b)
+}
+
+/// Timed ops a run needs in a group for an interval of the change of its median: with
+/// fewer, a bootstrap of one or two values gives an interval of no width, which would
+/// call any difference significant.
+const MIN_FOR_INTERVAL: usize = 5;
 
 /// Compares run B with run A (each scanned once).
 pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
@@ -251,7 +270,7 @@ pub fn diff(ra: &mut Run, rb: &mut Run) -> Result<Diff, ReadError> {
                 continue;
             }
             let med = |v: &[(i64, f64)]| (!v.is_empty()).then(|| weighted_median(&mut v.to_vec()) / 1e3);
-            let ci = (!a.is_empty() && !b.is_empty()).then(|| {
+            let ci = (a.len() >= MIN_FOR_INTERVAL && b.len() >= MIN_FOR_INTERVAL).then(|| {
                 let ci = bootstrap_ci(&a, &b, 0x5EED ^ i as u64);
                 (ci.0 / 1e3, ci.1 / 1e3)
             });
@@ -300,10 +319,11 @@ pub fn render_text(d: &Diff) -> String {
     );
     let us = |v: Option<f64>| v.map_or_else(|| "n/m".to_string(), |v| format!("{v:.1}"));
     for r in &d.rows {
-        let path = if r.engine_a == r.engine_b {
-            r.engine_a.clone()
-        } else {
-            format!("CHANGED {} -> {}", r.engine_a, r.engine_b)
+        let path = match path_changed(r) {
+            Some(true) => format!("CHANGED {} -> {}", r.engine_a, r.engine_b),
+            Some(false) => r.engine_a.clone(),
+            None if r.engine_a == r.engine_b => r.engine_a.clone(),
+            None => format!("{} -> {} (not compared)", r.engine_a, r.engine_b),
         };
         for (i, c) in r.changes.iter().enumerate() {
             let head = if i == 0 {
@@ -324,6 +344,7 @@ pub fn render_text(d: &Diff) -> String {
                     let mark = if c.significant { "*" } else { " " };
                     format!("{delta:>+9.1} [{:+.1}, {:+.1}]{mark}", ci.0, ci.1)
                 }
+                (Some(delta), None) => format!("{delta:>+9.1} (too few)"),
                 _ => format!("{:>9}", "n/m"),
             };
             let _ = writeln!(
@@ -338,7 +359,7 @@ pub fn render_text(d: &Diff) -> String {
     }
     let _ = writeln!(
         s,
-        "\n(medians; * = the 95 % bootstrap interval of the change excludes 0; impact = change of the median end-to-end time × ops in B; sorted by |impact|; n/m = not measured in that run, so no change)"
+        "\n(medians; * = the 95 % bootstrap interval of the change excludes 0, given for {MIN_FOR_INTERVAL} or more timed ops in each run (\"too few\" below that: no interval, never significant); impact = change of the median end-to-end time × ops in B; sorted by |impact|; n/m = not measured in that run, so no change; path: the one most measured ops took, CHANGED where both runs measured one and they differ)"
     );
     for o in &d.only_a {
         let _ = writeln!(s, "only in A: {o}");
@@ -355,7 +376,7 @@ pub fn render_json(d: &Diff) -> Value {
         "rows": d.rows.iter().map(|r| json!({
             "op": r.op, "size_bucket_bytes": r.bucket, "count_a": r.count_a, "count_b": r.count_b,
             "impact_us": r.impact_us, "engine_a": r.engine_a, "engine_b": r.engine_b,
-            "path_changed": r.engine_a != r.engine_b,
+            "path_changed": path_changed(r),
             "changes": r.changes.iter().map(|c| json!({
                 "what": c.what, "median_a_us": c.median_a_us, "median_b_us": c.median_b_us,
                 "ci95_us": c.ci_us.map(|ci| [ci.0, ci.1]),
@@ -389,7 +410,7 @@ mod tests {
         let mut v = vec![(1_000, 1.0), (1_000, 1.0), (1_000, 1.0), (50_000, 8.0)];
         assert_eq!(weighted_median(&mut v), 50_000.0);
         let mut u = vec![(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)];
-        assert_eq!(weighted_median(&mut u), 2.5);
+        assert_eq!(weighted_median(&mut u), 3.0);
         let mut odd = vec![(1, 1.0), (2, 1.0), (3, 1.0)];
         assert_eq!(weighted_median(&mut odd), 2.0);
         // 30 fast ops and 10 slow ones, the slow ones timed at level 3 in A.

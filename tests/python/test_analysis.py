@@ -284,3 +284,30 @@ def test_weights_count_the_ops_the_rate_limiter_skipped():
     ph = ops[["host", "pid", "op_id"]].copy()
     w = list(za.weights(za.Run(pathlib.Path("."), ops=ops, phases=ph), ph))
     assert w == [4.0, 4.0] + [1.0] * 6 + [4.0] + [1.0] * 3 + [1.0, 3.0, 1.0, 1.0], w
+
+
+def test_compare_weights_and_groups_as_breakdown_and_the_report_do():
+    # Bcast and Broadcast are one group; a timed op counts for its stratum (here 1 of
+    # 4 drawn at level 2 stands for 4); the median is the upper middle of an even count,
+    # as `zcta report`'s p50: compare's medians are breakdown's.
+    import pandas as pd
+
+    rows = [(1, "Bcast", "timed", 0, 100), (2, "Broadcast", "timed", 0, 200), (3, "Broadcast", "timed", 2, 900)]
+    rows += [(4 + k, "Broadcast", "budget", 2, None) for k in range(3)]
+    ops = pd.DataFrame(rows, columns=["op_id", "op", "timing", "timing_level", "window_ns"])
+    ops["host"], ops["pid"], ops["bytes"] = "h", 1, 4096
+    ops["gpu_source"] = ops.timing.map({"timed": "stamps"})
+    ops["timing_level"] = ops.timing_level.astype("Int64")
+    ph = ops[ops.timing == "timed"][["host", "pid", "op_id", "op", "bytes", "window_ns"]].copy()
+    ph["engine"] = "sm_kernel"
+    ph["window_ns"] = ph.window_ns.astype("Int64")
+    ph["transfer_ns"] = ph.window_ns
+    ph = za._all_phases(ph)
+    run = za.Run(pathlib.Path("."), ops=ops, phases=ph)
+    b = za.breakdown(run)
+    assert list(b.op) == ["Broadcast"] and b["count"].iloc[0] == 6, b
+    assert b.p50_us.iloc[0] == 0.9
+    c = za.compare(run, run)
+    assert list(c.op) == ["Broadcast"] and c.window_a_us.iloc[0] == 0.9 and c.window_change_us.iloc[0] == 0, c
+    # Two ops of equal weight: the upper one.
+    assert za._weighted_median(pd.Series([1.0, 2.0]), pd.Series([1.0, 1.0])) == 2.0
