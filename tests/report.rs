@@ -505,6 +505,46 @@ fn bad_input_is_named_and_the_rest_reported() {
     assert!(err.contains("not a positive number"), "{err}");
 }
 
+/// Operations timed on no rank are counted by why (their `ops.timing`), each cause
+/// said: the budget's, an empty slot pool's, timing off; not all blamed on the budget.
+#[test]
+fn ops_timed_nowhere_are_counted_by_their_cause() {
+    use zcta::record::Timing;
+    let t = tempfile::tempdir().unwrap();
+    let causes = [(Timing::Skipped(3), 4), (Timing::PoolEmpty, 2), (Timing::Off, 1)];
+    for r in &RANKS[..2] {
+        let (prefix, ctx) = r.files();
+        let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+        let mut k = 0u64;
+        for (timing, n) in causes {
+            for _ in 0..n {
+                let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+                let mut row = op(
+                    r,
+                    k + 1,
+                    OpKind::AllReduce,
+                    k,
+                    4096,
+                    [t0, t0 + US, t0 + 2 * US, t0 + 9 * US],
+                    0x55,
+                );
+                row.rec.nranks = Some(2);
+                row.rec.timing.timing = timing;
+                row.gpu = None;
+                w.append(&row, &ctx).unwrap();
+                k += 1;
+            }
+        }
+        w.close().unwrap();
+        let row = process_row("causes", "on");
+        write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+    }
+    let notes = json(t.path())["notes"].to_string();
+    assert!(notes.contains("7 operations were not timed on any rank (ops.timing of their first row: 4 budget: not selected by the budget"), "{notes}");
+    assert!(notes.contains("; 1 off: timing off in the process"), "{notes}");
+    assert!(notes.contains("; 2 pool_empty: no free slot pair"), "{notes}");
+}
+
 /// `zcta diff` compares like with like: ops it did not time cast no vote on the path
 /// (a run that timed fewer of its ops did not change path), a group with fewer than 5
 /// timed ops in a run gets no interval and is never significant, Bcast and Broadcast

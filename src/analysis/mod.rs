@@ -48,6 +48,8 @@ pub struct OpView {
     pub gpu_end: Option<i64>,
     /// `ops.engine`; `None`: not measured (CUPTI off).
     pub engine: Option<&'static str>,
+    /// `ops.timing` (an unknown value: "other"); `None` in files written before it.
+    pub timing: Option<&'static str>,
     /// How many ops this row stands for in a report's aggregates, in
     /// [`scan::ONE_OP`] units: for an op whose GPU side comes from stamps the budget
     /// chose it for, its stratum's ops the budget drew from over those it timed (one
@@ -86,6 +88,25 @@ pub fn report_op(op: &'static str) -> &'static str {
 /// `ops.op` as a static name.
 pub fn op_name(s: &str) -> &'static str {
     crate::nccl::OpKind::from_name(s).map_or("unknown", crate::nccl::OpKind::name)
+}
+
+/// `ops.timing` as a static name ("other" for a value this zcta does not write).
+pub fn timing_name(s: &str) -> &'static str {
+    use crate::record::Timing::*;
+    [
+        Off,
+        Timed(0),
+        Skipped(0),
+        Captured,
+        PoolEmpty,
+        Error,
+        Streams,
+        InProgress,
+    ]
+    .into_iter()
+    .map(|t| t.name())
+    .find(|n| *n == s)
+    .unwrap_or("other")
 }
 
 /// `ops.engine` as a static name.
@@ -590,6 +611,9 @@ pub struct ScanStats {
     /// Collectives/pairs with every rank's rows and GPU times on none: not timed
     /// (the budget's level left them out, `ops.timing`), not lacking data.
     pub not_timed: u64,
+    /// Of those, how many per `ops.timing` of their first row ("unknown": files from
+    /// before the column).
+    pub not_timed_why: std::collections::BTreeMap<&'static str, u64>,
     /// Local operations ([`OpView::is_local`]) with GPU times on none of their rows:
     /// neither lacking a rank nor necessarily skipped by the budget (a one-rank
     /// shortcut may launch no GPU work).
@@ -736,6 +760,8 @@ pub fn scan_ops(
                     }
                 } else if timed_nowhere {
                     stats.not_timed += 1;
+                    let why = members.first().and_then(|o| o.timing).unwrap_or("unknown");
+                    *stats.not_timed_why.entry(why).or_default() += 1;
                 } else {
                     stats.incomplete += 1;
                 }

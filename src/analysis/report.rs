@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use std::collections::HashMap;
 
-use super::phases::{N_PHASES, PHASES, Phase, Phases, UNRESOLVED};
+use super::phases::{N_PHASES, PHASES, Phase, Phases};
 use super::{OpView, Run, ScanStats, plural};
 use crate::nccl::OpKind;
 use crate::nccl_rules::{self, NcclRules, Rule};
@@ -451,8 +451,8 @@ impl Builder {
         let mut groups = Vec::new();
         for ((op, bucket, engine, local), g) in &self.groups {
             let shares: [Option<f64>; N_PHASES] = std::array::from_fn(|k| {
-                (g.any[k] && g.total > 0 && (k != UNRESOLVED || g.sums[UNRESOLVED] > 0))
-                    .then(|| g.sums[k] as f64 / g.total as f64)
+                // Unresolved is measured wherever the window is: 0 is 0 %, not n/m.
+                (g.any[k] && g.total > 0).then(|| g.sums[k] as f64 / g.total as f64)
             });
             let gpu_median_us = g.gpu.quantile(0.5).map(|v| v / 1e3);
             let algbw = gpu_median_us
@@ -505,9 +505,29 @@ impl Builder {
             ));
         }
         if stats.not_timed > 0 {
+            let why = |t: &str| match t {
+                "budget" => {
+                    "not selected by the budget, ZCTA_BUDGET: each rank selects 1 op in 2^timing_level, the same ops on every rank, and its rate limiter skips some in a burst"
+                }
+                "pool_empty" => "no free slot pair for its stamps",
+                "off" => {
+                    "timing off in the process (process.gpu_timing says why) or a group that launched nothing"
+                }
+                "graph_capture" => "captured into a CUDA graph: nothing is recorded into a capturing stream",
+                "error" => "the call failed or the driver refused a call",
+                "streams" => "its group's ops ran on several streams",
+                "in_progress" => "a non-blocking communicator's call returned ncclInProgress",
+                _ => "files from before ops.timing, or a value this zcta does not know",
+            };
+            let causes: Vec<String> = stats
+                .not_timed_why
+                .iter()
+                .map(|(t, n)| format!("{n} {t}: {}", why(t)))
+                .collect();
             report.notes.push(format!(
-                "{} not timed on any rank (ops.timing = budget: under ZCTA_BUDGET each rank times 1 op in 2^timing_level, the same ops on every rank); phase shares and durations above are those of the timed operations",
-                plural(stats.not_timed, "operation was", "operations were")
+                "{} not timed on any rank (ops.timing of their first row: {}); phase shares and durations above are those of the timed operations",
+                plural(stats.not_timed, "operation was", "operations were"),
+                causes.join("; ")
             ));
         }
         if stats.incomplete > 0 {
@@ -517,7 +537,7 @@ impl Builder {
             );
             if stats.gpu_on_some_ranks > 0 {
                 note.push_str(&format!(
-                    "; {} of them have every rank's rows but GPU times on only some ranks (ranks at different budget levels: a denser rank timed what a sparser one did not; in deep mode under ZCTA_SAMPLE, the ranks' hosts called them in different windows; docs/phases.md)",
+                    "; {} of them have every rank's rows but GPU times on only some ranks (ranks at different budget levels: a denser rank timed what a sparser one did not; a rank's rate limiter skipped what another timed; in deep mode under ZCTA_SAMPLE, the ranks' hosts called them in different windows; docs/phases.md)",
                     stats.gpu_on_some_ranks
                 ));
             }

@@ -333,6 +333,7 @@ impl Stream {
                 }
                 self.last_engine.1
             }),
+            timing: c.timing.get(r).map(super::timing_name),
             weight: match c.timing_level.get(r) {
                 Some(l) if c.timing.get(r) == Some("timed") && is_per_op_timing(c.gpu_source.get(r)) => {
                     let bucket = super::report::size_bucket(c.bytes.get(r).unwrap_or(0));

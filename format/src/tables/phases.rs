@@ -18,7 +18,7 @@ macro_rules! with_phase_list {
             [Barrier, barrier, barrier_ns, "barrier", 7, nullable, "own GPU start to the last rank's GPU start (host clocks aligned); NULL: not every rank's data"]
             [Transfer, transfer, transfer_ns, "transfer", 8, nullable, "GPU time after the barrier not in memcpy or proxy; NULL: not measured"]
             [Memcpy, memcpy, memcpy_ns, "memcpy", 6, nullable, "proxy-thread copies after the barrier; NULL: not measured"]
-            [Proxy, proxy, proxy_ns, "proxy", 5, nullable, "ProxyStep network waits after the barrier (not counted in memcpy); NULL: no profiler plugin"]
+            [Proxy, proxy, proxy_ns, "proxy", 5, nullable, "ProxyStep network waits after the barrier (not counted in memcpy); NULL: no profiler plugin, or the barrier not measured (not every rank's data)"]
             [Unresolved, unresolved, unresolved_ns, "unres", 6, required, "window time of phases that could not be told apart (window = sum of the measured phases + this)"]
         }
     };
@@ -68,7 +68,7 @@ macro_rules! phases_table {
             comm_id: U64, nullable, default, "communicator id (ops.comm_id)" => |r, c| r.comm_id;
             seq: U64, nullable, default, "ops.seq" => |r, c| r.seq;
             bytes: U64, nullable, default, "nccl-tests bytes (ops.bytes)" => |r, c| r.bytes;
-            engine: Utf8, nullable, default, "ops.engine (NULL: not measured: CUPTI off or the op not sampled)" => |r, c| r.engine;
+            engine: Utf8, nullable, default, "ops.engine (NULL: not known: the op not timed, timed with stamps where NCCL's events did not name the path, or in deep mode CUPTI off or the op not sampled; ops.engine says when)" => |r, c| r.engine;
             window_ns: I64, nullable, default, "gpu_end_ns - api_start_ns; NULL without GPU times (then every phase is NULL)" => |r, c| r.window;
             $( $col: I64, $null, default, $doc => |r, c| r.phases[At::$V as usize]; )*
         }

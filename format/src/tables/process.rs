@@ -9,7 +9,7 @@ crate::define_table! {
     host: Utf8, required, default, "host name" => |r, c| Some(&*c.host);
     pid: I32, required, default, "process id" => |r, c| Some(c.pid);
     ppid: I32, required, default, "parent process id" => |r, c| Some(r.ppid);
-    rank_env: I32, nullable, default, "global rank from the launcher's environment (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK)" => |r, c| r.rank_env;
+    rank_env: I32, nullable, default, "global rank from the launcher's environment (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK, PMIX_RANK)" => |r, c| r.rank_env;
     exe: Utf8, nullable, default, "executable path" => |r, c| r.exe.as_deref();
     cmdline: Utf8, nullable, default, "command line, arguments separated by spaces" => |r, c| r.cmdline.as_deref();
     zcta_version: Utf8, required, default, "zcta-prof version" => |r, c| Some(r.zcta_version.as_str());
@@ -20,12 +20,12 @@ crate::define_table! {
     start_ns: I64, required, default, "activation time (first NCCL call)" => |r, c| Some(r.start_ns);
     end_ns: I64, nullable, default, "time the writer finished; NULL when the process died before (row recovered from the log)" => |r, c| r.end_ns;
     end_reason: Utf8, required, default, "exit (atexit ran), _exit (os._exit-style), exec (the process replaced itself through execve, execv, execvp or execvpe), error (a table could not be written, e.g. a full disk, or the shim hit an internal error and stopped recording; see write_errors), or killed (the process ended without either, e.g. SIGKILL; row restored by `zcta recover`)" => |r, c| Some(r.end_reason.as_str());
-    env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, CUDA_VISIBLE_DEVICES and launcher variables at activation" => |r, c| Some(r.env_json.as_str());
+    env_json: Utf8, required, default, "JSON object of the NCCL_*, ZCTA_*, TORCH_NCCL_*, TORCHELASTIC_*, SLURM_*, CUDA_VISIBLE_DEVICES, CUDA_DEVICE_MAX_CONNECTIONS, LD_PRELOAD and launcher variables (RANK, LOCAL_RANK, WORLD_SIZE, …, PMIX_NAMESPACE) at activation" => |r, c| Some(r.env_json.as_str());
     ops_rows: U64, required, default, "ops rows this process wrote (for a killed process: the rows recovered)" => |r, c| Some(r.ops_rows);
     calls_rows: U64, required, default, "calls rows, likewise" => |r, c| Some(r.calls_rows);
     comms_rows: U64, required, default, "comms rows, likewise" => |r, c| Some(r.comms_rows);
     records_dropped: U64, nullable, default, "records not written because the queue was full, the writer failed, or recording stopped after an internal error (never silently: each one is counted here); NULL for a killed process (unknown)" => |r, c| r.records_dropped;
-    profiler_plugin: Utf8, required, default, "NCCL profiler plugin: zcta (the shim set NCCL_PROFILER_PLUGIN to itself; `zcta (developer setting: event mask 0x…)` under ZCTA_NCCL_MASK), user:<value> (the user's plugin was left in place: no NCCL view), off (ZCTA_NCCL_PLUGIN=0)" => |r, c| Some(r.profiler_plugin.as_str());
+    profiler_plugin: Utf8, required, default, "NCCL profiler plugin: zcta (the shim set NCCL_PROFILER_PLUGIN to itself; `zcta (developer setting: event mask 0x…)` under ZCTA_NCCL_MASK), user:<value> (the user's plugin was left in place: no NCCL view), `off: ZCTA_NCCL_PLUGIN=0`" => |r, c| Some(r.profiler_plugin.as_str());
     plugin_comms: U64, required, default, "communicators for which NCCL initialised our plugin (0 with profiler_plugin = zcta: NCCL did not load it)" => |r, c| Some(r.plugin_comms);
     profiler_abi: Utf8, nullable, default, "profiler plugin API version NCCL loaded the plugin as (the newest it knows of the shim's three): v5 (NCCL 2.28: Coll/P2p, proxy events), v6 (2.29-2.30: also copy-engine collectives, CeColl), v7 (2.31+: also user tags, kernel variants, symmetric kernels); the last communicator's when several differ; NULL when NCCL did not load it (plugin_comms = 0) and in files written before it existed" => |r, c| r.profiler_abi.as_deref();
     cupti: Utf8, required, default, "GPU capture: on (CUPTI activity records joined to ops; `on (developer settings: …)` when ZCTA_CUPTI_KINDS or ZCTA_CUPTI_CALLBACKS changed what is captured), off: <why> (ZCTA_CUPTI=0, libcupti not found, no communicator created, another CUPTI client such as torch.profiler or Nsight was active, CUPTI error …), or stopped: <why> (capture ended early; rows after that have NULL GPU columns)" => |r, c| Some(r.cupti.as_str());
