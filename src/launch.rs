@@ -171,7 +171,26 @@ pub fn file_size_limit_is_an_error() {
     sig::ignore(libc::SIGXFSZ);
 }
 
-/// The signal handling of [`run_to_end`] and [`file_size_limit_is_an_error`]: the only
+/// While a temporary file of ours is being written (a trace that will replace a file
+/// once complete), SIGINT, SIGTERM and SIGHUP remove it before they end this process
+/// as they would have (`Some(path)`), so an interrupted write leaves nothing behind;
+/// `None` when the file is gone or has its final name: the dispositions before are
+/// back. A signal this process ignored stays ignored. One file at a time.
+pub fn remove_on_interrupt(path: Option<&Path>) {
+    let ignored = signals_ignored();
+    match path {
+        Some(p) => {
+            let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())) else {
+                return;
+            };
+            sig::removing(Some(c), ignored);
+        }
+        None => sig::removing(None, ignored),
+    }
+}
+
+/// The signal handling of [`run_to_end`], [`remove_on_interrupt`] and
+/// [`file_size_limit_is_an_error`]: the only
 /// unsafe code of this crate, the C library's `sigaction`, `signal`, `kill` and
 /// `waitid` (through the `libc` crate). The handlers do no more than the C library lets
 /// a handler do (`kill`, atomics, `errno` kept).
@@ -224,6 +243,70 @@ mod sig {
             libc::sigemptyset(&mut act.sa_mask);
             let mut old: libc::sigaction = std::mem::zeroed();
             (libc::sigaction(s, &act, &mut old) == 0).then_some(old)
+        }
+    }
+
+    /// The temporary file [`removing`] names (a leaked C string; null: none).
+    static DOOMED: std::sync::atomic::AtomicPtr<libc::c_char> =
+        std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    /// The dispositions [`removing`] replaced, to put back.
+    static SAVED: std::sync::Mutex<Vec<(i32, Option<libc::sigaction>)>> = std::sync::Mutex::new(Vec::new());
+
+    /// Removes the file [`DOOMED`] names, then ends the process by `s` as the default
+    /// disposition would (only what a handler may do: `unlink`, `signal`, `raise`).
+    extern "C" fn remove_and_end(s: i32, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        let p = DOOMED.swap(std::ptr::null_mut(), SeqCst);
+        // SAFETY: `p` is null or a C string leaked by `removing`, never freed while set;
+        // unlink, signal and raise are async-signal-safe.
+        unsafe {
+            if !p.is_null() {
+                libc::unlink(p);
+            }
+            libc::signal(s, libc::SIG_DFL);
+            libc::raise(s);
+        }
+    }
+
+    /// Catches SIGINT, SIGTERM and SIGHUP (those not in `ignored`, bit N-1 for signal
+    /// N) to remove `file` first ([`remove_and_end`]); `None`: puts the dispositions
+    /// back and forgets the file.
+    pub fn removing(file: Option<std::ffi::CString>, ignored: u64) {
+        let mut saved = SAVED.lock().unwrap_or_else(|p| p.into_inner());
+        let old = DOOMED.swap(
+            file.map_or(std::ptr::null_mut(), std::ffi::CString::into_raw),
+            SeqCst,
+        );
+        if !old.is_null() {
+            // SAFETY: made by CString::into_raw above, in an earlier call; no handler
+            // holds it any more (swapped out).
+            drop(unsafe { std::ffi::CString::from_raw(old) });
+        }
+        if DOOMED.load(SeqCst).is_null() {
+            for (s, old) in saved.drain(..) {
+                restore(s, old);
+            }
+            return;
+        }
+        if !saved.is_empty() {
+            return;
+        }
+        for s in [SIGINT, SIGTERM, SIGHUP] {
+            if ignored & (1u64 << (s - 1)) != 0 {
+                continue;
+            }
+            // SAFETY: as in `catch`: plain data zeroed then filled, a handler that does
+            // only what a handler may.
+            let old = unsafe {
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = remove_and_end
+                    as extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void)
+                    as libc::sighandler_t;
+                act.sa_flags = libc::SA_SIGINFO;
+                libc::sigemptyset(&mut act.sa_mask);
+                let mut old: libc::sigaction = std::mem::zeroed();
+                (libc::sigaction(s, &act, &mut old) == 0).then_some(old)
+            };
+            saved.push((s, old));
         }
     }
 

@@ -448,6 +448,7 @@ impl Output {
                     m.permissions().mode() & 0o666
                 });
                 let (tmp, file) = temp_next_to(&target, mode)?;
+                zcta::launch::remove_on_interrupt(Some(&tmp));
                 let done = (|| {
                     let mut w = std::io::BufWriter::new(file);
                     let r = f(&mut w).with_context(cannot)?;
@@ -463,6 +464,7 @@ impl Output {
                 if done.is_err() {
                     let _ = std::fs::remove_file(&tmp);
                 }
+                zcta::launch::remove_on_interrupt(None);
                 done
             }
         }
@@ -554,6 +556,11 @@ fn export(run: &Path, output: &Path) -> anyhow::Result<ExitCode> {
     let trace = zcta::analysis::export::Trace::read(run)?;
     for s in &trace.skipped {
         eprintln!("zcta: skipped {}: {}", s.path.display(), s.reason);
+    }
+    // A process is a track group by (host, pid): processes that share them are drawn
+    // as one (a reused pid in a container, or copied files), as `report` warns too.
+    for p in reader::shared_pids(run).unwrap_or_default() {
+        eprintln!("zcta: warning: {p}; the trace draws them as one process");
     }
     if trace.processes() == 0 {
         anyhow::bail!(

@@ -112,6 +112,55 @@ fn is_trace(s: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| v["traceEvents"].is_array())
 }
 
+/// An export interrupted while it writes (Ctrl-C, a scheduler's SIGTERM) leaves no
+/// temporary file (a trace of a large run is hundreds of MB) and the file it would
+/// have replaced as it was; the process still ends by that signal.
+#[test]
+fn an_interrupted_export_leaves_no_temporary_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let t = tempfile::tempdir().unwrap();
+    let run = t.path().join("run");
+    run_of(&run, 300_000);
+    let cwd = t.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        std::fs::write(cwd.join("trace.json"), b"the earlier trace").unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zcta"))
+            .args(["export", "--perfetto", run.to_str().unwrap(), "-o", "trace.json"])
+            .current_dir(&cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Signalled once its temporary file is there (the trace is being written).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while temporaries_in(&cwd).is_empty() && std::time::Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !temporaries_in(&cwd).is_empty(),
+            "the trace was written before a signal could come"
+        );
+        let name = if sig == libc::SIGINT { "-INT" } else { "-TERM" };
+        let killed = Command::new("kill")
+            .args([name, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        assert!(temporaries_in(&cwd).is_empty(), "{:?}", names_in(&cwd));
+        assert_eq!(
+            std::fs::read(cwd.join("trace.json")).unwrap(),
+            b"the earlier trace"
+        );
+    }
+}
+
 /// The trace never replaces or joins a dataset: not a file of the run it is drawn
 /// from (a Parquet file of its ops was once replaced by the trace, losing the rank),
 /// not a new file in one of its table directories (its readers would meet it), not
@@ -735,6 +784,17 @@ fn readers_name_two_processes_claiming_one_host_and_pid() {
     let err = text(&o.stderr);
     assert!(
         err.contains("2 processes claim host box pid 1 (files box-p1*, box-p1-u0123abcd*)"),
+        "{err}"
+    );
+    // The trace draws them as one process, and says so.
+    let o = zcta_in(
+        t.path(),
+        &["export", "--perfetto", run.to_str().unwrap(), "-o", "-"],
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("2 processes claim host box pid 1")
+            && err.contains("the trace draws them as one process"),
         "{err}"
     );
 }

@@ -686,8 +686,32 @@ fn odd_table_entries_and_copies_are_skipped_not_fatal() {
     // A copy under another name, beside the file: its bytes say it is one (and the
     // file under zcta's own name, read first by path or not, is the one read).
     std::fs::copy(&good, ops_dir.join("a-backup.parquet")).unwrap();
+    // A copy re-written by another tool under the same name (its rows, other bytes):
+    // read once too, the file nearest the table's directory.
+    let resaved = ops_dir.join("resaved").join(good.file_name().unwrap());
+    std::fs::create_dir_all(resaved.parent().unwrap()).unwrap();
+    let r =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&good).unwrap())
+            .unwrap();
+    let schema = r.schema().clone();
+    let batches: Vec<RecordBatch> = r.build().unwrap().map(Result::unwrap).collect();
+    write_foreign(
+        &resaved,
+        schema,
+        &batches,
+        Some(&zcta::SCHEMA_VERSION.to_string()),
+    );
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert_ne!(size(&resaved), size(&good));
     let d = read_table(&dir, "ops").unwrap();
     assert_eq!(d.num_rows(), n_ops, "a copy was read too");
+    assert!(
+        d.skipped
+            .iter()
+            .any(|s| s.path == resaved && s.reason.contains(&format!("the name of {}", good.display()))),
+        "{:?}",
+        d.skipped
+    );
     assert!(
         d.skipped.iter().any(|s| s.reason.contains("a copy of")),
         "{:?}",

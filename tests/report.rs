@@ -505,6 +505,40 @@ fn bad_input_is_named_and_the_rest_reported() {
     assert!(err.contains("not a positive number"), "{err}");
 }
 
+/// A group whose ops ran on communicators of different sizes (TP of 2 beside DP of 4)
+/// takes each op's bus-bandwidth factor by its own communicator: their mean, not the
+/// largest communicator's for all.
+#[test]
+fn busbw_takes_each_ops_own_communicator_size() {
+    let t = tempfile::tempdir().unwrap();
+    let r = &RANKS[0];
+    let (prefix, ctx) = r.files();
+    let mut w = DatasetWriter::<OpsTable>::new(t.path(), &prefix, SinkPolicy::default());
+    for (k, n) in [4, 4, 2, 2].into_iter().enumerate() {
+        let t0 = 1_000_000_000_000 + k as i64 * 1_000 * US;
+        let mut row = op(
+            r,
+            k as u64 + 1,
+            OpKind::AllReduce,
+            k as u64,
+            1 << 20,
+            [t0, t0 + US, t0 + 2 * US, t0 + 50 * US],
+            0x55,
+        );
+        row.rec.nranks = Some(n);
+        row.rec.comm_id = Some(0xC0 + n as u64);
+        w.append(&row, &ctx).unwrap();
+    }
+    w.close().unwrap();
+    let row = process_row("tp-dp", "on");
+    write_process_file(t.path(), &prefix, &row, &ctx).unwrap();
+    let j = json(t.path());
+    let g = timed_group(&j, "AllReduce");
+    let ratio = g["busbw_gbs"].as_f64().unwrap() / g["algbw_gbs"].as_f64().unwrap();
+    // (2·3/4 + 2·3/4 + 2·1/2 + 2·1/2) / 4 = 1.25; the largest communicator's: 1.5.
+    assert!((ratio - 1.25).abs() < 1e-9, "{g}");
+}
+
 /// Operations timed on no rank are counted by why (their `ops.timing`), each cause
 /// said: the budget's, an empty slot pool's, timing off; not all blamed on the budget.
 #[test]

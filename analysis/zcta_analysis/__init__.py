@@ -205,6 +205,7 @@ def _list_files(run: pathlib.Path, table: str) -> _Listing:
                 reason = f"{_kind(mode)}: not opened"
             if named:
                 listing.skipped.append((p, reason))
+    files = _skip_copies(files, listing)
     for p in sorted(files):
         if _is_log_name(p.name):
             listing.logs.append(p)
@@ -212,6 +213,76 @@ def _list_files(run: pathlib.Path, table: str) -> _Listing:
             listing.parquet.append(p)
     listing.skipped.sort()
     return listing
+
+
+def _zcta_name(stem: str) -> bool:
+    """Whether a file's stem is one zcta writes (reader.rs `pid_of_stem`): a `p<pid>`
+    part after the host."""
+    return any(len(x) > 1 and x[0] == "p" and x[1:].isdigit() and x[1:].isascii() for x in stem.split("-"))
+
+
+def _footer_bytes(path: pathlib.Path):
+    """A Parquet file's length and footer bytes (reader.rs `footer_bytes`), or None."""
+    try:
+        with _open(path) as f:
+            n = os.fstat(f.fileno()).st_size
+            if n < 8:
+                return None
+            f.seek(n - 8)
+            tail = f.read(8)
+            if tail[4:] != b"PAR1":
+                return None
+            k = int.from_bytes(tail[:4], "little") + 8
+            if k > n or k > 64 << 20:
+                return None
+            f.seek(n - k)
+            return n, f.read(k)
+    except OSError:
+        return None
+
+
+def _skip_copies(files: list, listing: _Listing) -> list:
+    """Leaves out, as zcta's reader does (reader.rs `list_files`, `skip_same_contents`),
+    a table file under a name another one nearer the table's directory has (zcta's
+    names are one process's own: a copy, or one re-written by another tool), and a
+    Parquet file whose length and footer repeat another's under another name (the one
+    kept: nearest the table's directory, under zcta's own name before others, then the
+    first by path); each named in `listing.skipped`."""
+    def size(p):
+        try:
+            return os.stat(p).st_size
+        except OSError:
+            return None
+
+    seen, kept = {}, []
+    for p in sorted(files, key=lambda p: (len(p.parts), str(p))):
+        if not (_is_parquet_name(p.name) or _is_log_name(p.name)):
+            kept.append(p)
+            continue
+        first = seen.get(p.name)
+        if first is None:
+            seen[p.name] = p
+            kept.append(p)
+        elif size(first) == size(p):
+            listing.skipped.append((p, f"a copy of {first} (the same name): not read twice"))
+        else:
+            listing.skipped.append((p, f"another file under the name of {first} (other bytes: a copy re-written, "
+                                       "or an edit): not read twice; the one nearest the table's directory is read"))
+    by_bytes, out = {}, []
+    parquet = [p for p in kept if _is_parquet_name(p.name)]
+    order = sorted(parquet, key=lambda p: (len(p.parts), not _zcta_name(p.name.removesuffix(".parquet")), str(p)))
+    copies = set()
+    for p in order:
+        key = _footer_bytes(p)
+        if key is None:
+            continue
+        if key in by_bytes:
+            copies.add(p)
+            listing.skipped.append((p, f"a copy of {by_bytes[key]} (the same bytes): not read twice"))
+        else:
+            by_bytes[key] = p
+    out = [p for p in kept if p not in copies]
+    return out
 
 
 def _open(path: pathlib.Path):

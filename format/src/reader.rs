@@ -212,10 +212,10 @@ fn kind_of(ft: &std::fs::FileType) -> &'static str {
 /// Complete Parquet files, pending logs and skipped entries of one table. A table's
 /// entry that is no directory (a file, a FIFO, a link to either or one that cannot be
 /// followed) is skipped with the reason, as an odd entry inside it would be: the
-/// other tables still read. A table file whose name and size another file of the table
-/// already has (zcta's names are one process's own: a copy, say in a `backup/`
-/// directory below) is skipped too, not read twice; the one nearest the table's
-/// directory is read. So is a Parquet file whose bytes another's repeat under another
+/// other tables still read. A table file whose name another file of the table already
+/// has (zcta's names are one process's own: a copy, say in a `backup/` directory
+/// below, or one re-written by another tool) is skipped too, not read twice; the one
+/// nearest the table's directory is read. So is a Parquet file whose bytes another's repeat under another
 /// name (`skip_same_contents`).
 pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
     let mut all = Vec::new();
@@ -262,7 +262,19 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
                 });
                 false
             }
-            Some(_) => true,
+            // zcta's names are one process's own: another file under one of them is a
+            // copy re-written (another tool's re-save) or an edit, whose rows would
+            // count twice.
+            Some(first) => {
+                skipped.push(Skipped {
+                    reason: format!(
+                        "another file under the name of {} (other bytes: a copy re-written, or an edit): not read twice; the one nearest the table's directory is read",
+                        first.display()
+                    ),
+                    path: p.clone(),
+                });
+                false
+            }
             None => {
                 seen.insert(name.to_owned(), p.clone());
                 true

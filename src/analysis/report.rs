@@ -275,7 +275,10 @@ struct Acc {
     windows: Quant,
     gpu: Quant,
     bytes_gpu: u128,
-    nranks: i32,
+    /// nccl-tests' bus-bandwidth factor of each op with a GPU time, by its own
+    /// communicator's size, summed with the ops' weights: a group mixes communicators
+    /// (TP of 2 beside DP of 8), and its factor is their weighted mean.
+    factor_sum: f64,
 }
 
 const CE_CAPABLE: [&str; 4] = ["AlltoAll", "AllGather", "Gather", "Scatter"];
@@ -360,7 +363,6 @@ impl Builder {
             ))
             .or_default();
         g.count += 1;
-        g.nranks = g.nranks.max(o.nranks.unwrap_or(1));
         // A timed op stands for its budget stratum's ops (OpView::weight).
         let weight = o.weight.max(1);
         // The op's GPU time: its kernels' span (deep mode), else its time on its stream
@@ -376,6 +378,9 @@ impl Builder {
             g.bytes_gpu = g
                 .bytes_gpu
                 .saturating_add(u128::from(o.bytes.unwrap_or(0)) * u128::from(weight));
+            // An op name this zcta does not know moves its bytes once, as a Broadcast.
+            let factor = OpKind::from_name(o.op).map_or(1.0, |k| busbw_factor(k, o.nranks.unwrap_or(1)));
+            g.factor_sum += factor * weight as f64;
         }
         if let Some(w) = p.window {
             // In i128: a sum of many windows each standing for up to 2^32 ops.
@@ -459,8 +464,7 @@ impl Builder {
                 .filter(|&m| m > 0.0)
                 .map(|m| g.bytes_gpu as f64 / g.gpu.weight() as f64 / (m * 1e3));
             // A local copy is not link traffic: no bus bandwidth against the link's peak.
-            // An op name this zcta does not know moves its bytes once, as a Broadcast.
-            let factor = OpKind::from_name(op).map_or(1.0, |k| busbw_factor(k, g.nranks));
+            let factor = g.factor_sum / g.gpu.weight().max(1) as f64;
             let busbw = algbw.filter(|_| !local).map(|b| b * factor);
             groups.push(Group {
                 op: (*op).into(),

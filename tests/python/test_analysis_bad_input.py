@@ -256,6 +256,24 @@ def test_sub_directories_and_links_to_files_are_read_as_zcta_reads_them(run):
     assert zcta_rows(run) == OPS_ROWS
 
 
+def test_copies_are_read_once_as_zcta_reads_them(run):
+    """A copy below the table's directory under its name, one re-written by another
+    tool under its name, and one beside it under another name (the same bytes): zcta
+    reads each file's rows once and names the others; so do load and connect (before,
+    they read every copy: rows counted twice)."""
+    a = ops_files(run)[0]
+    for d in ("backup", "resaved"):
+        (run / "ops" / d).mkdir()
+        shutil.copy(a, run / "ops" / d / a.name)
+    rewrite(run / "ops" / "resaved" / a.name)
+    shutil.copy(a, run / "ops" / "a-backup.parquet")
+    r, msgs = load_warns(run)
+    n, cmsgs = connect_count(run)
+    assert len(r.ops) == n == zcta_rows(run) == OPS_ROWS, msgs
+    for name in ("backup/", "resaved/", "a-backup.parquet"):
+        assert any(name in m for m in msgs) and any(name in m for m in cmsgs), (name, msgs)
+
+
 def test_a_file_name_that_is_not_utf8_is_read(run):
     """A host name in another encoding: zcta reads the file; before, pyarrow could not
     encode its name and load skipped it (and connect failed)."""
@@ -292,6 +310,7 @@ def test_connect_in_a_run_whose_name_has_glob_characters(good, tmp_path):
     assert n == OPS_ROWS, msgs
     weird = tmp_path / "exp[1]" / "ops" / "*.parquet"
     shutil.copy(ops_files(tmp_path / "exp[1]")[0], weird)
+    rewrite(weird)  # its rows in other bytes: not a copy zcta reads once
     n, _ = connect_count(tmp_path / "exp[1]")
     assert n == OPS_ROWS + pq.read_metadata(weird).num_rows
 
