@@ -232,10 +232,17 @@ mod sig {
     /// disposition it replaces (None: it could not be caught). A caught signal is the
     /// default again in the command (`execve`).
     pub fn catch(s: i32, forward: bool) -> Option<libc::sigaction> {
-        type Handler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
-        let handler: Handler = if forward { pass_on_info } else { hold };
-        // SAFETY: both structs are plain data, zeroed then filled; `handler` does only
-        // what a signal handler may; the old disposition is read only on success.
+        install(s, if forward { pass_on_info } else { hold })
+    }
+
+    type Handler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
+
+    /// Makes `handler` the disposition of `s` (restarting interrupted calls); the one
+    /// it replaces (None: `s` could not be caught).
+    fn install(s: i32, handler: Handler) -> Option<libc::sigaction> {
+        // SAFETY: both structs are plain data, zeroed then filled; every handler given
+        // here does only what a signal handler may; the old disposition is read only on
+        // success.
         unsafe {
             let mut act: libc::sigaction = std::mem::zeroed();
             act.sa_sigaction = handler as libc::sighandler_t;
@@ -294,19 +301,7 @@ mod sig {
             if ignored & (1u64 << (s - 1)) != 0 {
                 continue;
             }
-            // SAFETY: as in `catch`: plain data zeroed then filled, a handler that does
-            // only what a handler may.
-            let old = unsafe {
-                let mut act: libc::sigaction = std::mem::zeroed();
-                act.sa_sigaction = remove_and_end
-                    as extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void)
-                    as libc::sighandler_t;
-                act.sa_flags = libc::SA_SIGINFO;
-                libc::sigemptyset(&mut act.sa_mask);
-                let mut old: libc::sigaction = std::mem::zeroed();
-                (libc::sigaction(s, &act, &mut old) == 0).then_some(old)
-            };
-            saved.push((s, old));
+            saved.push((s, install(s, remove_and_end)));
         }
     }
 

@@ -962,7 +962,8 @@ def weights(run: Run, ph: pd.DataFrame) -> pd.Series:
     })
     cols = ["host", "pid", "level", "op", "size"]
     per = strata[drawn].groupby(cols, dropna=False)[["drawn", "timed"]].sum()
-    w = ((per.drawn * 1024 / per.timed.clip(lower=1)).round().clip(lower=1024) / 1024).rename("w")
+    # Halves rounded up, as Rust's f64::round does (pandas' round goes to even).
+    w = (((per.drawn * 1024 / per.timed.clip(lower=1) + 0.5) // 1).clip(lower=1024) / 1024).rename("w")
     o["w"] = strata[cols].join(w, on=cols)["w"].where(timed, 1.0).fillna(1.0).astype("float64")
     m = ph[key].merge(o[key + ["w"]], on=key, how="left")
     return pd.Series(m.w.fillna(1.0).to_numpy(dtype="float64"), index=ph.index, dtype="float64")
