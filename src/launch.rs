@@ -177,15 +177,15 @@ pub fn file_size_limit_is_an_error() {
 /// `None` when the file is gone or has its final name: the dispositions before are
 /// back. A signal this process ignored stays ignored. One file at a time.
 pub fn remove_on_interrupt(path: Option<&Path>) {
-    let ignored = signals_ignored();
     match path {
         Some(p) => {
             let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())) else {
                 return;
             };
-            sig::removing(Some(c), ignored);
+            sig::removing(Some(c), signals_ignored());
         }
-        None => sig::removing(None, ignored),
+        // Putting the dispositions back needs no list of the ignored ones.
+        None => sig::removing(None, 0),
     }
 }
 

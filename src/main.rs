@@ -490,21 +490,21 @@ fn keeps_data_files(run: &Path, output: &Path, target: &Path, exists: bool) -> a
         );
     }
     if exists {
-        let mut head = [0u8; 4];
-        let n = std::fs::File::open(target)
-            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-            .unwrap_or(0);
-        if n == 4 && (&head == b"PAR1" || head == [0xff; 4]) {
-            let what = if &head == b"PAR1" {
-                "a Parquet file"
-            } else {
-                "an Arrow stream"
-            };
-            anyhow::bail!(
-                "{}: {what} (data, not a trace): not replaced; write the trace elsewhere",
-                output.display()
-            );
+        // Opened as the readers open a data file: never waiting on a FIFO swapped in.
+        // A file that cannot be read, or is shorter, matches neither.
+        let mut head = Vec::with_capacity(4);
+        if let Ok(f) = reader::open_regular(target) {
+            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 4), &mut head);
         }
+        let what = match head.as_slice() {
+            b"PAR1" => "a Parquet file",
+            [0xff, 0xff, 0xff, 0xff] => "an Arrow stream",
+            _ => return Ok(()),
+        };
+        anyhow::bail!(
+            "{}: {what} (data, not a trace): not replaced; write the trace elsewhere",
+            output.display()
+        );
     }
     Ok(())
 }

@@ -268,7 +268,7 @@ def _skip_copies(files: list, listing: _Listing) -> list:
         else:
             listing.skipped.append((p, f"another file under the name of {first} (other bytes: a copy re-written, "
                                        "or an edit): not read twice; the one nearest the table's directory is read"))
-    by_bytes, out = {}, []
+    by_bytes = {}
     parquet = [p for p in kept if _is_parquet_name(p.name)]
     order = sorted(parquet, key=lambda p: (len(p.parts), not _zcta_name(p.name.removesuffix(".parquet")), str(p)))
     copies = set()
@@ -281,8 +281,7 @@ def _skip_copies(files: list, listing: _Listing) -> list:
             listing.skipped.append((p, f"a copy of {by_bytes[key]} (the same bytes): not read twice"))
         else:
             by_bytes[key] = p
-    out = [p for p in kept if p not in copies]
-    return out
+    return [p for p in kept if p not in copies]
 
 
 def _open(path: pathlib.Path):

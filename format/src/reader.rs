@@ -255,22 +255,20 @@ pub fn list_files(run_dir: &Path, table: &str) -> Result<Listing, ReadError> {
             return true;
         }
         match seen.get(name) {
-            Some(first) if len(first) == len(p) => {
-                skipped.push(Skipped {
-                    reason: format!("a copy of {} (the same name): not read twice", first.display()),
-                    path: p.clone(),
-                });
-                false
-            }
             // zcta's names are one process's own: another file under one of them is a
-            // copy re-written (another tool's re-save) or an edit, whose rows would
-            // count twice.
+            // copy, re-written (another tool's re-save) or not, or an edit, whose rows
+            // would count twice.
             Some(first) => {
-                skipped.push(Skipped {
-                    reason: format!(
+                let reason = if len(first) == len(p) {
+                    format!("a copy of {} (the same name): not read twice", first.display())
+                } else {
+                    format!(
                         "another file under the name of {} (other bytes: a copy re-written, or an edit): not read twice; the one nearest the table's directory is read",
                         first.display()
-                    ),
+                    )
+                };
+                skipped.push(Skipped {
+                    reason,
                     path: p.clone(),
                 });
                 false

@@ -609,10 +609,8 @@ pub struct ScanStats {
     /// only (under `ZCTA_SAMPLE`: the ranks' hosts called it in different windows).
     pub gpu_on_some_ranks: u64,
     /// Collectives/pairs with every rank's rows and GPU times on none: not timed
-    /// (the budget's level left them out, `ops.timing`), not lacking data.
-    pub not_timed: u64,
-    /// Of those, how many per `ops.timing` of their first row ("unknown": files from
-    /// before the column).
+    /// (`ops.timing` of their first row says why; "unknown": files from before the
+    /// column), not lacking data; how many per reason.
     pub not_timed_why: std::collections::BTreeMap<&'static str, u64>,
     /// Local operations ([`OpView::is_local`]) with GPU times on none of their rows:
     /// neither lacking a rank nor necessarily skipped by the budget (a one-rank
@@ -622,6 +620,14 @@ pub struct ScanStats {
     /// (latest − earliest `api_start_ns`, host clocks aligned), ns: how far apart the
     /// ranks' hosts ran. `None` without such collectives.
     pub host_spread_ns: Option<i64>,
+}
+
+impl ScanStats {
+    /// Collectives/pairs with every rank's rows and GPU times on none
+    /// ([`ScanStats::not_timed_why`], whatever the reason).
+    pub fn not_timed(&self) -> u64 {
+        self.not_timed_why.values().sum()
+    }
 }
 
 /// Rows read to estimate host clocks (the first ones in time order; one offset per
@@ -759,7 +765,6 @@ pub fn scan_ops(
                         stats.local_without_gpu += 1;
                     }
                 } else if timed_nowhere {
-                    stats.not_timed += 1;
                     let why = members.first().and_then(|o| o.timing).unwrap_or("unknown");
                     *stats.not_timed_why.entry(why).or_default() += 1;
                 } else {

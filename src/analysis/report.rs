@@ -508,7 +508,7 @@ impl Builder {
                 plural(run.pending_logs as u64, "write-ahead log", "write-ahead logs")
             ));
         }
-        if stats.not_timed > 0 {
+        if stats.not_timed() > 0 {
             let why = |t: &str| match t {
                 "budget" => {
                     "not selected by the budget, ZCTA_BUDGET: each rank selects 1 op in 2^timing_level, the same ops on every rank, and its rate limiter skips some in a burst"
@@ -530,7 +530,7 @@ impl Builder {
                 .collect();
             report.notes.push(format!(
                 "{} not timed on any rank (ops.timing of their first row: {}); phase shares and durations above are those of the timed operations",
-                plural(stats.not_timed, "operation was", "operations were"),
+                plural(stats.not_timed(), "operation was", "operations were"),
                 causes.join("; ")
             ));
         }

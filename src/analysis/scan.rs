@@ -297,6 +297,7 @@ impl Stream {
                 i
             }
         };
+        let timing = c.timing.get(r).map(super::timing_name);
         let op = {
             let v = c.op.value(r);
             if self.last_op.0 != v {
@@ -333,9 +334,9 @@ impl Stream {
                 }
                 self.last_engine.1
             }),
-            timing: c.timing.get(r).map(super::timing_name),
+            timing,
             weight: match c.timing_level.get(r) {
-                Some(l) if c.timing.get(r) == Some("timed") && is_per_op_timing(c.gpu_source.get(r)) => {
+                Some(l) if timing == Some("timed") && is_per_op_timing(c.gpu_source.get(r)) => {
                     let bucket = super::report::size_bucket(c.bytes.get(r).unwrap_or(0));
                     let strata = self.strata.as_ref().expect("counted above");
                     // Counted from the same rows; a file that broke off between the
